@@ -1,0 +1,235 @@
+//! HTTP bodies of the coordinator API (spec sections 2 and 4).
+
+use crate::money::Price;
+use crate::receipt::Receipt;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Declares a string enum with its exact wire spelling, a parser and a printer.
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum!(JobType { LlmInfer => "LLM_INFER", Task => "TASK" });
+wire_enum!(
+    /// The policy a caller asks for; `AUTO` resolves per job type.
+    Policy { Fast => "FAST", Cheap => "CHEAP", Auto => "AUTO" }
+);
+wire_enum!(
+    /// A resolved pricing tier; each has its commit endpoint.
+    Tier { Fast => "FAST", Cheap => "CHEAP" }
+);
+wire_enum!(PrivacyClass { Public => "PUBLIC", Private => "PRIVATE" });
+wire_enum!(TaskType { Summarize => "summarize", Classify => "classify", ExtractJson => "extract_json" });
+wire_enum!(JobStatus {
+    Pending => "pending",
+    Assigned => "assigned",
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+});
+
+impl Policy {
+    /// AUTO is FAST for LLM_INFER and CHEAP for TASK.
+    pub fn resolve(self, job_type: JobType) -> Tier {
+        match (self, job_type) {
+            (Policy::Fast, _) | (Policy::Auto, JobType::LlmInfer) => Tier::Fast,
+            (Policy::Cheap, _) | (Policy::Auto, JobType::Task) => Tier::Cheap,
+        }
+    }
+}
+
+impl Tier {
+    pub fn commit_path(self) -> &'static str {
+        match self {
+            Tier::Fast => "/v1/jobs/commit/fast",
+            Tier::Cheap => "/v1/jobs/commit/cheap",
+        }
+    }
+}
+
+impl JobStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Failed)
+    }
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub workers_online: u64,
+    pub network: String,
+    pub timestamp: String,
+}
+
+/// `GET /v1/quote`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quote {
+    pub price: Price,
+    pub endpoint: String,
+    pub policy_resolved: Tier,
+    pub network: String,
+    /// Always null; reserved for dynamic pricing.
+    pub expires_at: Option<String>,
+}
+
+/// A validated job payload. On the wire it is an object tagged by `job_type`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "job_type")]
+pub enum Payload {
+    #[serde(rename = "LLM_INFER")]
+    Llm { prompt: String, max_tokens: u32 },
+    #[serde(rename = "TASK")]
+    Task { task_type: TaskType, input: String },
+}
+
+impl Payload {
+    pub fn job_type(&self) -> JobType {
+        match self {
+            Payload::Llm { .. } => JobType::LlmInfer,
+            Payload::Task { .. } => JobType::Task,
+        }
+    }
+}
+
+/// `POST /v1/jobs/commit/{tier}` body, after validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSubmission {
+    pub job_type: JobType,
+    pub user_id: String,
+    pub payload: Payload,
+    pub privacy_class: PrivacyClass,
+}
+
+/// 201 of a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitResponse {
+    pub job_id: Uuid,
+}
+
+/// `GET /v1/jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: Uuid,
+    pub status: JobStatus,
+    /// `{"output": ...}` when completed, `{"error": "..."}` when failed.
+    pub result: Option<serde_json::Value>,
+    pub receipt: Option<Receipt>,
+    pub created_at: String,
+    pub completed_at: Option<String>,
+}
+
+/// Every error answer: `{"error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// 422 of a PRIVATE commit with no trusted worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoTrustedWorker {
+    pub error: String,
+    pub job_id: Uuid,
+}
+
+/// `POST /v1/trust/create` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatePairing {
+    pub user_id: String,
+}
+
+/// 201 of `POST /v1/trust/create`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PairingCode {
+    pub pairing_code: String,
+    pub expires_at: String,
+}
+
+/// `POST /v1/trust/claim` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimPairing {
+    pub pairing_code: String,
+    pub provider_pubkey: String,
+}
+
+/// 200 of `POST /v1/trust/claim`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claimed {
+    pub user_id: String,
+    pub paired_at: String,
+}
+
+/// One entry of `GET /v1/trust/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustedProvider {
+    pub provider_pubkey: String,
+    pub paired_at: String,
+}
+
+/// `GET /v1/trust/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustList {
+    pub providers: Vec<TrustedProvider>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn enums_use_spec_spelling() {
+        assert_eq!(
+            serde_json::to_value(JobType::LlmInfer).unwrap(),
+            json!("LLM_INFER")
+        );
+        assert_eq!(TaskType::parse("extract_json"), Some(TaskType::ExtractJson));
+        assert_eq!(JobStatus::parse("running"), Some(JobStatus::Running));
+        assert_eq!(Policy::parse("auto"), None);
+    }
+
+    #[test]
+    fn auto_resolves_per_job_type() {
+        assert_eq!(Policy::Auto.resolve(JobType::LlmInfer), Tier::Fast);
+        assert_eq!(Policy::Auto.resolve(JobType::Task), Tier::Cheap);
+        assert_eq!(Policy::Cheap.resolve(JobType::LlmInfer), Tier::Cheap);
+        assert_eq!(Policy::Fast.resolve(JobType::Task), Tier::Fast);
+    }
+
+    #[test]
+    fn payload_is_tagged_by_job_type() {
+        let p = Payload::Task {
+            task_type: TaskType::Classify,
+            input: "x".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"job_type": "TASK", "task_type": "classify", "input": "x"})
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! Wire types shared by every crate of the workspace.
+//!
+//! Layout:
+//! - [`api`]: HTTP request and response bodies of the coordinator (spec sections 2 and 4).
+//! - [`worker`]: frames of the worker WebSocket protocol (`docs/worker-protocol.md`).
+//! - [`receipt`]: the worker-signed receipt and how it is hashed, signed and verified.
+//! - [`signing`]: secp256k1 keys, EIP-191 `personal_sign` and signature recovery.
+//! - [`canonical`]: RFC 8785 (JCS) canonical JSON and the `sha256:` output hash.
+//! - [`money`]: USD prices held as integer micro-dollars, never floats.
+//! - [`time`]: the one timestamp format of the API.
+
+pub mod api;
+pub mod canonical;
+pub mod money;
+pub mod receipt;
+pub mod signing;
+pub mod time;
+pub mod worker;

@@ -1,0 +1,155 @@
+//! Frames of the worker WebSocket protocol at `GET /v1/workers/ws`.
+//!
+//! Every frame is one JSON text message tagged by `type`. The full exchange,
+//! with examples, is in `docs/worker-protocol.md`:
+//!
+//! ```text
+//! worker                                  coordinator
+//!   hello {protocol_version, provider_pubkey, capabilities, slots} ->
+//!                                      <- challenge {nonce, network}
+//!   auth {signature over challenge_message(network, nonce)} ->
+//!                                      <- welcome {session_id, heartbeat_interval_ms, ...}
+//!   heartbeat ->            (every heartbeat_interval_ms)
+//!                                      <- assign {job_id, job_type, payload, ...}
+//!   accept {job_id} ->                    (job becomes `running`)
+//!   result {job_id, output, receipt} ->   or reject {job_id, reason}
+//!                                      <- result_accepted {job_id}
+//!                                      <- cancel {job_id, reason}  (lease expired)
+//!                                      <- error {code, message, job_id?}
+//! ```
+
+use crate::api::{JobType, Payload, PrivacyClass};
+use crate::receipt::Receipt;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The protocol version this build speaks; `hello` must carry it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Frames a worker sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WorkerFrame {
+    Hello {
+        protocol_version: u32,
+        provider_pubkey: String,
+        capabilities: Vec<JobType>,
+        slots: u32,
+        /// Free text naming the worker software, for operators' logs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
+    },
+    Auth {
+        signature: String,
+    },
+    Heartbeat,
+    Accept {
+        job_id: Uuid,
+    },
+    Result {
+        job_id: Uuid,
+        output: serde_json::Value,
+        receipt: Receipt,
+    },
+    Reject {
+        job_id: Uuid,
+        reason: String,
+    },
+}
+
+/// A job handed to a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub job_id: Uuid,
+    pub job_type: JobType,
+    pub payload: Payload,
+    pub privacy_class: PrivacyClass,
+    /// Goes into the receipt verbatim.
+    pub payment_ref: Option<String>,
+    /// The worker must deliver a result within this many milliseconds of the assign.
+    pub lease_ms: u64,
+}
+
+/// Frames the coordinator sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CoordinatorFrame {
+    Challenge {
+        nonce: String,
+        network: String,
+    },
+    Welcome {
+        session_id: u64,
+        heartbeat_interval_ms: u64,
+        heartbeat_timeout_ms: u64,
+    },
+    Assign(Assignment),
+    ResultAccepted {
+        job_id: Uuid,
+    },
+    Cancel {
+        job_id: Uuid,
+        reason: String,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_id: Option<Uuid>,
+    },
+}
+
+/// Machine-readable reason of an `error` frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    MalformedFrame,
+    FrameTooLarge,
+    UnexpectedFrame,
+    UnsupportedVersion,
+    InvalidHello,
+    AuthFailed,
+    AuthTimeout,
+    HeartbeatTimeout,
+    Replaced,
+    UnknownJob,
+    NotAssigned,
+    InvalidReceipt,
+    InvalidOutput,
+    ShuttingDown,
+}
+
+/// The text a worker signs (EIP-191) to prove it holds its key. The network
+/// is part of it so a signature for one coordinator instance is useless on
+/// the other.
+pub fn challenge_message(network: &str, nonce: &str) -> String {
+    format!("compute-coordinator worker auth v1\nnetwork: {network}\nnonce: {nonce}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn frames_are_tagged_snake_case() {
+        let f: WorkerFrame = serde_json::from_value(json!({"type": "heartbeat"})).unwrap();
+        assert_eq!(f, WorkerFrame::Heartbeat);
+        let e = CoordinatorFrame::Error {
+            code: ErrorCode::NotAssigned,
+            message: "m".into(),
+            job_id: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            json!({"type": "error", "code": "not_assigned", "message": "m"})
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let r: Result<WorkerFrame, _> =
+            serde_json::from_value(json!({"type": "accept", "job_id": uuid::Uuid::nil(), "x": 1}));
+        assert!(r.is_err());
+    }
+}
