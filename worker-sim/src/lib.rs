@@ -1,0 +1,33 @@
+//! Simulated compute workers and hosted-provider stubs.
+//!
+//! Layout:
+//! - [`clock`]: the injected time source (`Clock`); no module here reads the system clock.
+//! - [`transport`]: the text-frame `Transport`/`Connector` traits, in-memory channels and WebSocket.
+//! - [`config`]: `WorkerConfig`, latency distributions, reconnect policy, key derivation.
+//! - [`fault`]: scriptable misbehaviour of a worker (`FaultPlan`, `JobFault`, ...).
+//! - [`outputs`]: deterministic job outputs derived from the payload.
+//! - [`backend`]: how a job is executed: simulated, or an OpenAI-compatible server.
+//! - [`event`]: what a worker did, for logs and simulation transcripts.
+//! - [`worker`]: the worker itself: handshake, heartbeats, slots, jobs, reconnects.
+//! - [`stub`]: axum stubs of the OpenAI Chat Completions and Anthropic Messages APIs.
+
+pub mod backend;
+pub mod clock;
+pub mod config;
+pub mod event;
+pub mod fault;
+pub mod outputs;
+pub mod stub;
+pub mod transport;
+pub mod worker;
+
+pub use backend::{Backend, BackendError, OpenAiBackend, SimBackend};
+pub use clock::{Clock, FixedClock, SharedClock, TokioClock};
+pub use config::{worker_seed, KeySource, Latency, ReconnectPolicy, WorkerConfig};
+pub use event::{EventKind, EventLog, Observer, WorkerEvent};
+pub use fault::{FaultPlan, HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
+pub use transport::{
+    channel_connector, ChannelAcceptor, ChannelConnector, ChannelPeer, ChannelTransport, Connector,
+    Transport, TransportError, WsConnector, WsTransport,
+};
+pub use worker::{Worker, WorkerError, WorkerExit};

@@ -1,0 +1,266 @@
+//! `worker-sim`: runs N simulated (or real-backend) workers against a
+//! coordinator over WebSocket, or serves a hosted-provider stub.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use protocol::api::JobType;
+use protocol::signing::Keypair;
+use std::path::PathBuf;
+use std::sync::Arc;
+use worker_sim::event::TracingObserver;
+use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
+use worker_sim::{
+    worker_seed, Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock,
+    SimBackend, TokioClock, Worker, WorkerConfig, WsConnector,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "worker-sim",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve a hosted-provider stub (OpenAI Chat Completions or Anthropic Messages).
+    StubProvider(StubArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Coordinator worker endpoint.
+    #[arg(
+        long,
+        env = "WORKER_SIM_COORDINATOR",
+        default_value = "ws://127.0.0.1:8080/v1/workers/ws"
+    )]
+    coordinator: String,
+    /// How many workers to run.
+    #[arg(long, env = "WORKER_SIM_COUNT", default_value_t = 1)]
+    count: u32,
+    /// Base seed; worker i uses `worker_seed(seed, i)` for its key and draws.
+    #[arg(long, env = "WORKER_SIM_SEED", default_value_t = 0)]
+    seed: u64,
+    /// Job latency: MS, MIN..MAX (uniform) or MEAN~STDDEV (normal-ish).
+    #[arg(long, env = "WORKER_SIM_LATENCY_MS", default_value = "50")]
+    latency_ms: Latency,
+    /// Job types offered, comma-separated.
+    #[arg(long, env = "WORKER_SIM_CAPABILITIES", value_delimiter = ',', default_value = "LLM_INFER,TASK", value_parser = parse_job_type)]
+    capabilities: Vec<JobType>,
+    /// Concurrent jobs per worker.
+    #[arg(long, env = "WORKER_SIM_SLOTS", default_value_t = 4)]
+    slots: u32,
+    /// File of hex secrets, one per line; worker i uses line i (instead of seed-derived keys).
+    #[arg(long, env = "WORKER_SIM_KEY_FILE")]
+    key_file: Option<PathBuf>,
+    /// TOML fault plan applied to every worker (see the `fault` module docs).
+    #[arg(long, env = "WORKER_SIM_FAULTS")]
+    faults: Option<PathBuf>,
+    /// How jobs are executed.
+    #[arg(long, env = "WORKER_SIM_BACKEND", value_enum, default_value_t = BackendKind::Sim)]
+    backend: BackendKind,
+    /// OpenAI-compatible base URL (ending in /v1) for `--backend openai`.
+    #[arg(
+        long,
+        env = "WORKER_SIM_BACKEND_URL",
+        default_value = "http://127.0.0.1:11434/v1"
+    )]
+    backend_url: String,
+    /// Model name for `--backend openai`.
+    #[arg(long, env = "WORKER_SIM_MODEL", default_value = "llama3.2")]
+    model: String,
+    /// Bearer key for `--backend openai`, if the server wants one.
+    #[arg(long, env = "WORKER_SIM_BACKEND_API_KEY", hide_env_values = true)]
+    backend_api_key: Option<String>,
+    /// Longest pause between reconnect attempts.
+    #[arg(long, env = "WORKER_SIM_MAX_BACKOFF_MS", default_value_t = 30_000)]
+    max_backoff_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackendKind {
+    Sim,
+    Openai,
+}
+
+#[derive(Args, Debug)]
+struct StubArgs {
+    #[arg(long, value_parser = parse_kind)]
+    kind: ProviderKind,
+    #[arg(long, env = "WORKER_SIM_STUB_LISTEN", default_value = "127.0.0.1:8090")]
+    listen: String,
+    /// The key callers must present.
+    #[arg(
+        long,
+        env = "WORKER_SIM_STUB_API_KEY",
+        default_value = "test-key",
+        hide_env_values = true
+    )]
+    api_key: String,
+    #[arg(long, env = "WORKER_SIM_STUB_SEED", default_value_t = 0)]
+    seed: u64,
+    /// TOML StubConfig faults (`[[faults]] call = 0, kind = "rate_limited"`, `default_fault = ...`).
+    #[arg(long, env = "WORKER_SIM_STUB_FAULTS")]
+    faults: Option<PathBuf>,
+}
+
+fn parse_job_type(text: &str) -> Result<JobType, String> {
+    JobType::parse(text.trim()).ok_or_else(|| format!("unknown job type {text:?}"))
+}
+
+fn parse_kind(text: &str) -> Result<ProviderKind, String> {
+    text.parse()
+}
+
+/// The one place this program reads the wall clock: the epoch of the
+/// tokio-driven clock every worker and stub uses.
+#[allow(clippy::disallowed_methods)]
+fn real_clock() -> SharedClock {
+    let epoch_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    TokioClock::shared(epoch_ms)
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::StubProvider(args)) => stub_provider(args).await,
+        None => run_workers(cli.run).await,
+    };
+    if let Err(message) = result {
+        tracing::error!("{message}");
+        std::process::exit(1);
+    }
+}
+
+async fn stub_provider(args: StubArgs) -> Result<(), String> {
+    let mut config = match &args.faults {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            toml::from_str::<StubConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => StubConfig::default(),
+    };
+    config.api_key = args.api_key;
+    config.seed = args.seed;
+    let stub = ProviderStub::new(args.kind, config, real_clock());
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| format!("listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(kind = ?args.kind, %addr, "stub provider listening");
+    tokio::select! {
+        biased;
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        served = worker_sim::stub::serve(listener, stub.router()) => served.map_err(|e| e.to_string()),
+    }
+}
+
+async fn run_workers(args: RunArgs) -> Result<(), String> {
+    let faults = match &args.faults {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            toml::from_str::<FaultPlan>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => FaultPlan::default(),
+    };
+    let keys: Option<Vec<Keypair>> = match &args.key_file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let keys: Vec<Keypair> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    Keypair::from_secret_hex(l)
+                        .ok_or_else(|| format!("{}: a line is not a hex secret", path.display()))
+                })
+                .collect::<Result<_, _>>()?;
+            if keys.len() < args.count as usize {
+                return Err(format!(
+                    "{} holds {} keys, --count is {}",
+                    path.display(),
+                    keys.len(),
+                    args.count
+                ));
+            }
+            Some(keys)
+        }
+        None => None,
+    };
+    let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Sim => Arc::new(SimBackend),
+        BackendKind::Openai => Arc::new(OpenAiBackend::new(
+            args.backend_url.clone(),
+            args.model.clone(),
+            args.backend_api_key.clone(),
+        )),
+    };
+    let clock = real_clock();
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..args.count {
+        let config = WorkerConfig {
+            name: format!("worker-{index}"),
+            seed: worker_seed(args.seed, index),
+            capabilities: args.capabilities.clone(),
+            slots: args.slots,
+            latency: match args.backend {
+                // Real work takes its own time.
+                BackendKind::Openai => Latency::Fixed { ms: 0 },
+                BackendKind::Sim => args.latency_ms.clone(),
+            },
+            faults: faults.clone(),
+            reconnect: ReconnectPolicy {
+                max_ms: args.max_backoff_ms,
+                jitter_ms: 250,
+                ..ReconnectPolicy::default()
+            },
+            ..WorkerConfig::default()
+        };
+        let mut worker = Worker::new(config, clock.clone())
+            .map_err(|e| e.to_string())?
+            .with_backend(backend.clone())
+            .with_observer(Arc::new(TracingObserver));
+        if let Some(keys) = &keys {
+            worker = worker.with_keypair(keys[index as usize].clone());
+        }
+        tracing::info!(worker = index, provider_pubkey = %worker.public_key_hex(), "starting worker");
+        let connector = WsConnector::new(args.coordinator.clone());
+        tasks.spawn(async move { (index, worker.run(connector).await) });
+    }
+    loop {
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("interrupted; stopping workers");
+                tasks.abort_all();
+                return Ok(());
+            }
+            done = tasks.join_next() => match done {
+                None => return Ok(()),
+                Some(Ok((index, Ok(exit)))) => tracing::warn!(worker = index, ?exit, "worker stopped"),
+                Some(Ok((index, Err(e)))) => tracing::error!(worker = index, "worker stopped: {e}"),
+                Some(Err(e)) => tracing::error!("worker task failed: {e}"),
+            },
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! Stubs of hosted LLM providers: OpenAI Chat Completions ([`openai`]) and
+//! Anthropic Messages ([`anthropic`]), close enough to the documented wire
+//! formats that the official SDKs accept their answers.
+//!
+//! Answers are deterministic: content comes from the prompt (see
+//! [`answer_for`]), ids from a ChaCha RNG seeded by [`StubConfig::seed`],
+//! `created` from the injected clock. Faults are scripted per call index (every
+//! POST to the API counts, from 0) or as a default for every call, and each
+//! call is recorded ([`RecordedCall`], without the key).
+//!
+//! Order of checks per call: a scripted `unauthorized` fault, the auth header,
+//! the request shape, then the other scripted faults.
+
+pub mod anthropic;
+pub mod openai;
+
+use crate::clock::SharedClock;
+use crate::outputs;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    #[serde(rename = "openai")]
+    OpenAi,
+    Anthropic,
+}
+
+impl FromStr for ProviderKind {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "openai" | "provider_a" => Ok(ProviderKind::OpenAi),
+            "anthropic" | "provider_b" => Ok(ProviderKind::Anthropic),
+            _ => Err(format!(
+                "unknown provider kind {text:?}: openai or anthropic"
+            )),
+        }
+    }
+}
+
+/// A scripted misbehaviour of one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StubFault {
+    /// 401 even with the right key (a revoked key).
+    Unauthorized,
+    /// 429 with `retry-after: retry_after_s`.
+    RateLimited {
+        #[serde(default = "default_retry_after_s")]
+        retry_after_s: u64,
+    },
+    /// 500 in the provider's error shape.
+    ServerError,
+    /// A normal answer after `delay_ms` (tokio time).
+    Slow { delay_ms: u64 },
+    /// 200 with a truncated JSON body.
+    MalformedJson,
+}
+
+fn default_retry_after_s() -> u64 {
+    1
+}
+
+impl StubFault {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StubFault::Unauthorized => "unauthorized",
+            StubFault::RateLimited { .. } => "rate_limited",
+            StubFault::ServerError => "server_error",
+            StubFault::Slow { .. } => "slow",
+            StubFault::MalformedJson => "malformed_json",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StubFaultRule {
+    pub call: u64,
+    #[serde(flatten)]
+    pub fault: StubFault,
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StubConfig {
+    pub seed: u64,
+    /// The key callers must present (`Authorization: Bearer` / `x-api-key`).
+    pub api_key: String,
+    /// Listed by `GET /v1/models`; answers echo the requested model.
+    pub model: String,
+    pub faults: Vec<StubFaultRule>,
+    /// For every call without a rule.
+    pub default_fault: Option<StubFault>,
+}
+
+impl std::fmt::Debug for StubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StubConfig")
+            .field("seed", &self.seed)
+            .field("model", &self.model)
+            .field("faults", &self.faults)
+            .field("default_fault", &self.default_fault)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for StubConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            api_key: "test-key".to_owned(),
+            model: "stub-model".to_owned(),
+            faults: Vec::new(),
+            default_fault: None,
+        }
+    }
+}
+
+/// One call as the stub saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedCall {
+    pub index: u64,
+    pub at_ms: i64,
+    pub path: String,
+    /// Whether the right key was presented (the key itself is not kept).
+    pub authorized: bool,
+    pub model: Option<String>,
+    /// The text of all messages (system first), newline-separated.
+    pub prompt: String,
+    pub max_tokens: Option<u64>,
+    pub status: u16,
+    pub fault: Option<String>,
+}
+
+/// A request reduced to what the stub needs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChatRequest {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<String>,
+    pub last_user: String,
+    pub max_tokens: Option<u64>,
+}
+
+impl ChatRequest {
+    fn prompt(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.system.is_empty() {
+            parts.push(self.system.clone());
+        }
+        parts.extend(self.messages.iter().cloned());
+        parts.join("\n")
+    }
+
+    fn prompt_tokens(&self) -> u64 {
+        words(&self.prompt())
+    }
+}
+
+pub(crate) fn words(text: &str) -> u64 {
+    (text.split_whitespace().count() as u64).max(1)
+}
+
+/// The answer text for a conversation: task-looking prompts get an answer
+/// of the task's shape (so a router's task templates parse), anything else an
+/// LLM-style text from the last user message.
+pub fn answer_for(system: &str, last_user: &str, max_tokens: Option<u64>) -> String {
+    let instructions = format!("{system}\n{last_user}").to_lowercase();
+    if instructions.contains("json") {
+        outputs::extract_json(last_user).to_string()
+    } else if instructions.contains("classify") {
+        outputs::classify(last_user).to_owned()
+    } else if instructions.contains("summar") {
+        outputs::summarize(last_user)
+    } else {
+        let budget = max_tokens.unwrap_or(64).min(u32::MAX as u64) as u32;
+        outputs::llm_text(last_user, budget)
+    }
+}
+
+pub(crate) struct StubState {
+    kind: ProviderKind,
+    api_key: String,
+    model: String,
+    clock: SharedClock,
+    rng: Mutex<ChaCha20Rng>,
+    calls: Mutex<Vec<RecordedCall>>,
+    scripted: Mutex<BTreeMap<u64, StubFault>>,
+    default_fault: Mutex<Option<StubFault>>,
+}
+
+impl StubState {
+    /// `prefix` + `len` base62 characters from the seeded RNG.
+    pub(crate) fn next_id(&self, prefix: &str, len: usize) -> String {
+        const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut rng = self.rng.lock().expect("stub rng poisoned");
+        let tail: String = (0..len)
+            .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+            .collect();
+        format!("{prefix}{tail}")
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// A hosted-provider stub; clones share state.
+#[derive(Clone)]
+pub struct ProviderStub {
+    state: Arc<StubState>,
+}
+
+impl std::fmt::Debug for ProviderStub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderStub")
+            .field("kind", &self.state.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderStub {
+    pub fn new(kind: ProviderKind, config: StubConfig, clock: SharedClock) -> Self {
+        let scripted = config
+            .faults
+            .iter()
+            .map(|r| (r.call, r.fault.clone()))
+            .collect();
+        Self {
+            state: Arc::new(StubState {
+                kind,
+                api_key: config.api_key,
+                model: config.model,
+                clock,
+                rng: Mutex::new(ChaCha20Rng::seed_from_u64(config.seed)),
+                calls: Mutex::new(Vec::new()),
+                scripted: Mutex::new(scripted),
+                default_fault: Mutex::new(config.default_fault),
+            }),
+        }
+    }
+
+    pub fn openai(config: StubConfig, clock: SharedClock) -> Self {
+        Self::new(ProviderKind::OpenAi, config, clock)
+    }
+
+    pub fn anthropic(config: StubConfig, clock: SharedClock) -> Self {
+        Self::new(ProviderKind::Anthropic, config, clock)
+    }
+
+    pub fn kind(&self) -> ProviderKind {
+        self.state.kind
+    }
+
+    /// The axum service; serve it on a socket or drive it in-process with `oneshot`.
+    pub fn router(&self) -> Router {
+        match self.state.kind {
+            ProviderKind::OpenAi => openai::router(self.state.clone()),
+            ProviderKind::Anthropic => anthropic::router(self.state.clone()),
+        }
+    }
+
+    /// Every call so far, in arrival order.
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.state
+            .calls
+            .lock()
+            .expect("stub calls poisoned")
+            .clone()
+    }
+
+    /// Fault for call `call` (0-based over all calls of this stub).
+    pub fn script(&self, call: u64, fault: StubFault) {
+        self.state
+            .scripted
+            .lock()
+            .expect("stub script poisoned")
+            .insert(call, fault);
+    }
+
+    /// Fault for the next call to arrive.
+    pub fn script_next(&self, fault: StubFault) {
+        let next = self.state.calls.lock().expect("stub calls poisoned").len() as u64;
+        self.script(next, fault);
+    }
+
+    pub fn set_default_fault(&self, fault: Option<StubFault>) {
+        *self
+            .state
+            .default_fault
+            .lock()
+            .expect("stub fault poisoned") = fault;
+    }
+}
+
+/// Serves `router` on `listener` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(listener, router).await
+}
+
+/// What a provider module supplies to the shared call flow.
+pub(crate) trait Dialect {
+    fn authorized(headers: &HeaderMap, key: &str) -> bool;
+    /// A problem with the request's headers other than auth (Anthropic's version header).
+    fn header_problem(_headers: &HeaderMap) -> Option<String> {
+        None
+    }
+    fn parse(body: &serde_json::Value) -> Result<ChatRequest, String>;
+    fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Response;
+    fn success(state: &StubState, request: &ChatRequest, content: &str) -> serde_json::Value;
+    /// The start of a success body, cut off: what `malformed_json` sends.
+    fn truncated(state: &StubState) -> String;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    Authentication,
+    InvalidRequest,
+    RateLimit,
+    Server,
+}
+
+/// The call flow shared by both providers.
+pub(crate) async fn handle_call<D: Dialect>(
+    state: Arc<StubState>,
+    path: &str,
+    headers: HeaderMap,
+    body: &[u8],
+) -> Response {
+    let (index, fault) = {
+        let calls = state.calls.lock().expect("stub calls poisoned");
+        let index = calls.len() as u64;
+        let scripted = state.scripted.lock().expect("stub script poisoned");
+        let fault = scripted.get(&index).cloned().or_else(|| {
+            state
+                .default_fault
+                .lock()
+                .expect("stub fault poisoned")
+                .clone()
+        });
+        (index, fault)
+    };
+    let at_ms = state.now_ms();
+    let authorized = D::authorized(&headers, &state.api_key);
+    let parsed = serde_json::from_slice::<serde_json::Value>(body)
+        .map_err(|e| format!("invalid JSON body: {e}"))
+        .and_then(|v| D::parse(&v));
+    let mut record = RecordedCall {
+        index,
+        at_ms,
+        path: path.to_owned(),
+        authorized,
+        model: parsed.as_ref().ok().map(|r| r.model.clone()),
+        prompt: parsed.as_ref().map(ChatRequest::prompt).unwrap_or_default(),
+        max_tokens: parsed.as_ref().ok().and_then(|r| r.max_tokens),
+        status: 0,
+        fault: None,
+    };
+    // Record before any slow sleep so the call order is the arrival order.
+    let slot = {
+        let mut calls = state.calls.lock().expect("stub calls poisoned");
+        calls.push(record.clone());
+        calls.len() - 1
+    };
+    let mut finish = |status: u16, fault: Option<&StubFault>, response: Response| {
+        record.status = status;
+        record.fault = fault.map(|f| f.name().to_owned());
+        state.calls.lock().expect("stub calls poisoned")[slot] = record.clone();
+        response
+    };
+
+    if fault == Some(StubFault::Unauthorized) || !authorized {
+        let response = D::error(
+            StatusCode::UNAUTHORIZED,
+            ErrorKind::Authentication,
+            "Incorrect API key provided.",
+        );
+        let fault = fault.as_ref().filter(|f| **f == StubFault::Unauthorized);
+        return finish(401, fault, response);
+    }
+    if let Some(problem) = D::header_problem(&headers) {
+        let response = D::error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, &problem);
+        return finish(400, None, response);
+    }
+    let request = match parsed {
+        Ok(r) => r,
+        Err(problem) => {
+            let response = D::error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, &problem);
+            return finish(400, None, response);
+        }
+    };
+    match &fault {
+        Some(f @ StubFault::RateLimited { retry_after_s }) => {
+            let mut response = D::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorKind::RateLimit,
+                "Rate limit reached for requests. Please retry later.",
+            );
+            response.headers_mut().insert(
+                "retry-after",
+                retry_after_s
+                    .to_string()
+                    .parse()
+                    .expect("digits are a header value"),
+            );
+            return finish(429, Some(f), response);
+        }
+        Some(f @ StubFault::ServerError) => {
+            let response = D::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorKind::Server,
+                "The server had an error while processing your request.",
+            );
+            return finish(500, Some(f), response);
+        }
+        Some(f @ StubFault::MalformedJson) => {
+            let response = (
+                StatusCode::OK,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                D::truncated(&state),
+            )
+                .into_response();
+            return finish(200, Some(f), response);
+        }
+        Some(StubFault::Slow { delay_ms }) => {
+            tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+        }
+        Some(StubFault::Unauthorized) | None => {}
+    }
+    let content = answer_for(&request.system, &request.last_user, request.max_tokens);
+    let body = D::success(&state, &request, &content);
+    finish(200, fault.as_ref(), axum::Json(body).into_response())
+}
+
+/// Text of a message `content`: a string, or an array of `{type:"text", text}` parts.
+pub(crate) fn content_text(content: &serde_json::Value) -> Option<String> {
+    match content {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(serde_json::Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        serde_json::Value::Null => Some(String::new()),
+        _ => None,
+    }
+}

@@ -1,0 +1,657 @@
+//! The simulated worker: hello, challenge-response, heartbeats, at most
+//! `slots` jobs at once, accept/result with a signed receipt, scripted faults,
+//! and reconnects with capped exponential backoff.
+//!
+//! Starting one in-process over channels:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), worker_sim::WorkerError> {
+//! use worker_sim::{channel_connector, EventLog, TokioClock, Worker, WorkerConfig};
+//! let (connector, mut acceptor) = channel_connector();
+//! let log = EventLog::new();
+//! let mut worker = Worker::new(WorkerConfig::with_seed(7), TokioClock::shared(1_795_255_200_000))?
+//!     .with_observer(std::sync::Arc::new(log.clone()));
+//! tokio::spawn(async move { worker.run(connector).await });
+//! let peer = acceptor.accept().await.unwrap(); // wire `peer.tx` / `peer.rx` to the coordinator
+//! # drop(peer); Ok(()) }
+//! ```
+//!
+//! Each session runs in one task: incoming frames, job completions and the
+//! heartbeat timer are multiplexed with a biased `select!`, and job work runs
+//! as futures in a `FuturesUnordered`, so nothing is spawned and a paused
+//! runtime replays the same interleaving for the same seed.
+
+use crate::backend::{Backend, BackendError, BoxFuture, SimBackend};
+use crate::clock::SharedClock;
+use crate::config::{rng_for, KeyError, Stream, WorkerConfig};
+use crate::event::{EventKind, NullObserver, Observer, WorkerEvent};
+use crate::fault::{HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
+use crate::outputs;
+use crate::transport::{Connector, Transport, TransportError};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use protocol::receipt::ReceiptBody;
+use protocol::signing::Keypair;
+use protocol::worker::{
+    challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
+};
+use rand::Rng;
+use rand_chacha::ChaCha20Rng;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The coordinator answered the handshake with an `error` frame; retrying
+    /// with the same hello would be refused again.
+    #[error("coordinator refused the handshake ({code:?}): {message}")]
+    Refused { code: ErrorCode, message: String },
+}
+
+/// Why [`Worker::run`] returned without an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerExit {
+    /// The connector can make no more connections (the harness dropped its acceptor).
+    ConnectorShutdown,
+    /// The connection ended and [`crate::ReconnectPolicy::enabled`] is off.
+    ReconnectDisabled,
+    /// `max_attempts` consecutive connection attempts failed.
+    GaveUp { attempts: u32 },
+}
+
+/// How a session ended.
+enum SessionEnd {
+    PeerClosed(String),
+    /// `JobFault::Disconnect`: closed by us, cleanly.
+    Disconnected,
+    /// `JobFault::Crash`: connection dropped, restart after a pause.
+    Crashed {
+        restart_after_ms: u64,
+    },
+    Refused {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+enum Completion {
+    Output(Result<Value, BackendError>),
+    Disconnect,
+    Crash { restart_after_ms: u64 },
+}
+
+struct InFlight {
+    index: u64,
+    fault: Option<JobFault>,
+    assignment: Assignment,
+}
+
+pub struct Worker {
+    config: WorkerConfig,
+    key: Keypair,
+    /// Signs what the `bad_signature` faults sign.
+    wrong_key: Keypair,
+    clock: SharedClock,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn Observer>,
+    latency_rng: ChaCha20Rng,
+    fault_rng: ChaCha20Rng,
+    backoff_rng: ChaCha20Rng,
+    jobs_seen: u64,
+    sessions: u32,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("name", &self.config.name)
+            .field("public_key", &self.key.public_key_hex())
+            .finish_non_exhaustive()
+    }
+}
+
+type Step<T = ()> = Result<T, SessionEnd>;
+
+impl Worker {
+    /// A worker with the simulated backend and no observer; its key comes
+    /// from `config.key` (by default derived from `config.seed`).
+    pub fn new(config: WorkerConfig, clock: SharedClock) -> Result<Self, WorkerError> {
+        let key = config.key.load(config.seed)?;
+        let seed = config.seed;
+        Ok(Self {
+            key,
+            wrong_key: Keypair::generate(&mut rng_for(seed, Stream::WrongKey)),
+            clock,
+            backend: Arc::new(SimBackend),
+            observer: Arc::new(NullObserver),
+            latency_rng: rng_for(seed, Stream::Latency),
+            fault_rng: rng_for(seed, Stream::Faults),
+            backoff_rng: rng_for(seed, Stream::Backoff),
+            jobs_seen: 0,
+            sessions: 0,
+            config,
+        })
+    }
+
+    pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    pub fn with_keypair(mut self, key: Keypair) -> Self {
+        self.key = key;
+        self
+    }
+
+    pub fn public_key_hex(&self) -> String {
+        self.key.public_key_hex()
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Assignments received so far, across sessions.
+    pub fn jobs_seen(&self) -> u64 {
+        self.jobs_seen
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.observer.on_event(&WorkerEvent {
+            worker: self.config.name.clone(),
+            at_ms: self.clock.now_ms(),
+            kind,
+        });
+    }
+
+    async fn pause(&self, ms: u64, reason: &str) {
+        self.emit(EventKind::Sleeping {
+            ms,
+            reason: reason.to_owned(),
+        });
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    fn backoff_ms(&mut self, failures: u32) -> u64 {
+        let policy = &self.config.reconnect;
+        let base = policy.delay_ms(failures.max(1));
+        let jitter = if policy.jitter_ms > 0 {
+            self.backoff_rng.gen_range(0..=policy.jitter_ms)
+        } else {
+            0
+        };
+        base + jitter
+    }
+
+    /// Connects, serves sessions and reconnects until the connector shuts
+    /// down, reconnecting is off or gives up, or the coordinator refuses the
+    /// handshake.
+    pub async fn run<C: Connector>(&mut self, mut connector: C) -> Result<WorkerExit, WorkerError> {
+        // Consecutive attempts that did not reach `welcome`.
+        let mut failures: u32 = 0;
+        let mut first = true;
+        loop {
+            if !first && !self.config.reconnect.enabled {
+                self.emit(EventKind::Stopped {
+                    reason: "reconnect disabled".into(),
+                });
+                return Ok(WorkerExit::ReconnectDisabled);
+            }
+            first = false;
+            self.emit(EventKind::Connecting {
+                attempt: failures + 1,
+            });
+            let transport = match connector.connect().await {
+                Ok(t) => t,
+                Err(TransportError::Shutdown) => {
+                    self.emit(EventKind::Stopped {
+                        reason: "connector shut down".into(),
+                    });
+                    return Ok(WorkerExit::ConnectorShutdown);
+                }
+                Err(e) => {
+                    failures += 1;
+                    self.emit(EventKind::ConnectFailed {
+                        attempt: failures,
+                        error: e.to_string(),
+                    });
+                    if let Some(exit) = self.gave_up(failures) {
+                        return Ok(exit);
+                    }
+                    let ms = self.backoff_ms(failures);
+                    self.pause(ms, "reconnect backoff").await;
+                    continue;
+                }
+            };
+            let (end, welcomed) = self.session(transport).await;
+            if welcomed {
+                failures = 0;
+            } else {
+                failures += 1;
+            }
+            match end {
+                SessionEnd::Refused { code, message } => {
+                    self.emit(EventKind::Stopped {
+                        reason: format!("handshake refused: {message}"),
+                    });
+                    return Err(WorkerError::Refused { code, message });
+                }
+                SessionEnd::Crashed { restart_after_ms } => {
+                    self.emit(EventKind::Disconnected {
+                        reason: "crash".into(),
+                    });
+                    self.pause(restart_after_ms, "crash restart").await;
+                }
+                SessionEnd::Disconnected | SessionEnd::PeerClosed(_) => {
+                    let reason = match end {
+                        SessionEnd::PeerClosed(reason) => reason,
+                        _ => "scripted disconnect".into(),
+                    };
+                    self.emit(EventKind::Disconnected { reason });
+                    if let Some(exit) = self.gave_up(failures) {
+                        return Ok(exit);
+                    }
+                    if self.config.reconnect.enabled {
+                        let ms = self.backoff_ms(failures);
+                        self.pause(ms, "reconnect backoff").await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn gave_up(&self, failures: u32) -> Option<WorkerExit> {
+        let max = self.config.reconnect.max_attempts?;
+        if failures >= max {
+            self.emit(EventKind::Stopped {
+                reason: format!("gave up after {failures} attempts"),
+            });
+            Some(WorkerExit::GaveUp { attempts: failures })
+        } else {
+            None
+        }
+    }
+
+    /// One connection; returns how it ended and whether it got to `welcome`.
+    async fn session<T: Transport>(&mut self, mut t: T) -> (SessionEnd, bool) {
+        let mut welcomed = false;
+        let end = match self.session_inner(&mut t, &mut welcomed).await {
+            Err(end) => end,
+            Ok(never) => match never {},
+        };
+        match end {
+            // A crash drops the connection without a close frame.
+            SessionEnd::Crashed { .. } => drop(t),
+            _ => t.close().await,
+        }
+        (end, welcomed)
+    }
+
+    async fn send_frame<T: Transport>(&self, t: &mut T, frame: &WorkerFrame) -> Step {
+        let text = serde_json::to_string(frame).expect("worker frames serialise");
+        self.send_raw(t, text).await
+    }
+
+    async fn send_raw<T: Transport>(&self, t: &mut T, text: String) -> Step {
+        self.emit(EventKind::FrameOut {
+            frame: text.clone(),
+        });
+        t.send(text)
+            .await
+            .map_err(|e| SessionEnd::PeerClosed(e.to_string()))
+    }
+
+    /// The next coordinator frame that parses; unparsable ones are reported and skipped.
+    async fn recv_frame<T: Transport>(&self, t: &mut T) -> Step<CoordinatorFrame> {
+        loop {
+            let text = t
+                .recv()
+                .await
+                .ok_or_else(|| SessionEnd::PeerClosed("connection closed by peer".into()))?;
+            if let Some(frame) = self.parse_in(text) {
+                return Ok(frame);
+            }
+        }
+    }
+
+    fn parse_in(&self, text: String) -> Option<CoordinatorFrame> {
+        let parsed = serde_json::from_str::<CoordinatorFrame>(&text);
+        self.emit(EventKind::FrameIn {
+            frame: text.clone(),
+        });
+        match parsed {
+            Ok(frame) => Some(frame),
+            Err(_) => {
+                self.emit(EventKind::Unparsable { frame: text });
+                None
+            }
+        }
+    }
+
+    async fn handshake<T: Transport>(&mut self, t: &mut T) -> Step<(u64, u64)> {
+        let fault = self.config.faults.handshake.clone();
+        let hello = WorkerFrame::Hello {
+            protocol_version: if fault == Some(HandshakeFault::WrongProtocolVersion) {
+                999
+            } else {
+                PROTOCOL_VERSION
+            },
+            provider_pubkey: if fault == Some(HandshakeFault::InvalidHello) {
+                "0x1234".to_owned()
+            } else {
+                self.key.public_key_hex()
+            },
+            capabilities: self.config.capabilities.clone(),
+            slots: self.config.slots,
+            agent: Some(self.config.agent.clone()),
+        };
+        self.send_frame(t, &hello).await?;
+        loop {
+            match self.recv_frame(t).await? {
+                CoordinatorFrame::Challenge { nonce, network } => {
+                    let signer = if fault == Some(HandshakeFault::BadAuthSignature) {
+                        &self.wrong_key
+                    } else {
+                        &self.key
+                    };
+                    let signature =
+                        signer.personal_sign(challenge_message(&network, &nonce).as_bytes());
+                    self.send_frame(t, &WorkerFrame::Auth { signature }).await?;
+                }
+                CoordinatorFrame::Welcome {
+                    session_id,
+                    heartbeat_interval_ms,
+                    ..
+                } => return Ok((session_id, heartbeat_interval_ms)),
+                CoordinatorFrame::Error { code, message, .. } => {
+                    return Err(SessionEnd::Refused { code, message })
+                }
+                // Nothing else is meaningful before `welcome`; keep waiting.
+                _ => {}
+            }
+        }
+    }
+
+    async fn session_inner<T: Transport>(
+        &mut self,
+        t: &mut T,
+        welcomed: &mut bool,
+    ) -> Step<Infallible> {
+        let (session_id, interval_ms) = self.handshake(t).await?;
+        *welcomed = true;
+        self.emit(EventKind::Welcomed {
+            session: self.sessions,
+            session_id,
+        });
+        self.sessions += 1;
+
+        let start = Instant::now();
+        let interval_ms = match self.config.faults.heartbeat {
+            HeartbeatFault::Slow { interval_ms } => interval_ms,
+            _ => interval_ms,
+        }
+        .max(1);
+        let stop_at = match self.config.faults.heartbeat {
+            HeartbeatFault::Stop { after_ms } => Some(start + Duration::from_millis(after_ms)),
+            _ => None,
+        };
+        let interval = Duration::from_millis(interval_ms);
+        let mut next_heartbeat = start + interval;
+        let mut in_flight: BTreeMap<Uuid, InFlight> = BTreeMap::new();
+        let mut pending: FuturesUnordered<BoxFuture<(Uuid, Completion)>> = FuturesUnordered::new();
+
+        loop {
+            let heartbeat_due = stop_at.is_none_or(|stop| next_heartbeat < stop);
+            tokio::select! {
+                biased;
+                text = t.recv() => {
+                    let Some(text) = text else {
+                        return Err(SessionEnd::PeerClosed("connection closed by peer".into()));
+                    };
+                    let Some(frame) = self.parse_in(text) else { continue };
+                    self.on_frame(t, frame, &mut in_flight, &mut pending).await?;
+                }
+                Some((job_id, completion)) = pending.next(), if !pending.is_empty() => {
+                    let Some(job) = in_flight.remove(&job_id) else {
+                        // Cancelled meanwhile; the work is wasted.
+                        continue;
+                    };
+                    self.on_completion(t, job, completion).await?;
+                }
+                _ = tokio::time::sleep_until(next_heartbeat), if heartbeat_due => {
+                    self.send_frame(t, &WorkerFrame::Heartbeat).await?;
+                    next_heartbeat += interval;
+                }
+            }
+        }
+    }
+
+    async fn on_frame<T: Transport>(
+        &mut self,
+        t: &mut T,
+        frame: CoordinatorFrame,
+        in_flight: &mut BTreeMap<Uuid, InFlight>,
+        pending: &mut FuturesUnordered<BoxFuture<(Uuid, Completion)>>,
+    ) -> Step {
+        match frame {
+            CoordinatorFrame::Assign(assignment) => {
+                self.on_assign(t, assignment, in_flight, pending).await
+            }
+            CoordinatorFrame::Cancel { job_id, reason } => {
+                if in_flight.remove(&job_id).is_some() {
+                    self.emit(EventKind::JobDropped { job_id, reason });
+                }
+                Ok(())
+            }
+            // result_accepted, errors and stray handshake frames need no answer;
+            // they are in the event log.
+            _ => Ok(()),
+        }
+    }
+
+    async fn on_assign<T: Transport>(
+        &mut self,
+        t: &mut T,
+        assignment: Assignment,
+        in_flight: &mut BTreeMap<Uuid, InFlight>,
+        pending: &mut FuturesUnordered<BoxFuture<(Uuid, Completion)>>,
+    ) -> Step {
+        let index = self.jobs_seen;
+        self.jobs_seen += 1;
+        let job_id = assignment.job_id;
+        let fault = self.config.faults.pick(index, &mut self.fault_rng);
+
+        let refusal = if in_flight.contains_key(&job_id) {
+            Some("job already in progress")
+        } else if in_flight.len() >= self.config.slots as usize {
+            Some("no free slot")
+        } else if !self.config.capabilities.contains(&assignment.job_type) {
+            Some("job type not offered by this worker")
+        } else if assignment.payload.job_type() != assignment.job_type {
+            Some("job_type does not match the payload")
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            let reason = reason.to_owned();
+            return self
+                .send_frame(t, &WorkerFrame::Reject { job_id, reason })
+                .await;
+        }
+
+        if let Some(fault) = &fault {
+            self.emit(EventKind::FaultFired {
+                job_index: index,
+                job_id,
+                fault: fault.name().to_owned(),
+            });
+        }
+        match &fault {
+            Some(JobFault::Reject {
+                reason,
+                accept_first,
+            }) => {
+                if *accept_first {
+                    self.send_frame(t, &WorkerFrame::Accept { job_id }).await?;
+                }
+                let reason = reason.clone();
+                return self
+                    .send_frame(t, &WorkerFrame::Reject { job_id, reason })
+                    .await;
+            }
+            Some(JobFault::Malformed { frame }) => {
+                let text = self.malformed_frame(frame);
+                self.send_raw(t, text).await?;
+            }
+            _ => {}
+        }
+
+        self.send_frame(t, &WorkerFrame::Accept { job_id }).await?;
+        let mut latency_ms = self.config.latency.sample_ms(&mut self.latency_rng);
+        let completion: Option<BoxFuture<Completion>> = match &fault {
+            Some(JobFault::Silent) => None,
+            Some(JobFault::Disconnect) => Some(Box::pin(async { Completion::Disconnect })),
+            Some(JobFault::Crash { restart_after_ms }) => {
+                let restart_after_ms = *restart_after_ms;
+                Some(Box::pin(
+                    async move { Completion::Crash { restart_after_ms } },
+                ))
+            }
+            other => {
+                if let Some(JobFault::Slow { extra_ms }) = other {
+                    latency_ms += extra_ms;
+                }
+                let work = self.backend.execute(&assignment.payload);
+                Some(Box::pin(async move { Completion::Output(work.await) }))
+            }
+        };
+        if let Some(completion) = completion {
+            pending.push(Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                (job_id, completion.await)
+            }));
+        }
+        in_flight.insert(
+            job_id,
+            InFlight {
+                index,
+                fault,
+                assignment,
+            },
+        );
+        Ok(())
+    }
+
+    async fn on_completion<T: Transport>(
+        &mut self,
+        t: &mut T,
+        job: InFlight,
+        completion: Completion,
+    ) -> Step {
+        let job_id = job.assignment.job_id;
+        let output = match completion {
+            Completion::Disconnect => return Err(SessionEnd::Disconnected),
+            Completion::Crash { restart_after_ms } => {
+                return Err(SessionEnd::Crashed { restart_after_ms })
+            }
+            Completion::Output(Err(e)) => {
+                let reason = e.to_string();
+                return self
+                    .send_frame(t, &WorkerFrame::Reject { job_id, reason })
+                    .await;
+            }
+            Completion::Output(Ok(output)) => output,
+        };
+        let _ = job.index;
+        let frame = self.result_frame(&job, output);
+        self.send_frame(t, &frame).await
+    }
+
+    /// The `result` frame, with the job's receipt fault applied.
+    fn result_frame(&self, job: &InFlight, output: Value) -> WorkerFrame {
+        let a = &job.assignment;
+        let completed_at = protocol::time::format_ms(self.clock.now_ms());
+        let body = |output: &Value| {
+            ReceiptBody::new(
+                a.job_id,
+                self.key.public_key_hex(),
+                output,
+                completed_at.clone(),
+                a.payment_ref.clone(),
+            )
+        };
+        let (output, receipt) = match job.fault {
+            Some(JobFault::BadSignature) => {
+                let receipt = body(&output).sign(&self.wrong_key);
+                (output, receipt)
+            }
+            Some(JobFault::WrongOutputHash) => {
+                let tampered = serde_json::json!({ "tampered": output });
+                (output, body(&tampered).sign(&self.key))
+            }
+            Some(JobFault::InvalidOutput) => {
+                let wrong = outputs::invalid_output_for(&a.payload);
+                let receipt = body(&wrong).sign(&self.key);
+                (wrong, receipt)
+            }
+            _ => {
+                let receipt = body(&output).sign(&self.key);
+                (output, receipt)
+            }
+        };
+        WorkerFrame::Result {
+            job_id: a.job_id,
+            output,
+            receipt,
+        }
+    }
+
+    fn malformed_frame(&mut self, kind: &MalformedKind) -> String {
+        match kind {
+            MalformedKind::NotJson => "this is not json {".to_owned(),
+            MalformedKind::UnknownType => r#"{"type":"gossip","note":"no such frame"}"#.to_owned(),
+            MalformedKind::Oversized { bytes } => {
+                let head = r#"{"type":"heartbeat","padding":""#;
+                let pad = bytes.saturating_sub(head.len() + 2);
+                format!("{head}{}\"}}", "x".repeat(pad))
+            }
+            MalformedKind::Unexpected => serde_json::to_string(&WorkerFrame::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                provider_pubkey: self.key.public_key_hex(),
+                capabilities: self.config.capabilities.clone(),
+                slots: self.config.slots,
+                agent: Some(self.config.agent.clone()),
+            })
+            .expect("worker frames serialise"),
+            MalformedKind::ForeignResult => {
+                let job_id = uuid::Builder::from_random_bytes(self.fault_rng.gen()).into_uuid();
+                let output = Value::String("unsolicited".into());
+                let receipt = ReceiptBody::new(
+                    job_id,
+                    self.key.public_key_hex(),
+                    &output,
+                    protocol::time::format_ms(self.clock.now_ms()),
+                    None,
+                )
+                .sign(&self.key);
+                serde_json::to_string(&WorkerFrame::Result {
+                    job_id,
+                    output,
+                    receipt,
+                })
+                .expect("worker frames serialise")
+            }
+        }
+    }
+}
