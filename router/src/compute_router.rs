@@ -1,0 +1,163 @@
+//! [`ComputeRouter`]: the routing rules of spec 4.8 over the adapters.
+
+use crate::config::{ConfigError, RouterConfig};
+use crate::coordinator::CoordinatorClient;
+use crate::error::{AdapterError, RouterError};
+use crate::hosted::{prompts, AnthropicClient, OpenAiClient};
+use crate::request::{ComputeResult, Job, LlmRequest, TaskRequest};
+use crate::route::{HostedProvider, Route};
+use crate::transport::{HttpTransport, ReqwestTransport};
+use protocol::api::{JobSubmission, Payload, PrivacyClass};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// Runs LLM and TASK jobs: the selected chain's coordinator first, then the
+/// preferred hosted provider, then the other one.
+#[derive(Clone)]
+pub struct ComputeRouter {
+    config: RouterConfig,
+    transport: Arc<dyn HttpTransport>,
+}
+
+impl std::fmt::Debug for ComputeRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComputeRouter")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ComputeRouter {
+    /// A router speaking real HTTP ([`ReqwestTransport`]).
+    pub fn new(config: RouterConfig) -> Self {
+        Self::with_transport(config, Arc::new(ReqwestTransport::default()))
+    }
+
+    /// A router whose HTTP goes through `transport` (in-process in the
+    /// simulation, a double in tests).
+    pub fn with_transport(config: RouterConfig, transport: Arc<dyn HttpTransport>) -> Self {
+        Self { config, transport }
+    }
+
+    /// [`ComputeRouter::new`] with [`RouterConfig::from_env`].
+    pub fn from_env() -> Result<Self, ConfigError> {
+        RouterConfig::from_env().map(Self::new)
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    pub async fn run_llm(&self, request: LlmRequest) -> Result<ComputeResult, RouterError> {
+        self.run(Job::from_llm(request, self.config.default_max_tokens))
+            .await
+    }
+
+    pub async fn run_task(&self, request: TaskRequest) -> Result<ComputeResult, RouterError> {
+        self.run(Job::from_task(request)).await
+    }
+
+    async fn run(&self, job: Job) -> Result<ComputeResult, RouterError> {
+        let started = Instant::now();
+        let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut failures = Vec::new();
+
+        let route = Route::Decentralized(job.chain);
+        match self.run_decentralized(&job).await {
+            Ok(outcome) => {
+                return Ok(ComputeResult {
+                    output: outcome.output,
+                    route,
+                    price: Some(outcome.price),
+                    latency_ms: elapsed_ms(),
+                    receipt: Some(outcome.receipt),
+                })
+            }
+            Err(error) => {
+                tracing::warn!(%route, %error, "compute adapter failed; falling back");
+                failures.push((route, error));
+            }
+        }
+
+        let preferred = self.config.preferred_hosted;
+        for provider in [preferred, preferred.other()] {
+            let route = Route::Hosted(provider);
+            let attempt =
+                if job.privacy == PrivacyClass::Private && !self.config.allow_private_hosted {
+                    Err(AdapterError::PrivateNotAllowed)
+                } else {
+                    self.run_hosted(provider, &job).await
+                };
+            match attempt {
+                Ok(output) => {
+                    return Ok(ComputeResult {
+                        output,
+                        route,
+                        price: None,
+                        latency_ms: elapsed_ms(),
+                        receipt: None,
+                    })
+                }
+                Err(error) => {
+                    tracing::warn!(%route, %error, "compute adapter failed; falling back");
+                    failures.push((route, error));
+                }
+            }
+        }
+        Err(RouterError::AllAdaptersFailed { failures })
+    }
+
+    async fn run_decentralized(
+        &self,
+        job: &Job,
+    ) -> Result<crate::coordinator::CoordinatorOutcome, AdapterError> {
+        let client = CoordinatorClient::new(
+            self.transport.clone(),
+            job.chain,
+            self.config.coordinator_urls.get(job.chain),
+            self.config.payment_clients.get(job.chain).cloned(),
+            self.config.poll,
+        );
+        let submission = JobSubmission {
+            job_type: job.payload.job_type(),
+            user_id: job.user_id.clone(),
+            payload: job.payload.clone(),
+            privacy_class: job.privacy,
+        };
+        client.run(&submission, job.tier).await
+    }
+
+    async fn run_hosted(
+        &self,
+        provider: HostedProvider,
+        job: &Job,
+    ) -> Result<serde_json::Value, AdapterError> {
+        let hosted = &self.config.hosted;
+        let (prompt, max_tokens) = match &job.payload {
+            Payload::Llm { prompt, max_tokens } => (prompt.clone(), *max_tokens),
+            Payload::Task { task_type, input } => (
+                prompts::task_prompt(*task_type, input),
+                hosted.task_max_tokens,
+            ),
+        };
+        let settings = hosted.settings(provider).clone();
+        let text = match provider {
+            HostedProvider::ProviderA => {
+                OpenAiClient::new(self.transport.clone(), settings)
+                    .with_retry(hosted.retry)
+                    .complete(&prompt, max_tokens)
+                    .await?
+            }
+            HostedProvider::ProviderB => {
+                AnthropicClient::new(self.transport.clone(), settings)
+                    .with_retry(hosted.retry)
+                    .complete(&prompt, max_tokens)
+                    .await?
+            }
+        };
+        match &job.payload {
+            Payload::Llm { .. } => Ok(serde_json::Value::String(text)),
+            Payload::Task { task_type, .. } => prompts::task_output(*task_type, &text),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The decentralized adapter: quote, commit (paying on 402), poll, verify.
+
+use crate::config::PollConfig;
+use crate::error::{AdapterError, Stage};
+use crate::payment::{PaymentChallenge, PaymentClient};
+use crate::route::Chain;
+use crate::transport::{join_url, HttpRequest, HttpResponse, HttpTransport};
+use protocol::api::{
+    CommitResponse, JobStatus, JobSubmission, JobType, NoTrustedWorker, Quote, Tier,
+};
+use protocol::receipt::Receipt;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A verified result of one coordinator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoordinatorOutcome {
+    pub job_id: Uuid,
+    pub output: serde_json::Value,
+    /// The quoted price, as the coordinator's `Price` prints it (`$0.010`).
+    pub price: String,
+    pub receipt: Receipt,
+}
+
+/// Runs jobs on one coordinator instance.
+#[derive(Clone)]
+pub struct CoordinatorClient {
+    transport: Arc<dyn HttpTransport>,
+    chain: Chain,
+    base_url: String,
+    payment: Option<Arc<dyn PaymentClient>>,
+    poll: PollConfig,
+}
+
+impl std::fmt::Debug for CoordinatorClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorClient")
+            .field("chain", &self.chain)
+            .field("base_url", &self.base_url)
+            .field("payment", &self.payment.is_some())
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A job record with the receipt left raw, so a malformed receipt is a
+/// receipt failure rather than an unreadable record.
+#[derive(Deserialize)]
+struct RawJobRecord {
+    id: Uuid,
+    status: JobStatus,
+    result: Option<serde_json::Value>,
+    receipt: Option<serde_json::Value>,
+}
+
+impl CoordinatorClient {
+    pub fn new(
+        transport: Arc<dyn HttpTransport>,
+        chain: Chain,
+        base_url: impl Into<String>,
+        payment: Option<Arc<dyn PaymentClient>>,
+        poll: PollConfig,
+    ) -> Self {
+        Self {
+            transport,
+            chain,
+            base_url: base_url.into(),
+            payment,
+            poll,
+        }
+    }
+
+    /// Quote, commit, poll until done or timed out, verify the receipt.
+    pub async fn run(
+        &self,
+        submission: &JobSubmission,
+        tier: Tier,
+    ) -> Result<CoordinatorOutcome, AdapterError> {
+        let quote = self.quote(submission.job_type, tier).await?;
+        let commit_url = self.commit_url(&quote)?;
+        let job_id = self.commit(&commit_url, submission).await?;
+        let timeout_ms = match submission.job_type {
+            JobType::Task => self.poll.task_timeout_ms,
+            JobType::LlmInfer => self.poll.llm_timeout_ms,
+        };
+        let (output, receipt) = tokio::time::timeout(
+            Duration::from_millis(timeout_ms),
+            self.poll_until_done(job_id),
+        )
+        .await
+        .map_err(|_| AdapterError::PollTimeout {
+            job_id: job_id.to_string(),
+            timeout_ms,
+        })??;
+        Ok(CoordinatorOutcome {
+            job_id,
+            output,
+            price: quote.price.to_string(),
+            receipt,
+        })
+    }
+
+    async fn send(&self, stage: Stage, request: HttpRequest) -> Result<HttpResponse, AdapterError> {
+        self.transport
+            .send(request)
+            .await
+            .map_err(|source| AdapterError::Transport { stage, source })
+    }
+
+    async fn quote(&self, job_type: JobType, tier: Tier) -> Result<Quote, AdapterError> {
+        // The router resolves AUTO itself (spec 4.8) and asks for that tier,
+        // so the price it reports is the price of the tier it commits to.
+        let url = join_url(
+            &self.base_url,
+            &format!("/v1/quote?job_type={job_type}&policy={tier}"),
+        );
+        let response = self.send(Stage::Quote, HttpRequest::get(url)).await?;
+        if response.status != 200 {
+            return Err(status_error(Stage::Quote, &response));
+        }
+        response
+            .json()
+            .map_err(|e| AdapterError::MalformedResponse {
+                stage: Stage::Quote,
+                message: e.to_string(),
+            })
+    }
+
+    /// Only a path on this coordinator is accepted: a quote must not be able
+    /// to send the job (and a payment) to another host.
+    fn commit_url(&self, quote: &Quote) -> Result<String, AdapterError> {
+        let endpoint = quote.endpoint.as_str();
+        if !endpoint.starts_with('/') || endpoint.starts_with("//") {
+            return Err(AdapterError::MalformedResponse {
+                stage: Stage::Quote,
+                message: format!("endpoint {endpoint:?} is not a path"),
+            });
+        }
+        Ok(join_url(&self.base_url, endpoint))
+    }
+
+    async fn commit(&self, url: &str, submission: &JobSubmission) -> Result<Uuid, AdapterError> {
+        let body = serde_json::to_value(submission).expect("a submission always serialises");
+        let mut response = self
+            .send(Stage::Commit, HttpRequest::post_json(url, &body))
+            .await?;
+        if response.status == 402 {
+            let Some(payment) = &self.payment else {
+                return Err(AdapterError::PaymentRequired { chain: self.chain });
+            };
+            let challenge = PaymentChallenge {
+                chain: self.chain,
+                url: url.to_owned(),
+                status: response.status,
+                headers: response.headers.clone(),
+                body: response.json().unwrap_or(serde_json::Value::Null),
+            };
+            let (name, value) = payment.payment_header(&challenge).map_err(|reason| {
+                AdapterError::PaymentFailed {
+                    chain: self.chain,
+                    reason,
+                }
+            })?;
+            // One paid retry only: a second 402 means the payment was refused,
+            // and paying again could pay twice.
+            response = self
+                .send(
+                    Stage::Commit,
+                    HttpRequest::post_json(url, &body).header(name, value),
+                )
+                .await?;
+            if response.status == 402 {
+                return Err(AdapterError::PaymentRejected {
+                    message: error_message(&response),
+                });
+            }
+        }
+        match response.status {
+            200 | 201 => response
+                .json::<CommitResponse>()
+                .map(|c| c.job_id)
+                .map_err(|e| AdapterError::MalformedResponse {
+                    stage: Stage::Commit,
+                    message: e.to_string(),
+                }),
+            422 => match response.json::<NoTrustedWorker>() {
+                Ok(body) if body.error == "no_trusted_worker" => {
+                    Err(AdapterError::NoTrustedWorker {
+                        job_id: body.job_id.to_string(),
+                    })
+                }
+                _ => Err(status_error(Stage::Commit, &response)),
+            },
+            _ => Err(status_error(Stage::Commit, &response)),
+        }
+    }
+
+    async fn poll_until_done(
+        &self,
+        job_id: Uuid,
+    ) -> Result<(serde_json::Value, Receipt), AdapterError> {
+        let url = join_url(&self.base_url, &format!("/v1/jobs/{job_id}"));
+        let malformed = |message: String| AdapterError::MalformedResponse {
+            stage: Stage::Poll,
+            message,
+        };
+        loop {
+            let response = self.send(Stage::Poll, HttpRequest::get(&url)).await?;
+            if response.status != 200 {
+                return Err(status_error(Stage::Poll, &response));
+            }
+            let record: RawJobRecord = response.json().map_err(|e| malformed(e.to_string()))?;
+            if record.id != job_id {
+                return Err(malformed(format!(
+                    "asked for job {job_id}, got {}",
+                    record.id
+                )));
+            }
+            match record.status {
+                JobStatus::Completed => {
+                    let output = record
+                        .result
+                        .as_ref()
+                        .and_then(|r| r.get("output"))
+                        .cloned()
+                        .ok_or_else(|| malformed("completed job has no result.output".into()))?;
+                    let receipt = verified_receipt(job_id, record.receipt, &output)?;
+                    return Ok((output, receipt));
+                }
+                JobStatus::Failed => {
+                    let reason = record
+                        .result
+                        .as_ref()
+                        .and_then(|r| r.get("error"))
+                        .and_then(|e| e.as_str())
+                        .unwrap_or("no reason given")
+                        .to_owned();
+                    return Err(AdapterError::JobFailed {
+                        job_id: job_id.to_string(),
+                        reason,
+                    });
+                }
+                JobStatus::Pending | JobStatus::Assigned | JobStatus::Running => {
+                    tokio::time::sleep(Duration::from_millis(self.poll.poll_interval_ms)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The receipt of `job_id`, checked against `output` and its signer.
+fn verified_receipt(
+    job_id: Uuid,
+    raw: Option<serde_json::Value>,
+    output: &serde_json::Value,
+) -> Result<Receipt, AdapterError> {
+    let invalid = |reason: String| AdapterError::InvalidReceipt {
+        job_id: job_id.to_string(),
+        reason,
+    };
+    let raw = raw.ok_or_else(|| invalid("completed job has no receipt".into()))?;
+    let receipt: Receipt =
+        serde_json::from_value(raw).map_err(|e| invalid(format!("malformed: {e}")))?;
+    if receipt.job_id != job_id {
+        return Err(invalid(format!("receipt is for job {}", receipt.job_id)));
+    }
+    receipt.verify(output).map_err(|e| invalid(e.to_string()))?;
+    Ok(receipt)
+}
+
+fn error_message(response: &HttpResponse) -> String {
+    response
+        .json::<serde_json::Value>()
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| response.body_snippet(200))
+}
+
+fn status_error(stage: Stage, response: &HttpResponse) -> AdapterError {
+    AdapterError::HttpStatus {
+        stage,
+        status: response.status,
+        message: error_message(response),
+    }
+}

@@ -1,0 +1,42 @@
+//! The router: the client library of spec 4.8. It runs LLM and TASK jobs on
+//! a coordinator (quote, commit, pay on 402, poll, verify the receipt) and
+//! falls back to hosted providers with the caller's own keys.
+//!
+//! Layout:
+//! - [`compute_router`]: [`ComputeRouter`], the routing rules and fallback.
+//! - [`request`]: [`LlmRequest`], [`TaskRequest`], [`ComputeResult`].
+//! - [`route`]: [`Route`], [`Chain`], [`HostedProvider`] and their wire names.
+//! - [`config`]: [`RouterConfig`] and reading it from the environment.
+//! - [`coordinator`]: the decentralized adapter, [`coordinator::CoordinatorClient`].
+//! - [`hosted`]: the OpenAI and Anthropic adapters, retry, task prompts.
+//! - [`payment`]: the [`PaymentClient`] seam the x402 crate implements.
+//! - [`transport`]: [`HttpTransport`] with the reqwest and in-process transports.
+//! - [`error`]: [`AdapterError`] and [`RouterError`].
+//!
+//! All waiting goes through `tokio::time`, so everything runs under a paused
+//! clock; the router never reads the wall clock.
+
+pub mod compute_router;
+pub mod config;
+pub mod coordinator;
+pub mod error;
+pub mod hosted;
+pub mod payment;
+pub mod request;
+pub mod route;
+pub mod transport;
+
+pub use compute_router::ComputeRouter;
+pub use config::{
+    ApiKey, ConfigError, CoordinatorUrls, HostedConfig, PaymentClients, PollConfig, RouterConfig,
+};
+pub use error::{AdapterError, RouterError, Stage};
+pub use hosted::{AnthropicClient, OpenAiClient, ProviderSettings, RetryPolicy};
+pub use payment::{PaymentChallenge, PaymentClient};
+pub use request::{ComputeResult, LlmRequest, TaskRequest};
+pub use route::{Chain, HostedProvider, Route};
+pub use transport::{
+    HttpRequest, HttpResponse, HttpTransport, InProcessTransport, ReqwestTransport, TransportError,
+};
+// Callers build requests with these; re-exported so they need no protocol import.
+pub use protocol::api::{Policy, PrivacyClass, TaskType};

@@ -1,0 +1,115 @@
+//! The one seam all HTTP of the router goes through.
+//!
+//! Request and response are plain owned structs so that a transport can be a
+//! socket client ([`ReqwestTransport`]), an in-process call into an
+//! `axum::Router` ([`InProcessTransport`]) or a test double, and so that the
+//! trait stays object-safe (`Arc<dyn HttpTransport>`).
+
+mod in_process;
+mod reqwest_client;
+
+pub use in_process::InProcessTransport;
+pub use reqwest_client::ReqwestTransport;
+
+use futures_util::future::BoxFuture;
+pub use http::Method;
+
+/// An HTTP request with its whole body in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: Method,
+    /// Absolute URL: `scheme://host[:port]/path?query`.
+    pub url: String,
+    /// Header names as written; compared case-insensitively by readers.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// An HTTP response with its whole body in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Why no HTTP answer came back at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    #[error("request timed out")]
+    Timeout,
+    #[error("could not connect: {0}")]
+    Connect(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("transport failure: {0}")]
+    Other(String),
+}
+
+/// Sends one request and returns the whole response.
+pub trait HttpTransport: Send + Sync {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
+}
+
+impl HttpRequest {
+    pub fn get(url: impl Into<String>) -> Self {
+        Self {
+            method: Method::GET,
+            url: url.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// A POST with a JSON body and `content-type: application/json`.
+    pub fn post_json(url: impl Into<String>, body: &serde_json::Value) -> Self {
+        Self {
+            method: Method::POST,
+            url: url.into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: serde_json::to_vec(body).expect("a JSON value always serialises"),
+        }
+    }
+
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl HttpResponse {
+    /// The first header called `name`, ignoring case.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find_header(&self.headers, name)
+    }
+
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// The body as text, cut to `max_chars`, for error messages.
+    pub fn body_snippet(&self, max_chars: usize) -> String {
+        let text = String::from_utf8_lossy(&self.body);
+        let mut out: String = text.chars().take(max_chars).collect();
+        if text.chars().count() > max_chars {
+            out.push('…');
+        }
+        out
+    }
+}
+
+pub(crate) fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// `base` without trailing slashes, followed by `path`.
+pub(crate) fn join_url(base: &str, path: &str) -> String {
+    format!("{}{}", base.trim_end_matches('/'), path)
+}

@@ -1,0 +1,432 @@
+//! Small fakes of the coordinator and of both hosted providers, served
+//! through the in-process transport. Each test binary uses a subset.
+#![allow(dead_code)]
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Json;
+use protocol::receipt::ReceiptBody;
+use protocol::signing::Keypair;
+use router::{
+    ApiKey, ComputeRouter, CoordinatorUrls, InProcessTransport, PaymentChallenge, PaymentClient,
+    RouterConfig,
+};
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use uuid::Uuid;
+
+pub const CHAIN_A_URL: &str = "http://coordinator-a.test";
+pub const CHAIN_B_URL: &str = "http://coordinator-b.test:9000";
+/// With `/v1`, as `OPENAI_BASE_URL` conventionally is.
+pub const OPENAI_URL: &str = "http://openai.test/v1";
+pub const ANTHROPIC_URL: &str = "http://anthropic.test";
+pub const OPENAI_KEY: &str = "sk-test-openai";
+pub const ANTHROPIC_KEY: &str = "sk-ant-test";
+pub const PAID_HEADER_VALUE: &str = "signed-payment-token";
+// Hardhat/anvil account #0: a well-known test key.
+const WORKER_SECRET: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+pub fn worker_key() -> Keypair {
+    Keypair::from_secret_hex(WORKER_SECRET).unwrap()
+}
+
+/// How the fake coordinator finishes a job.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Completed with this output and a valid receipt.
+    Complete(Value),
+    /// Completed with a receipt over the first output but serving the second.
+    Tampered {
+        signed: Value,
+        served: Value,
+    },
+    Fail(&'static str),
+    /// Stays `running` for ever.
+    Never,
+}
+
+#[derive(Debug)]
+pub struct CoordinatorState {
+    pub network: String,
+    pub require_payment: bool,
+    pub private_422: bool,
+    pub outcome: Outcome,
+    pub pending_polls: u32,
+    pub next_id: Mutex<u128>,
+    pub polls_left: Mutex<HashMap<Uuid, u32>>,
+    /// `METHOD path` of each request, with `+X-PAYMENT=value` on paid commits.
+    pub log: Mutex<Vec<String>>,
+    pub commit_bodies: Mutex<Vec<Value>>,
+}
+
+impl CoordinatorState {
+    pub fn new(network: &str, outcome: Outcome) -> Self {
+        Self {
+            network: network.into(),
+            require_payment: false,
+            private_422: true,
+            outcome,
+            pending_polls: 2,
+            next_id: Mutex::new(1),
+            polls_left: Mutex::new(HashMap::new()),
+            log: Mutex::new(Vec::new()),
+            commit_bodies: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn poll_count(&self) -> usize {
+        self.log()
+            .iter()
+            .filter(|l| l.starts_with("GET /v1/jobs/"))
+            .count()
+    }
+}
+
+pub fn fake_coordinator(state: Arc<CoordinatorState>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/quote", get(quote))
+        .route("/v1/jobs/commit/{tier}", post(commit))
+        .route("/v1/jobs/{id}", get(poll))
+        .with_state(state)
+}
+
+async fn quote(
+    State(s): State<Arc<CoordinatorState>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    s.log.lock().unwrap().push(format!("GET /v1/quote?{query}"));
+    let (price, endpoint, tier) = if query.contains("policy=CHEAP") {
+        ("$0.005", "/v1/jobs/commit/cheap", "CHEAP")
+    } else {
+        ("$0.010", "/v1/jobs/commit/fast", "FAST")
+    };
+    Json(json!({
+        "price": price, "endpoint": endpoint, "policy_resolved": tier,
+        "network": s.network, "expires_at": null
+    }))
+    .into_response()
+}
+
+async fn commit(
+    State(s): State<Arc<CoordinatorState>>,
+    Path(tier): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let payment = headers
+        .get("x-payment")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let mut line = format!("POST /v1/jobs/commit/{tier}");
+    if let Some(p) = &payment {
+        line.push_str(&format!("+X-PAYMENT={p}"));
+    }
+    s.log.lock().unwrap().push(line);
+    s.commit_bodies.lock().unwrap().push(body.clone());
+    if s.require_payment && payment.as_deref() != Some(PAID_HEADER_VALUE) {
+        let accepts = json!([{
+            "scheme": "exact", "price": "$0.010", "network": s.network,
+            "payTo": "0x000000000000000000000000000000000000dEaD",
+            "asset": "0x0000000000000000000000000000000000000001"
+        }]);
+        return (
+            StatusCode::PAYMENT_REQUIRED,
+            [("PAYMENT-REQUIRED", "challenge-for-".to_owned() + &s.network)],
+            Json(json!({"error": "X-PAYMENT header is required", "accepts": accepts})),
+        )
+            .into_response();
+    }
+    let job_id = {
+        let mut next = s.next_id.lock().unwrap();
+        *next += 1;
+        Uuid::from_u128(*next)
+    };
+    if s.private_422 && body["privacy_class"] == "PRIVATE" {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": "no_trusted_worker", "job_id": job_id})),
+        )
+            .into_response();
+    }
+    s.polls_left.lock().unwrap().insert(job_id, s.pending_polls);
+    (StatusCode::CREATED, Json(json!({"job_id": job_id}))).into_response()
+}
+
+async fn poll(State(s): State<Arc<CoordinatorState>>, Path(id): Path<Uuid>) -> Response {
+    s.log.lock().unwrap().push(format!("GET /v1/jobs/{id}"));
+    let mut polls = s.polls_left.lock().unwrap();
+    let Some(left) = polls.get_mut(&id) else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "job not found"})),
+        )
+            .into_response();
+    };
+    let created_at = "2026-11-21T10:00:00.000Z";
+    let record = |status: &str, result: Value, receipt: Value, completed_at: Value| {
+        Json(json!({
+            "id": id, "status": status, "result": result, "receipt": receipt,
+            "created_at": created_at, "completed_at": completed_at
+        }))
+        .into_response()
+    };
+    if *left > 0 {
+        *left -= 1;
+        return record("pending", Value::Null, Value::Null, Value::Null);
+    }
+    let sign = |output: &Value| {
+        let body = ReceiptBody::new(
+            id,
+            worker_key().public_key_hex(),
+            output,
+            "2026-11-21T10:00:01.000Z".into(),
+            None,
+        );
+        serde_json::to_value(body.sign(&worker_key())).unwrap()
+    };
+    let done = json!("2026-11-21T10:00:01.000Z");
+    match &s.outcome {
+        Outcome::Complete(output) => {
+            record("completed", json!({"output": output}), sign(output), done)
+        }
+        Outcome::Tampered { signed, served } => {
+            record("completed", json!({"output": served}), sign(signed), done)
+        }
+        Outcome::Fail(reason) => {
+            record("failed", json!({"error": reason}), Value::Null, Value::Null)
+        }
+        Outcome::Never => record("running", Value::Null, Value::Null, Value::Null),
+    }
+}
+
+/// One scripted provider answer.
+#[derive(Debug, Clone)]
+pub struct Scripted {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: String,
+}
+
+impl Scripted {
+    pub fn status(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: body.to_string(),
+        }
+    }
+
+    pub fn rate_limited(retry_after_s: u64) -> Self {
+        Self {
+            status: 429,
+            headers: vec![("retry-after", retry_after_s.to_string())],
+            body: json!({"error": {"message": "rate limited", "type": "rate_limit_error"}})
+                .to_string(),
+        }
+    }
+
+    pub fn raw(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+}
+
+/// A fake provider: checks auth, answers scripted answers first, then
+/// succeeds with `reply` (or an echo of the prompt).
+#[derive(Debug)]
+pub struct ProviderState {
+    pub kind: ProviderKind,
+    pub script: Mutex<VecDeque<Scripted>>,
+    pub reply: Mutex<Option<String>>,
+    /// (headers, body) of each request that passed auth.
+    pub requests: Mutex<Vec<(HashMap<String, String>, Value)>>,
+    pub hits: Mutex<u32>,
+}
+
+impl ProviderState {
+    pub fn new(kind: ProviderKind) -> Self {
+        Self {
+            kind,
+            script: Mutex::new(VecDeque::new()),
+            reply: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+            hits: Mutex::new(0),
+        }
+    }
+
+    pub fn script(&self, answers: impl IntoIterator<Item = Scripted>) {
+        self.script.lock().unwrap().extend(answers);
+    }
+
+    pub fn set_reply(&self, text: &str) {
+        *self.reply.lock().unwrap() = Some(text.into());
+    }
+
+    pub fn hits(&self) -> u32 {
+        *self.hits.lock().unwrap()
+    }
+
+    pub fn last_request(&self) -> (HashMap<String, String>, Value) {
+        self.requests.lock().unwrap().last().cloned().unwrap()
+    }
+}
+
+pub fn fake_provider(state: Arc<ProviderState>) -> axum::Router {
+    let path = match state.kind {
+        ProviderKind::OpenAi => "/v1/chat/completions",
+        ProviderKind::Anthropic => "/v1/messages",
+    };
+    axum::Router::new()
+        .route(path, post(provider_answer))
+        .with_state(state)
+}
+
+async fn provider_answer(
+    State(s): State<Arc<ProviderState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    *s.hits.lock().unwrap() += 1;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let authorised = match s.kind {
+        ProviderKind::OpenAi => header("authorization") == Some(&format!("Bearer {OPENAI_KEY}")),
+        ProviderKind::Anthropic => {
+            header("x-api-key") == Some(ANTHROPIC_KEY)
+                && header("anthropic-version") == Some("2023-06-01")
+        }
+    };
+    if !authorised {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"message": "invalid api key"}})),
+        )
+            .into_response();
+    }
+    let map = headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    s.requests.lock().unwrap().push((map, body.clone()));
+    if let Some(answer) = s.script.lock().unwrap().pop_front() {
+        let mut response =
+            (StatusCode::from_u16(answer.status).unwrap(), answer.body).into_response();
+        for (name, value) in answer.headers {
+            response.headers_mut().insert(name, value.parse().unwrap());
+        }
+        response
+            .headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        return response;
+    }
+    let prompt = body["messages"][0]["content"].as_str().unwrap_or_default();
+    let text = s
+        .reply
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap_or_else(|| format!("echo: {prompt}"));
+    match s.kind {
+        ProviderKind::OpenAi => Json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        }))
+        .into_response(),
+        ProviderKind::Anthropic => Json(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 1, "output_tokens": 1}
+        }))
+        .into_response(),
+    }
+}
+
+/// A payment client that returns a fixed header and records challenges.
+#[derive(Debug, Default)]
+pub struct FixedPayer {
+    pub challenges: Mutex<Vec<PaymentChallenge>>,
+    pub refuse: bool,
+}
+
+impl PaymentClient for FixedPayer {
+    fn payment_header(&self, challenge: &PaymentChallenge) -> Result<(String, String), String> {
+        self.challenges.lock().unwrap().push(challenge.clone());
+        if self.refuse {
+            return Err("price above the configured cap".into());
+        }
+        Ok(("X-PAYMENT".into(), PAID_HEADER_VALUE.into()))
+    }
+}
+
+/// Two fake coordinators and both fake providers behind one transport.
+pub struct World {
+    pub transport: InProcessTransport,
+    pub chain_a: Arc<CoordinatorState>,
+    pub chain_b: Arc<CoordinatorState>,
+    pub openai: Arc<ProviderState>,
+    pub anthropic: Arc<ProviderState>,
+}
+
+impl World {
+    pub fn new(chain_a: CoordinatorState, chain_b: CoordinatorState) -> Self {
+        let chain_a = Arc::new(chain_a);
+        let chain_b = Arc::new(chain_b);
+        let openai = Arc::new(ProviderState::new(ProviderKind::OpenAi));
+        let anthropic = Arc::new(ProviderState::new(ProviderKind::Anthropic));
+        let transport = InProcessTransport::new()
+            .with(CHAIN_A_URL, fake_coordinator(chain_a.clone()))
+            .with(CHAIN_B_URL, fake_coordinator(chain_b.clone()))
+            .with(OPENAI_URL, fake_provider(openai.clone()))
+            .with(ANTHROPIC_URL, fake_provider(anthropic.clone()));
+        Self {
+            transport,
+            chain_a,
+            chain_b,
+            openai,
+            anthropic,
+        }
+    }
+
+    /// Both coordinators complete every job with `output`.
+    pub fn completing(output: Value) -> Self {
+        Self::new(
+            CoordinatorState::new("eip155:8453", Outcome::Complete(output.clone())),
+            CoordinatorState::new("eip155:84532", Outcome::Complete(output)),
+        )
+    }
+
+    pub fn router(&self, config: RouterConfig) -> ComputeRouter {
+        ComputeRouter::with_transport(config, Arc::new(self.transport.clone()))
+    }
+}
+
+/// Config pointing at the fakes, with both keys set.
+pub fn config() -> RouterConfig {
+    let mut config = RouterConfig::new(CoordinatorUrls {
+        chain_a: CHAIN_A_URL.into(),
+        chain_b: CHAIN_B_URL.into(),
+    });
+    config.hosted.openai.base_url = OPENAI_URL.into();
+    config.hosted.openai.api_key = Some(ApiKey::new(OPENAI_KEY));
+    config.hosted.anthropic.base_url = ANTHROPIC_URL.into();
+    config.hosted.anthropic.api_key = Some(ApiKey::new(ANTHROPIC_KEY));
+    config
+}
