@@ -1,1 +1,29 @@
-//! placeholder
+//! The compute-job coordinator: accepts jobs over HTTP, hands them to workers
+//! connected by WebSocket, and returns results with worker-signed receipts.
+//!
+//! Layout:
+//! - [`core`]: the deterministic state machine (jobs, queues, workers, timers);
+//!   plain code over state + event + `now_ms`.
+//! - [`trust`]: pairing codes and trusted-worker lists, owned by the core.
+//! - [`coordinator`]: the shell around the core: lock, clock, store, session
+//!   outboxes, the timer task.
+//! - [`http`]: the HTTP API (`app()`), [`error`]: every error response.
+//! - [`session`]: one worker's WebSocket session, over any [`session::Connection`].
+//! - [`validate`]: request body validation.
+//! - [`config`], [`clock`], [`store`]: what is injected.
+
+pub mod clock;
+pub mod config;
+pub mod coordinator;
+pub mod core;
+pub mod error;
+pub mod http;
+pub mod session;
+pub mod store;
+pub mod trust;
+pub mod validate;
+
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use config::Config;
+pub use coordinator::Coordinator;
+pub use http::app;

@@ -1,0 +1,178 @@
+//! `coordinator`: serves the API for real use.
+//!
+//! Every flag has an environment variable of the same name in upper case
+//! with a `COORDINATOR_` prefix (`--network` is `COORDINATOR_NETWORK`).
+//! Logs go to stderr; `RUST_LOG` filters them (default `info`).
+
+use clap::Parser;
+use coordinator::config::{is_caip2, Config};
+use coordinator::store::MemoryStore;
+use coordinator::{app, Coordinator, SystemClock};
+use protocol::money::Price;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Compute-job coordinator: HTTP API and worker WebSocket"
+)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "COORDINATOR_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// CAIP-2 chain id this instance reports (namespace:reference).
+    #[arg(long, env = "COORDINATOR_NETWORK", default_value = "eip155:84532")]
+    network: String,
+    /// Seed the RNG for reproducible ids and codes. For tests only: pairing
+    /// codes and auth challenges become predictable.
+    #[arg(long, env = "COORDINATOR_SEED")]
+    seed: Option<u64>,
+    #[arg(long, env = "COORDINATOR_PRICE_FAST_LLM", default_value = "$0.010")]
+    price_fast_llm: Price,
+    #[arg(long, env = "COORDINATOR_PRICE_FAST_TASK", default_value = "$0.003")]
+    price_fast_task: Price,
+    #[arg(long, env = "COORDINATOR_PRICE_CHEAP_LLM", default_value = "$0.005")]
+    price_cheap_llm: Price,
+    #[arg(long, env = "COORDINATOR_PRICE_CHEAP_TASK", default_value = "$0.001")]
+    price_cheap_task: Price,
+    /// A job waiting this long for an eligible worker fails with no_eligible_worker.
+    #[arg(long, env = "COORDINATOR_PENDING_TIMEOUT_MS", default_value_t = 30_000)]
+    pending_timeout_ms: i64,
+    /// Time a worker has to return a result before the job is requeued.
+    #[arg(long, env = "COORDINATOR_LEASE_MS", default_value_t = 60_000)]
+    lease_ms: i64,
+    /// Assignments a job may get before it fails.
+    #[arg(long, env = "COORDINATOR_ATTEMPTS_MAX", default_value_t = 3)]
+    attempts_max: u32,
+    #[arg(
+        long,
+        env = "COORDINATOR_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    heartbeat_interval_ms: u64,
+    /// A worker silent this long is dropped and its jobs requeued.
+    #[arg(
+        long,
+        env = "COORDINATOR_HEARTBEAT_TIMEOUT_MS",
+        default_value_t = 15_000
+    )]
+    heartbeat_timeout_ms: u64,
+    /// Largest request body in bytes.
+    #[arg(long, env = "COORDINATOR_BODY_BYTES_MAX", default_value_t = 256 * 1024)]
+    body_bytes_max: usize,
+    /// Most pending jobs held at once.
+    #[arg(long, env = "COORDINATOR_QUEUE_LEN_MAX", default_value_t = 100_000)]
+    queue_len_max: usize,
+    /// Pairing claims allowed per client address per minute.
+    #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
+    claims_per_minute_max: u32,
+}
+
+impl Args {
+    fn config(&self) -> Config {
+        let mut config = Config {
+            network: self.network.clone(),
+            ..Config::default()
+        };
+        config.prices.fast_llm = self.price_fast_llm;
+        config.prices.fast_task = self.price_fast_task;
+        config.prices.cheap_llm = self.price_cheap_llm;
+        config.prices.cheap_task = self.price_cheap_task;
+        let t = &mut config.timing;
+        t.pending_timeout_ms = self.pending_timeout_ms;
+        t.lease_ms = self.lease_ms;
+        t.attempts_max = self.attempts_max.max(1);
+        t.heartbeat_interval_ms = self.heartbeat_interval_ms;
+        t.heartbeat_timeout_ms = self.heartbeat_timeout_ms;
+        let l = &mut config.limits;
+        l.body_bytes_max = self.body_bytes_max;
+        l.queue_len_max = self.queue_len_max;
+        l.claims_per_minute_max = self.claims_per_minute_max;
+        config
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    if !is_caip2(&args.network) {
+        eprintln!(
+            "error: --network {:?} is not a CAIP-2 chain id (namespace:reference, e.g. eip155:84532)",
+            args.network
+        );
+        return ExitCode::from(2);
+    }
+    let rng = match args.seed {
+        Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+        None => ChaCha20Rng::from_entropy(),
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener.local_addr().map_or(args.listen, |a| a);
+    tracing::info!(%addr, network = %args.network, "coordinator listening on http://{addr}");
+    if args.seed.is_some() {
+        tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
+    }
+    let c = Coordinator::new(
+        args.config(),
+        Arc::new(SystemClock),
+        rng,
+        Arc::new(MemoryStore::default()),
+    );
+    let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let served = axum::serve(listener, service)
+        .with_graceful_shutdown(shutdown_signal(c))
+        .await;
+    match served {
+        Ok(()) => {
+            tracing::info!("coordinator stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "server failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM, after telling worker sessions to close so
+/// the graceful shutdown does not wait on open WebSockets.
+async fn shutdown_signal(c: Coordinator) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+    c.shutdown();
+}

@@ -1,0 +1,182 @@
+//! Deployment settings: network id, prices, limits and timeouts. Every limit
+//! the coordinator enforces is named here with its unit, and documented in
+//! ARCHITECTURE.md.
+
+use protocol::api::{JobType, Tier};
+use protocol::money::Price;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// CAIP-2 chain id reported by health and quotes, e.g. `eip155:10143`.
+    pub network: String,
+    pub prices: PriceTable,
+    pub limits: Limits,
+    pub timing: Timing,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            network: "eip155:84532".into(),
+            prices: PriceTable::default(),
+            limits: Limits::default(),
+            timing: Timing::default(),
+        }
+    }
+}
+
+/// Price per tier and job type; the quote shows and the commit charges the same number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriceTable {
+    pub fast_llm: Price,
+    pub fast_task: Price,
+    pub cheap_llm: Price,
+    pub cheap_task: Price,
+}
+
+impl Default for PriceTable {
+    fn default() -> Self {
+        Self {
+            fast_llm: Price::from_micros(10_000),
+            fast_task: Price::from_micros(3_000),
+            cheap_llm: Price::from_micros(5_000),
+            cheap_task: Price::from_micros(1_000),
+        }
+    }
+}
+
+impl PriceTable {
+    pub fn price(&self, tier: Tier, job_type: JobType) -> Price {
+        match (tier, job_type) {
+            (Tier::Fast, JobType::LlmInfer) => self.fast_llm,
+            (Tier::Fast, JobType::Task) => self.fast_task,
+            (Tier::Cheap, JobType::LlmInfer) => self.cheap_llm,
+            (Tier::Cheap, JobType::Task) => self.cheap_task,
+        }
+    }
+}
+
+/// Size and count limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest HTTP request body; larger gets 413.
+    pub body_bytes_max: usize,
+    /// Largest worker frame answered with a normal error frame; the WebSocket
+    /// itself refuses messages over four times this size and closes.
+    pub frame_bytes_max: usize,
+    /// Pending jobs held at once; a commit beyond it gets 503.
+    pub queue_len_max: usize,
+    pub max_tokens_max: u32,
+    /// `max_tokens` when an LLM payload leaves it out.
+    pub max_tokens_default: u32,
+    pub user_id_chars_max: usize,
+    /// Most concurrent jobs one worker session may ask for.
+    pub slots_max: u32,
+    pub workers_max: usize,
+    /// Pairing codes kept at once (live or recently expired).
+    pub pairing_codes_max: usize,
+    /// Claims one client address may try per minute.
+    pub claims_per_minute_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes_max: 256 * 1024,
+            frame_bytes_max: 1024 * 1024,
+            queue_len_max: 100_000,
+            max_tokens_max: 32_768,
+            max_tokens_default: 256,
+            user_id_chars_max: 256,
+            slots_max: 64,
+            workers_max: 100_000,
+            pairing_codes_max: 100_000,
+            claims_per_minute_max: 10,
+        }
+    }
+}
+
+/// Timeouts and retry bounds of the job lifecycle and worker sessions.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// A job waiting this long for an eligible worker fails with `no_eligible_worker`.
+    pub pending_timeout_ms: i64,
+    /// A worker must deliver a result this long after the assign, or the job is requeued.
+    pub lease_ms: i64,
+    /// Assignments a job may get before it fails with the last attempt's reason.
+    pub attempts_max: u32,
+    pub heartbeat_interval_ms: u64,
+    /// A worker silent this long is dropped and its jobs requeued.
+    pub heartbeat_timeout_ms: u64,
+    /// Time a new connection has to complete hello and auth.
+    pub auth_timeout_ms: u64,
+    pub pairing_code_ttl_ms: i64,
+    /// Expired or claimed codes are remembered this long after expiry, so
+    /// claims answer `expired` / `already_claimed` rather than `invalid_code`.
+    pub pairing_code_retention_ms: i64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            pending_timeout_ms: 30_000,
+            lease_ms: 60_000,
+            attempts_max: 3,
+            heartbeat_interval_ms: 5_000,
+            heartbeat_timeout_ms: 15_000,
+            auth_timeout_ms: 10_000,
+            pairing_code_ttl_ms: 3_600_000,
+            pairing_code_retention_ms: 24 * 3_600_000,
+        }
+    }
+}
+
+/// Checks the CAIP-2 form `namespace:reference`: namespace `[-a-z0-9]{3,8}`,
+/// reference `[-_a-zA-Z0-9]{1,32}`.
+pub fn is_caip2(network: &str) -> bool {
+    let Some((ns, reference)) = network.split_once(':') else {
+        return false;
+    };
+    (3..=8).contains(&ns.len())
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && (1..=32).contains(&reference.len())
+        && reference
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caip2_forms() {
+        assert!(is_caip2("eip155:10143"));
+        assert!(is_caip2("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1"));
+        for bad in [
+            "",
+            "eip155",
+            "eip155:",
+            "EIP155:1",
+            "ab:1",
+            "eip155:1:2",
+            "eip155:a b",
+        ] {
+            assert!(!is_caip2(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn default_prices_match_the_issue() {
+        let p = PriceTable::default();
+        assert_eq!(p.price(Tier::Fast, JobType::LlmInfer).to_string(), "$0.010");
+        assert_eq!(p.price(Tier::Fast, JobType::Task).to_string(), "$0.003");
+        assert_eq!(
+            p.price(Tier::Cheap, JobType::LlmInfer).to_string(),
+            "$0.005"
+        );
+        assert_eq!(p.price(Tier::Cheap, JobType::Task).to_string(), "$0.001");
+    }
+}

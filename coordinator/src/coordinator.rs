@@ -1,0 +1,190 @@
+//! The shell around the core: one mutex, the clock, the store, the worker
+//! session outboxes and the timer task. Every event runs as
+//! `lock -> core event at clock.now_ms() -> store changes -> deliver frames`,
+//! so the store sees changes in event order and sessions see frames in
+//! event order.
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::core::{Core, Outbound, SessionId};
+use crate::store::Store;
+use rand_chacha::ChaCha20Rng;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// Cheap to clone handle on a running coordinator.
+#[derive(Clone)]
+pub struct Coordinator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn Store>,
+    state: Mutex<State>,
+    timer_wake: Notify,
+    shutdown: watch::Sender<bool>,
+}
+
+struct State {
+    core: Core,
+    /// Unbounded because the core sends at most `slots` assigns and cancels
+    /// per session between two reads of the session, plus one result ack per
+    /// result the worker sent: the worker itself bounds the backlog.
+    outboxes: HashMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+}
+
+impl Coordinator {
+    /// Starts a coordinator and its timer task on the current tokio runtime.
+    pub fn new(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        rng: ChaCha20Rng,
+        store: Arc<dyn Store>,
+    ) -> Self {
+        let (shutdown, _) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            config: config.clone(),
+            clock,
+            store,
+            state: Mutex::new(State {
+                core: Core::new(config, rng),
+                outboxes: HashMap::new(),
+            }),
+            timer_wake: Notify::new(),
+            shutdown,
+        });
+        let coordinator = Self { inner };
+        tokio::spawn(run_timers(coordinator.clone()));
+        coordinator
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// Runs one event against the core and applies its effects.
+    pub fn with<R>(&self, event: impl FnOnce(&mut Core, i64) -> R) -> R {
+        let mut state = self.lock();
+        let deadline_before = state.core.next_deadline_ms();
+        let now_ms = self.inner.clock.now_ms();
+        let out = event(&mut state.core, now_ms);
+        self.flush(&mut state);
+        if state.core.next_deadline_ms() != deadline_before {
+            self.inner.timer_wake.notify_one();
+        }
+        out
+    }
+
+    /// Reads the core without an event.
+    pub fn read<R>(&self, read: impl FnOnce(&Core) -> R) -> R {
+        read(&self.lock().core)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would leave the core half-changed;
+        // there is no safe way on, so poisoning is not recovered from.
+        self.inner
+            .state
+            .lock()
+            .expect("coordinator state lock poisoned")
+    }
+
+    fn flush(&self, state: &mut State) {
+        let changes = state.core.take_changes();
+        if !changes.is_empty() {
+            if let Err(e) = self.inner.store.apply(&changes) {
+                tracing::error!(error = %e, "store write failed");
+            }
+        }
+        for (session, out) in state.core.take_outbox() {
+            if let Some(tx) = state.outboxes.get(&session) {
+                // A closed outbox means the session is ending; it unregisters itself.
+                let _ = tx.send(out);
+            }
+        }
+    }
+
+    /// Registers an authenticated worker session and returns its id and
+    /// the receiving end of its outbox.
+    pub fn register_worker(
+        &self,
+        pubkey: &str,
+        capabilities: Vec<protocol::api::JobType>,
+        slots: u32,
+    ) -> Result<(SessionId, mpsc::UnboundedReceiver<Outbound>), crate::core::TooManyWorkers> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut state = self.lock();
+        let now_ms = self.inner.clock.now_ms();
+        // The outbox must exist before the core fills the new worker's slots.
+        let next = state.core.peek_next_session();
+        state.outboxes.insert(next, tx);
+        match state.core.register(pubkey, capabilities, slots, now_ms) {
+            Ok(session) => {
+                debug_assert_eq!(session, next);
+                self.flush(&mut state);
+                self.inner.timer_wake.notify_one();
+                Ok((session, rx))
+            }
+            Err(e) => {
+                state.outboxes.remove(&next);
+                self.flush(&mut state);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn unregister_worker(&self, session: SessionId) {
+        let mut state = self.lock();
+        state.outboxes.remove(&session);
+        let now_ms = self.inner.clock.now_ms();
+        state.core.unregister(session, now_ms);
+        self.flush(&mut state);
+        self.inner.timer_wake.notify_one();
+    }
+
+    /// Asks every worker session to close; used on graceful shutdown.
+    pub fn shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.inner.shutdown.subscribe()
+    }
+}
+
+/// Sleeps until the core's next deadline, fires due timers, repeats; ends
+/// on shutdown. A `notify_one` that arrives while no one waits is kept as a
+/// permit, so a deadline added between the read and the wait is not missed.
+async fn run_timers(c: Coordinator) {
+    let mut shutdown = c.shutdown_signal();
+    loop {
+        let wait_ms = c
+            .read(|core| core.next_deadline_ms())
+            .map(|at| at - c.now_ms());
+        if let Some(ms) = wait_ms {
+            if ms <= 0 {
+                c.with(|core, now_ms| core.tick(now_ms));
+                continue;
+            }
+        }
+        let sleep = async {
+            match wait_ms {
+                Some(ms) => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return,
+            _ = c.inner.timer_wake.notified() => {}
+            _ = sleep => {}
+        }
+    }
+}

@@ -1,0 +1,775 @@
+//! The deterministic core: jobs, queues, workers, trust and timers as plain
+//! data, changed only by the event methods below, each given `now_ms`.
+//!
+//! Nothing here does I/O, reads a clock or awaits. Each event leaves frames
+//! for worker sessions in `outbox` and the records it changed in `changes`;
+//! the shell (`coordinator.rs`) delivers the first and stores the second.
+//!
+//! Invariant kept after every event: no pending job has an eligible worker
+//! with a free slot. A new job therefore only needs a free worker, and a
+//! freed slot only needs the head of the queues that worker can serve.
+
+use crate::config::Config;
+use crate::trust::{ClaimError, Pairing, TooManyCodes, Trust, TrustEntry};
+use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, PrivacyClass, Tier};
+use protocol::receipt::Receipt;
+use protocol::time::format_ms;
+use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
+use rand::{Rng, RngCore};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use uuid::Uuid;
+
+pub type SessionId = u64;
+
+/// Why a job failed or an attempt ended; the string is the job's `result.error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureReason {
+    /// Waited the pending timeout without an eligible worker.
+    NoEligibleWorker,
+    /// PRIVATE job committed while the user had no trusted worker online.
+    NoTrustedWorker,
+    /// The worker's connection closed or went silent while it held the job.
+    WorkerDisconnected,
+    /// The worker held the job past its lease.
+    WorkerTimeout,
+    /// The worker sent `reject`.
+    WorkerRejected,
+    /// The result's receipt did not verify.
+    InvalidReceipt,
+    /// The result's output had the wrong shape for the job.
+    InvalidOutput,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::NoEligibleWorker => "no_eligible_worker",
+            FailureReason::NoTrustedWorker => "no_trusted_worker",
+            FailureReason::WorkerDisconnected => "worker_disconnected",
+            FailureReason::WorkerTimeout => "worker_timeout",
+            FailureReason::WorkerRejected => "worker_rejected",
+            FailureReason::InvalidReceipt => "invalid_receipt",
+            FailureReason::InvalidOutput => "invalid_output",
+        }
+    }
+}
+
+/// A job and everything known about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: Uuid,
+    pub submission: JobSubmission,
+    pub tier: Tier,
+    pub status: JobStatus,
+    pub output: Option<serde_json::Value>,
+    pub error: Option<FailureReason>,
+    pub receipt: Option<Receipt>,
+    pub created_at_ms: i64,
+    pub completed_at_ms: Option<i64>,
+    /// Assignments so far.
+    pub attempts: u32,
+    pub payment_ref: Option<String>,
+    /// While pending: when it fails unassigned. While assigned or running: the lease end.
+    pub deadline_ms: Option<i64>,
+    /// Commit order; a requeued job keeps it.
+    pub seq: u64,
+    /// The session holding the job while assigned or running.
+    #[serde(skip)]
+    pub worker: Option<SessionId>,
+    /// Bumped on every change of status, so stale timers and queue entries are ignored.
+    #[serde(skip)]
+    epoch: u32,
+}
+
+impl Job {
+    /// The job as `GET /v1/jobs/{id}` shows it.
+    pub fn record(&self) -> JobRecord {
+        let result = match self.status {
+            JobStatus::Completed => Some(serde_json::json!({ "output": self.output })),
+            JobStatus::Failed => Some(serde_json::json!({
+                "error": self.error.map_or("failed", FailureReason::as_str)
+            })),
+            _ => None,
+        };
+        JobRecord {
+            id: self.id,
+            status: self.status,
+            result,
+            receipt: self.receipt.clone(),
+            created_at: format_ms(self.created_at_ms),
+            completed_at: self.completed_at_ms.map(format_ms),
+        }
+    }
+}
+
+/// A record that changed and must be stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Change {
+    Job(Box<Job>),
+    Pairing(Pairing),
+    Trust(TrustEntry),
+}
+
+/// What a session must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outbound {
+    Frame(CoordinatorFrame),
+    /// Send an error frame, then close the connection.
+    Close(ErrorCode, String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    #[error("no_trusted_worker")]
+    NoTrustedWorker(Uuid),
+    #[error("the job queue is full; retry later")]
+    QueueFull,
+}
+
+/// Why a worker frame about a job was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("no such job")]
+    UnknownJob,
+    #[error("the job is not assigned to this session")]
+    NotAssigned,
+}
+
+impl FrameError {
+    pub fn code(self) -> ErrorCode {
+        match self {
+            FrameError::UnknownJob => ErrorCode::UnknownJob,
+            FrameError::NotAssigned => ErrorCode::NotAssigned,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("too many workers connected")]
+pub struct TooManyWorkers;
+
+#[derive(Debug)]
+struct Worker {
+    pubkey: String,
+    capabilities: Vec<JobType>,
+    slots: u32,
+    jobs: BTreeSet<Uuid>,
+}
+
+impl Worker {
+    fn load(&self) -> u32 {
+        self.jobs.len() as u32
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum QueueKey {
+    Public(Tier, JobType),
+    Private(Tier, JobType, String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    Pending,
+    Lease,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at_ms: i64,
+    seq: u64,
+    kind: TimerKind,
+    job: Uuid,
+    epoch: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct QueueEntry {
+    seq: u64,
+    job: Uuid,
+    epoch: u32,
+}
+
+pub struct Core {
+    config: Config,
+    rng: ChaCha20Rng,
+    jobs: HashMap<Uuid, Job>,
+    queues: BTreeMap<QueueKey, VecDeque<QueueEntry>>,
+    pending_count: usize,
+    workers: BTreeMap<SessionId, Worker>,
+    session_of: HashMap<String, SessionId>,
+    /// Per job type, workers with a free slot, least loaded first.
+    idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>>,
+    trust: Trust,
+    timers: BTreeSet<Timer>,
+    next_seq: u64,
+    next_session: SessionId,
+    outbox: Vec<(SessionId, Outbound)>,
+    changes: Vec<Change>,
+}
+
+impl Core {
+    pub fn new(config: Config, rng: ChaCha20Rng) -> Self {
+        Self {
+            config,
+            rng,
+            jobs: HashMap::new(),
+            queues: BTreeMap::new(),
+            pending_count: 0,
+            workers: BTreeMap::new(),
+            session_of: HashMap::new(),
+            idle: BTreeMap::new(),
+            trust: Trust::default(),
+            timers: BTreeSet::new(),
+            next_seq: 0,
+            next_session: 1,
+            outbox: Vec::new(),
+            changes: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Frames for sessions produced since the last call.
+    pub fn take_outbox(&mut self) -> Vec<(SessionId, Outbound)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Records changed since the last call.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.timers.first().map(|t| t.at_ms)
+    }
+
+    /// The id the next registered session will get.
+    pub fn peek_next_session(&self) -> SessionId {
+        self.next_session
+    }
+
+    pub fn workers_online(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn pending_jobs(&self) -> usize {
+        self.pending_count
+    }
+
+    pub fn job(&self, id: &Uuid) -> Option<&Job> {
+        self.jobs.get(id)
+    }
+
+    /// 32 random bytes as `0x` hex, for a worker's auth challenge.
+    pub fn challenge_nonce(&mut self) -> String {
+        let mut nonce = [0u8; 32];
+        self.rng.fill_bytes(&mut nonce);
+        format!("0x{}", hex::encode(nonce))
+    }
+
+    // ---- jobs ----
+
+    /// Accepts a validated job. A PRIVATE job whose user has no trusted
+    /// worker online with the capability is recorded as failed and refused.
+    pub fn commit(
+        &mut self,
+        submission: JobSubmission,
+        tier: Tier,
+        payment_ref: Option<String>,
+        now_ms: i64,
+    ) -> Result<Uuid, CommitError> {
+        let private = submission.privacy_class == PrivacyClass::Private;
+        let trusted_online = !private
+            || self
+                .trusted_sessions(&submission.user_id, submission.job_type)
+                .next()
+                .is_some();
+        if trusted_online && self.pending_count >= self.config.limits.queue_len_max {
+            return Err(CommitError::QueueFull);
+        }
+        let id = uuid::Builder::from_random_bytes(self.rng.gen()).into_uuid();
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut job = Job {
+            id,
+            submission,
+            tier,
+            status: JobStatus::Pending,
+            output: None,
+            error: None,
+            receipt: None,
+            created_at_ms: now_ms,
+            completed_at_ms: None,
+            attempts: 0,
+            payment_ref,
+            deadline_ms: None,
+            seq,
+            worker: None,
+            epoch: 0,
+        };
+        if !trusted_online {
+            job.status = JobStatus::Failed;
+            job.error = Some(FailureReason::NoTrustedWorker);
+            self.changes.push(Change::Job(Box::new(job.clone())));
+            self.jobs.insert(id, job);
+            return Err(CommitError::NoTrustedWorker(id));
+        }
+        self.jobs.insert(id, job);
+        self.place(id, None, false, now_ms);
+        Ok(id)
+    }
+
+    /// Hands a pending job to the best free eligible worker (other than
+    /// `avoid` when there is a choice), or queues it.
+    fn place(&mut self, id: Uuid, avoid: Option<SessionId>, to_front: bool, now_ms: i64) {
+        if let Some(session) = self.pick_worker(&id, avoid) {
+            self.assign(id, session, now_ms);
+            return;
+        }
+        let job = self.jobs.get_mut(&id).expect("placed job exists");
+        job.status = JobStatus::Pending;
+        job.worker = None;
+        job.epoch += 1;
+        let deadline = now_ms + self.config.timing.pending_timeout_ms;
+        job.deadline_ms = Some(deadline);
+        let entry = QueueEntry {
+            seq: job.seq,
+            job: id,
+            epoch: job.epoch,
+        };
+        let key = queue_key(job);
+        let epoch = job.epoch;
+        self.changes.push(Change::Job(Box::new(job.clone())));
+        let queue = self.queues.entry(key).or_default();
+        if to_front {
+            queue.push_front(entry);
+        } else {
+            queue.push_back(entry);
+        }
+        self.pending_count += 1;
+        self.add_timer(deadline, TimerKind::Pending, id, epoch);
+    }
+
+    fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
+        let job = &self.jobs[id];
+        let job_type = job.submission.job_type;
+        let mut candidates: Vec<(u32, SessionId)> = match job.submission.privacy_class {
+            PrivacyClass::Public => self
+                .idle
+                .get(&job_type)
+                .into_iter()
+                .flatten()
+                .take(2)
+                .copied()
+                .collect(),
+            PrivacyClass::Private => {
+                let mut free: Vec<(u32, SessionId)> = self
+                    .trusted_sessions(&job.submission.user_id, job_type)
+                    .filter_map(|s| {
+                        let w = &self.workers[&s];
+                        (w.load() < w.slots).then_some((w.load(), s))
+                    })
+                    .collect();
+                free.sort_unstable();
+                free
+            }
+        };
+        if candidates.len() > 1 {
+            candidates.retain(|(_, s)| Some(*s) != avoid);
+        }
+        candidates.first().map(|(_, s)| *s)
+    }
+
+    /// Sessions of connected workers the user trusts that serve `job_type`.
+    fn trusted_sessions<'a>(
+        &'a self,
+        user_id: &'a str,
+        job_type: JobType,
+    ) -> impl Iterator<Item = SessionId> + 'a {
+        self.trust.keys_of(user_id).filter_map(move |key| {
+            let session = *self.session_of.get(key)?;
+            self.workers[&session]
+                .capabilities
+                .contains(&job_type)
+                .then_some(session)
+        })
+    }
+
+    fn assign(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
+        let lease_ms = self.config.timing.lease_ms;
+        let job = self.jobs.get_mut(&id).expect("assigned job exists");
+        job.status = JobStatus::Assigned;
+        job.worker = Some(session);
+        job.attempts += 1;
+        job.epoch += 1;
+        job.deadline_ms = Some(now_ms + lease_ms);
+        let epoch = job.epoch;
+        let frame = CoordinatorFrame::Assign(Assignment {
+            job_id: id,
+            job_type: job.submission.job_type,
+            payload: job.submission.payload.clone(),
+            privacy_class: job.submission.privacy_class,
+            payment_ref: job.payment_ref.clone(),
+            lease_ms: lease_ms.max(0) as u64,
+        });
+        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.set_load(session, |jobs| {
+            jobs.insert(id);
+        });
+        self.outbox.push((session, Outbound::Frame(frame)));
+        self.add_timer(now_ms + lease_ms, TimerKind::Lease, id, epoch);
+    }
+
+    /// Fills a worker's free slots from the heads of the queues it can serve:
+    /// FAST before CHEAP, then commit order.
+    fn fill(&mut self, session: SessionId, now_ms: i64) {
+        loop {
+            let Some(worker) = self.workers.get(&session) else {
+                return;
+            };
+            if worker.load() >= worker.slots {
+                return;
+            }
+            let mut keys: Vec<QueueKey> = Vec::new();
+            for &job_type in &worker.capabilities {
+                for tier in [Tier::Fast, Tier::Cheap] {
+                    keys.push(QueueKey::Public(tier, job_type));
+                    for user in self.trust.users_trusting(&worker.pubkey) {
+                        keys.push(QueueKey::Private(tier, job_type, user.clone()));
+                    }
+                }
+            }
+            let best = keys
+                .into_iter()
+                .filter_map(|key| {
+                    let head = self.queue_head(&key)?;
+                    Some(((tier_of(&key), head.seq), key))
+                })
+                .min();
+            let Some((_, key)) = best else {
+                return;
+            };
+            let entry = self
+                .queues
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
+                .expect("head exists");
+            self.pending_count -= 1;
+            self.assign(entry.job, session, now_ms);
+        }
+    }
+
+    /// The first live entry of a queue, dropping stale ones on the way.
+    fn queue_head(&mut self, key: &QueueKey) -> Option<QueueEntry> {
+        let queue = self.queues.get_mut(key)?;
+        while let Some(entry) = queue.front() {
+            let live = self
+                .jobs
+                .get(&entry.job)
+                .is_some_and(|j| j.status == JobStatus::Pending && j.epoch == entry.epoch);
+            if live {
+                return Some(*entry);
+            }
+            queue.pop_front();
+        }
+        self.queues.remove(key);
+        None
+    }
+
+    /// Ends an attempt: requeues the job, or fails it once attempts run out.
+    fn retry_or_fail(
+        &mut self,
+        id: Uuid,
+        reason: FailureReason,
+        avoid: Option<SessionId>,
+        now_ms: i64,
+    ) {
+        let job = self.jobs.get_mut(&id).expect("retried job exists");
+        if job.attempts >= self.config.timing.attempts_max {
+            self.fail(id, reason);
+        } else {
+            self.place(id, avoid, true, now_ms);
+        }
+    }
+
+    fn fail(&mut self, id: Uuid, reason: FailureReason) {
+        let job = self.jobs.get_mut(&id).expect("failed job exists");
+        job.status = JobStatus::Failed;
+        job.error = Some(reason);
+        job.worker = None;
+        job.deadline_ms = None;
+        job.epoch += 1;
+        self.changes.push(Change::Job(Box::new(job.clone())));
+    }
+
+    /// Checks that `session` holds `id` right now.
+    fn held_by(&self, id: &Uuid, session: SessionId) -> Result<&Job, FrameError> {
+        let job = self.jobs.get(id).ok_or(FrameError::UnknownJob)?;
+        let active = matches!(job.status, JobStatus::Assigned | JobStatus::Running);
+        if active && job.worker == Some(session) {
+            Ok(job)
+        } else {
+            Err(FrameError::NotAssigned)
+        }
+    }
+
+    /// The worker started the job.
+    pub fn accept(&mut self, session: SessionId, id: Uuid) -> Result<(), FrameError> {
+        if self.held_by(&id, session)?.status == JobStatus::Assigned {
+            let job = self.jobs.get_mut(&id).expect("held job exists");
+            job.status = JobStatus::Running;
+            self.changes.push(Change::Job(Box::new(job.clone())));
+        }
+        Ok(())
+    }
+
+    /// The worker delivered a result whose receipt the session has verified.
+    pub fn complete(
+        &mut self,
+        session: SessionId,
+        id: Uuid,
+        output: serde_json::Value,
+        receipt: Receipt,
+        now_ms: i64,
+    ) -> Result<(), FrameError> {
+        self.held_by(&id, session)?;
+        self.set_load(session, |jobs| {
+            jobs.remove(&id);
+        });
+        let job = self.jobs.get_mut(&id).expect("held job exists");
+        job.status = JobStatus::Completed;
+        job.output = Some(output);
+        job.receipt = Some(receipt);
+        job.completed_at_ms = Some(now_ms);
+        job.worker = None;
+        job.deadline_ms = None;
+        job.epoch += 1;
+        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.outbox.push((
+            session,
+            Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),
+        ));
+        self.fill(session, now_ms);
+        Ok(())
+    }
+
+    /// The attempt ended without a usable result: a reject, or a result
+    /// that failed verification. The job goes to another worker if it can.
+    pub fn attempt_failed(
+        &mut self,
+        session: SessionId,
+        id: Uuid,
+        reason: FailureReason,
+        now_ms: i64,
+    ) -> Result<(), FrameError> {
+        self.held_by(&id, session)?;
+        self.set_load(session, |jobs| {
+            jobs.remove(&id);
+        });
+        self.retry_or_fail(id, reason, Some(session), now_ms);
+        self.fill(session, now_ms);
+        Ok(())
+    }
+
+    // ---- workers ----
+
+    /// Registers an authenticated worker. A second session with the same key
+    /// replaces the first, whose jobs are requeued.
+    pub fn register(
+        &mut self,
+        pubkey: &str,
+        capabilities: Vec<JobType>,
+        slots: u32,
+        now_ms: i64,
+    ) -> Result<SessionId, TooManyWorkers> {
+        if let Some(&old) = self.session_of.get(pubkey) {
+            self.outbox.push((
+                old,
+                Outbound::Close(
+                    ErrorCode::Replaced,
+                    "another session authenticated with this key".into(),
+                ),
+            ));
+            self.unregister(old, now_ms);
+        }
+        if self.workers.len() >= self.config.limits.workers_max {
+            return Err(TooManyWorkers);
+        }
+        let session = self.next_session;
+        self.next_session += 1;
+        let mut capabilities = capabilities;
+        capabilities.sort_unstable();
+        capabilities.dedup();
+        for &job_type in &capabilities {
+            self.idle.entry(job_type).or_default().insert((0, session));
+        }
+        self.workers.insert(
+            session,
+            Worker {
+                pubkey: pubkey.to_owned(),
+                capabilities,
+                slots,
+                jobs: BTreeSet::new(),
+            },
+        );
+        self.session_of.insert(pubkey.to_owned(), session);
+        self.fill(session, now_ms);
+        Ok(session)
+    }
+
+    /// The session ended; its jobs go back to the queue.
+    pub fn unregister(&mut self, session: SessionId, now_ms: i64) {
+        let Some(worker) = self.workers.remove(&session) else {
+            return;
+        };
+        for job_type in &worker.capabilities {
+            if let Some(set) = self.idle.get_mut(job_type) {
+                set.remove(&(worker.load(), session));
+            }
+        }
+        if self.session_of.get(&worker.pubkey) == Some(&session) {
+            self.session_of.remove(&worker.pubkey);
+        }
+        for id in worker.jobs {
+            self.retry_or_fail(id, FailureReason::WorkerDisconnected, None, now_ms);
+        }
+    }
+
+    /// Changes a worker's job set and keeps the idle index in step.
+    fn set_load(&mut self, session: SessionId, change: impl FnOnce(&mut BTreeSet<Uuid>)) {
+        let worker = self
+            .workers
+            .get_mut(&session)
+            .expect("loaded worker exists");
+        let before = worker.load();
+        change(&mut worker.jobs);
+        let after = worker.load();
+        for job_type in &worker.capabilities {
+            let set = self.idle.entry(*job_type).or_default();
+            set.remove(&(before, session));
+            if after < worker.slots {
+                set.insert((after, session));
+            }
+        }
+    }
+
+    // ---- timers ----
+
+    fn add_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid, epoch: u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.timers.insert(Timer {
+            at_ms,
+            seq,
+            kind,
+            job,
+            epoch,
+        });
+    }
+
+    /// Fires every timer due at `now_ms`.
+    pub fn tick(&mut self, now_ms: i64) {
+        while let Some(timer) = self.timers.first().copied() {
+            if timer.at_ms > now_ms {
+                break;
+            }
+            self.timers.pop_first();
+            let Some(job) = self.jobs.get(&timer.job) else {
+                continue;
+            };
+            if job.epoch != timer.epoch {
+                continue;
+            }
+            match (timer.kind, job.status) {
+                (TimerKind::Pending, JobStatus::Pending) => {
+                    self.pending_count -= 1;
+                    self.fail(timer.job, FailureReason::NoEligibleWorker);
+                }
+                (TimerKind::Lease, JobStatus::Assigned | JobStatus::Running) => {
+                    let session = job.worker.expect("held job has a worker");
+                    self.outbox.push((
+                        session,
+                        Outbound::Frame(CoordinatorFrame::Cancel {
+                            job_id: timer.job,
+                            reason: "lease_expired".into(),
+                        }),
+                    ));
+                    self.set_load(session, |jobs| {
+                        jobs.remove(&timer.job);
+                    });
+                    self.retry_or_fail(
+                        timer.job,
+                        FailureReason::WorkerTimeout,
+                        Some(session),
+                        now_ms,
+                    );
+                    self.fill(session, now_ms);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // ---- trust ----
+
+    pub fn create_pairing(&mut self, user_id: &str, now_ms: i64) -> Result<Pairing, TooManyCodes> {
+        let t = &self.config.timing;
+        let pairing = self.trust.create(
+            user_id,
+            now_ms,
+            t.pairing_code_ttl_ms,
+            t.pairing_code_retention_ms,
+            self.config.limits.pairing_codes_max,
+            &mut self.rng,
+        )?;
+        self.changes.push(Change::Pairing(pairing.clone()));
+        Ok(pairing)
+    }
+
+    pub fn claim_pairing(
+        &mut self,
+        code: &str,
+        provider_pubkey: &str,
+        client: &str,
+        now_ms: i64,
+    ) -> Result<TrustEntry, ClaimError> {
+        let (pairing, entry) = self.trust.claim(
+            code,
+            provider_pubkey,
+            client,
+            now_ms,
+            self.config.limits.claims_per_minute_max,
+        )?;
+        self.changes.push(Change::Pairing(pairing));
+        self.changes.push(Change::Trust(entry.clone()));
+        // The newly trusted worker may be online with PRIVATE jobs waiting for it.
+        if let Some(&session) = self.session_of.get(provider_pubkey) {
+            self.fill(session, now_ms);
+        }
+        Ok(entry)
+    }
+
+    pub fn trusted_providers(&self, user_id: &str) -> Vec<TrustEntry> {
+        self.trust.list(user_id)
+    }
+}
+
+fn queue_key(job: &Job) -> QueueKey {
+    let s = &job.submission;
+    match s.privacy_class {
+        PrivacyClass::Public => QueueKey::Public(job.tier, s.job_type),
+        PrivacyClass::Private => QueueKey::Private(job.tier, s.job_type, s.user_id.clone()),
+    }
+}
+
+fn tier_of(key: &QueueKey) -> Tier {
+    match key {
+        QueueKey::Public(tier, _) | QueueKey::Private(tier, _, _) => *tier,
+    }
+}

@@ -1,0 +1,80 @@
+//! Every HTTP error the API gives, mapped to its status and JSON body in one
+//! place. No handler builds an error response by hand, and no axum default
+//! (text) rejection reaches a client.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use protocol::api::{ErrorBody, NoTrustedWorker};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 with the given message.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("job not found")]
+    JobNotFound,
+    #[error("no route for {method} {path}")]
+    NoRoute { method: String, path: String },
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    #[error("request body is larger than {limit_bytes} bytes")]
+    PayloadTooLarge { limit_bytes: usize },
+    #[error("no_trusted_worker")]
+    NoTrustedWorker(Uuid),
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_s: u64 },
+    /// 503: a bounded resource is full; retry later.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::JobNotFound | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = match &self {
+            ApiError::NoTrustedWorker(job_id) => (
+                status,
+                Json(NoTrustedWorker {
+                    error: self.to_string(),
+                    job_id: *job_id,
+                }),
+            )
+                .into_response(),
+            _ => (
+                status,
+                Json(ErrorBody {
+                    error: self.to_string(),
+                }),
+            )
+                .into_response(),
+        };
+        if let ApiError::RateLimited { retry_after_s, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        response
+    }
+}

@@ -1,0 +1,257 @@
+//! The HTTP API of spec section 4: routes, extractors and handlers. Handlers
+//! only translate between HTTP and core events; decisions live in the core.
+
+use crate::coordinator::Coordinator;
+use crate::core::CommitError;
+use crate::error::ApiError;
+use crate::session;
+use crate::trust::ClaimError;
+use crate::validate;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use protocol::api::{
+    Claimed, CommitResponse, Health, JobType, PairingCode, Policy, Quote, Tier, TrustList,
+    TrustedProvider,
+};
+use protocol::signing;
+use protocol::time::format_ms;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
+pub fn app(coordinator: Coordinator) -> Router {
+    let body_limit = coordinator.config().limits.body_bytes_max;
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/quote", get(quote))
+        .route("/v1/jobs/commit/fast", post(commit_fast))
+        .route("/v1/jobs/commit/cheap", post(commit_cheap))
+        .route("/v1/jobs/{id}", get(poll))
+        .route("/v1/trust/create", post(trust_create))
+        .route("/v1/trust/claim", post(trust_claim))
+        .route("/v1/trust/list", get(trust_list))
+        .route("/v1/workers/ws", get(session::upgrade))
+        .fallback(no_route)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
+        ))
+        .with_state(coordinator)
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NoRoute {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+/// A JSON object body: checks the content type and size, parses, and maps
+/// every failure to an [`ApiError`].
+pub struct JsonBody(pub Value);
+
+impl FromRequest<Coordinator> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| {
+                let mime = mime.trim().to_ascii_lowercase();
+                mime == "application/json" || mime.ends_with("+json")
+            });
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let limit_bytes = state.config().limits.body_bytes_max;
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit_bytes }
+            } else {
+                ApiError::BadRequest(format!("could not read the request body: {rejection}"))
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::BadRequest(format!("request body is not valid JSON: {e}")))
+    }
+}
+
+/// Query parameters as a map; a malformed query string is a 400.
+pub struct QueryMap(pub BTreeMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(QueryMap)
+            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+    }
+}
+
+/// The caller's address for rate limiting; `local` when served without one
+/// (in-process tests and the simulation).
+pub struct ClientAddr(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or_else(|| "local".to_owned(), |ci| ci.0.ip().to_string()),
+        ))
+    }
+}
+
+async fn health(State(c): State<Coordinator>) -> Json<Health> {
+    let workers_online = c.read(|core| core.workers_online()) as u64;
+    Json(Health {
+        status: "ok".into(),
+        workers_online,
+        network: c.config().network.clone(),
+        timestamp: format_ms(c.now_ms()),
+    })
+}
+
+async fn quote(
+    State(c): State<Coordinator>,
+    QueryMap(q): QueryMap,
+) -> Result<Json<Quote>, ApiError> {
+    let job_type = q
+        .get("job_type")
+        .and_then(|s| JobType::parse(s))
+        .ok_or_else(|| ApiError::BadRequest(validate::INVALID_JOB_TYPE.into()))?;
+    let policy = match q.get("policy") {
+        None => Policy::Auto,
+        Some(p) => {
+            Policy::parse(p).ok_or_else(|| ApiError::BadRequest(validate::INVALID_POLICY.into()))?
+        }
+    };
+    let tier = policy.resolve(job_type);
+    Ok(Json(Quote {
+        price: c.config().prices.price(tier, job_type),
+        endpoint: tier.commit_path().into(),
+        policy_resolved: tier,
+        network: c.config().network.clone(),
+        expires_at: None,
+    }))
+}
+
+async fn commit_fast(State(c): State<Coordinator>, body: JsonBody) -> Result<Response, ApiError> {
+    commit(c, Tier::Fast, body).await
+}
+
+async fn commit_cheap(State(c): State<Coordinator>, body: JsonBody) -> Result<Response, ApiError> {
+    commit(c, Tier::Cheap, body).await
+}
+
+async fn commit(
+    c: Coordinator,
+    tier: Tier,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let submission =
+        validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
+    match c.with(|core, now_ms| core.commit(submission, tier, None, now_ms)) {
+        Ok(job_id) => Ok((StatusCode::CREATED, Json(CommitResponse { job_id })).into_response()),
+        Err(CommitError::NoTrustedWorker(job_id)) => Err(ApiError::NoTrustedWorker(job_id)),
+        Err(e @ CommitError::QueueFull) => Err(ApiError::Unavailable(e.to_string())),
+    }
+}
+
+async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    // A malformed id names no job, so it is a 404 like an unknown one.
+    let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
+    c.read(|core| core.job(&id).map(|job| job.record()))
+        .map(|record| Json(record).into_response())
+        .ok_or(ApiError::JobNotFound)
+}
+
+async fn trust_create(
+    State(c): State<Coordinator>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    if let Some(message) = validate::missing_fields(&body, &["user_id"]) {
+        return Err(ApiError::BadRequest(message));
+    }
+    let user_id =
+        validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
+    let pairing = c
+        .with(|core, now_ms| core.create_pairing(&user_id, now_ms))
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(PairingCode {
+            pairing_code: pairing.code,
+            expires_at: format_ms(pairing.expires_at_ms),
+        }),
+    )
+        .into_response())
+}
+
+async fn trust_claim(
+    State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Claimed>, ApiError> {
+    if let Some(message) = validate::missing_fields(&body, &["pairing_code", "provider_pubkey"]) {
+        return Err(ApiError::BadRequest(message));
+    }
+    let code = body["pairing_code"]
+        .as_str()
+        .ok_or_else(|| ApiError::BadRequest(ClaimError::InvalidCode.to_string()))?;
+    let key = body["provider_pubkey"]
+        .as_str()
+        .and_then(|k| signing::parse_public_key(k).ok())
+        .ok_or_else(|| {
+            ApiError::BadRequest(
+                "provider_pubkey must be a compressed secp256k1 public key: 0x followed by 66 hex characters".into(),
+            )
+        })?;
+    let key = signing::public_key_hex(&key);
+    match c.with(|core, now_ms| core.claim_pairing(code, &key, &client, now_ms)) {
+        Ok(entry) => Ok(Json(Claimed {
+            user_id: entry.user_id,
+            paired_at: format_ms(entry.paired_at_ms),
+        })),
+        Err(ClaimError::RateLimited { retry_after_ms }) => Err(ApiError::RateLimited {
+            message: "too many pairing claims from this address; retry later".into(),
+            retry_after_s: (retry_after_ms.max(0) as u64).div_ceil(1000),
+        }),
+        Err(e) => Err(ApiError::BadRequest(e.to_string())),
+    }
+}
+
+async fn trust_list(
+    State(c): State<Coordinator>,
+    QueryMap(q): QueryMap,
+) -> Result<Json<TrustList>, ApiError> {
+    let user_id = q
+        .get("user_id")
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
+    let providers = c
+        .read(|core| core.trusted_providers(user_id))
+        .into_iter()
+        .map(|e| TrustedProvider {
+            provider_pubkey: e.provider_pubkey,
+            paired_at: format_ms(e.paired_at_ms),
+        })
+        .collect();
+    Ok(Json(TrustList { providers }))
+}

@@ -1,0 +1,472 @@
+//! One worker's WebSocket session: hello, challenge-response, then the loop
+//! that forwards the core's assigns and cancels to the worker and the
+//! worker's accepts, results and rejects to the core.
+//!
+//! The session is written against [`Connection`], a stream of text frames,
+//! so the same code serves real WebSockets and the simulation's in-memory
+//! channels. Receipts are verified here, outside the core's lock, because
+//! signature recovery is the most expensive step of a job.
+
+use crate::coordinator::Coordinator;
+use crate::core::{FailureReason, Outbound, SessionId};
+use crate::validate;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use protocol::api::JobType;
+use protocol::signing;
+use protocol::worker::{
+    challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
+};
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+use uuid::Uuid;
+
+/// What a connection delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Text(String),
+    /// A binary frame of this many bytes; the protocol is text only.
+    Binary(usize),
+    Closed,
+}
+
+/// The connection closed while sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+/// A bidirectional stream of text frames. `recv` must be cancel-safe.
+pub trait Connection: Send {
+    fn recv(&mut self) -> impl Future<Output = Incoming> + Send;
+    fn send(&mut self, text: String) -> impl Future<Output = Result<(), Closed>> + Send;
+    fn close(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// `GET /v1/workers/ws`.
+pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Response {
+    // Frames up to `frame_bytes_max` get a normal answer; beyond four times
+    // that the WebSocket layer refuses the message and the connection ends,
+    // so no worker can make the coordinator buffer unbounded input.
+    let hard_limit = c.config().limits.frame_bytes_max.saturating_mul(4);
+    ws.max_message_size(hard_limit)
+        .max_frame_size(hard_limit)
+        .on_upgrade(move |socket| run(c, WsConnection(socket)))
+}
+
+/// An axum WebSocket as a [`Connection`].
+pub struct WsConnection(pub WebSocket);
+
+impl Connection for WsConnection {
+    async fn recv(&mut self) -> Incoming {
+        loop {
+            return match self.0.recv().await {
+                Some(Ok(Message::Text(text))) => Incoming::Text(text.as_str().to_owned()),
+                Some(Ok(Message::Binary(bytes))) => Incoming::Binary(bytes.len()),
+                // Pings are answered by the WebSocket layer itself.
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => Incoming::Closed,
+            };
+        }
+    }
+
+    async fn send(&mut self, text: String) -> Result<(), Closed> {
+        self.0
+            .send(Message::Text(text.into()))
+            .await
+            .map_err(|_| Closed)
+    }
+
+    async fn close(&mut self) {
+        let _ = self.0.send(Message::Close(None)).await;
+    }
+}
+
+/// The coordinator's end of an in-memory connection, for the simulation.
+pub struct ChannelConnection {
+    pub from_worker: mpsc::Receiver<String>,
+    pub to_worker: mpsc::Sender<String>,
+}
+
+impl Connection for ChannelConnection {
+    async fn recv(&mut self) -> Incoming {
+        self.from_worker
+            .recv()
+            .await
+            .map_or(Incoming::Closed, Incoming::Text)
+    }
+
+    async fn send(&mut self, text: String) -> Result<(), Closed> {
+        self.to_worker.send(text).await.map_err(|_| Closed)
+    }
+
+    async fn close(&mut self) {
+        self.from_worker.close();
+    }
+}
+
+/// An authenticated worker.
+struct Peer {
+    session: SessionId,
+    pubkey: String,
+    outbox: mpsc::UnboundedReceiver<Outbound>,
+}
+
+/// Runs a worker session to its end.
+pub async fn run<C: Connection>(c: Coordinator, mut conn: C) {
+    let Some(mut peer) = handshake(&c, &mut conn).await else {
+        conn.close().await;
+        return;
+    };
+    tracing::info!(session = peer.session, pubkey = %peer.pubkey, "worker connected");
+    let reason = serve(&c, &mut conn, &mut peer).await;
+    tracing::info!(session = peer.session, reason, "worker disconnected");
+    c.unregister_worker(peer.session);
+    conn.close().await;
+}
+
+async fn send_frame<C: Connection>(conn: &mut C, frame: &CoordinatorFrame) -> Result<(), Closed> {
+    let text = serde_json::to_string(frame).expect("frames serialise");
+    conn.send(text).await
+}
+
+async fn send_error<C: Connection>(
+    conn: &mut C,
+    code: ErrorCode,
+    message: impl Into<String>,
+    job_id: Option<Uuid>,
+) -> Result<(), Closed> {
+    send_frame(
+        conn,
+        &CoordinatorFrame::Error {
+            code,
+            message: message.into(),
+            job_id,
+        },
+    )
+    .await
+}
+
+/// Parses a text frame, answering oversized and malformed ones with an error frame.
+async fn parse_frame<C: Connection>(
+    c: &Coordinator,
+    conn: &mut C,
+    incoming: Incoming,
+) -> Result<Option<WorkerFrame>, Closed> {
+    let text = match incoming {
+        Incoming::Closed => return Err(Closed),
+        Incoming::Binary(_) => {
+            send_error(
+                conn,
+                ErrorCode::MalformedFrame,
+                "frames must be JSON text",
+                None,
+            )
+            .await?;
+            return Ok(None);
+        }
+        Incoming::Text(text) => text,
+    };
+    let limit = c.config().limits.frame_bytes_max;
+    if text.len() > limit {
+        let message = format!(
+            "frame of {} bytes is over the {limit}-byte limit",
+            text.len()
+        );
+        send_error(conn, ErrorCode::FrameTooLarge, message, None).await?;
+        return Ok(None);
+    }
+    match serde_json::from_str(&text) {
+        Ok(frame) => Ok(Some(frame)),
+        Err(e) => {
+            send_error(conn, ErrorCode::MalformedFrame, e.to_string(), None).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
+async fn handshake<C: Connection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
+    let timing = &c.config().timing;
+    let deadline = Instant::now() + Duration::from_millis(timing.auth_timeout_ms);
+    let network = c.config().network.clone();
+
+    let (pubkey, key, capabilities, slots) = loop {
+        let frame = tokio::select! {
+            biased;
+            _ = sleep_until(deadline) => {
+                let _ = send_error(conn, ErrorCode::AuthTimeout, "hello and auth must complete in time", None).await;
+                return None;
+            }
+            incoming = conn.recv() => parse_frame(c, conn, incoming).await.ok()?,
+        };
+        match frame {
+            Some(WorkerFrame::Hello {
+                protocol_version,
+                provider_pubkey,
+                capabilities,
+                slots,
+                ..
+            }) => {
+                if protocol_version != PROTOCOL_VERSION {
+                    let message =
+                        format!("this coordinator speaks protocol_version {PROTOCOL_VERSION}");
+                    let _ = send_error(conn, ErrorCode::UnsupportedVersion, message, None).await;
+                    return None;
+                }
+                match check_hello(c, &provider_pubkey, &capabilities, slots) {
+                    Ok(key) => break (signing::public_key_hex(&key), key, capabilities, slots),
+                    Err(message) => {
+                        let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
+                        return None;
+                    }
+                }
+            }
+            Some(_) => {
+                send_error(conn, ErrorCode::UnexpectedFrame, "expected hello", None)
+                    .await
+                    .ok()?;
+            }
+            None => {}
+        }
+    };
+
+    let nonce = c.with(|core, _| core.challenge_nonce());
+    send_frame(
+        conn,
+        &CoordinatorFrame::Challenge {
+            nonce: nonce.clone(),
+            network: network.clone(),
+        },
+    )
+    .await
+    .ok()?;
+    let message = challenge_message(&network, &nonce);
+
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = sleep_until(deadline) => {
+                let _ = send_error(conn, ErrorCode::AuthTimeout, "hello and auth must complete in time", None).await;
+                return None;
+            }
+            incoming = conn.recv() => parse_frame(c, conn, incoming).await.ok()?,
+        };
+        match frame {
+            Some(WorkerFrame::Auth { signature }) => {
+                if let Err(e) = signing::verify_personal_sign(&key, message.as_bytes(), &signature)
+                {
+                    let _ = send_error(conn, ErrorCode::AuthFailed, e.to_string(), None).await;
+                    return None;
+                }
+                break;
+            }
+            Some(_) => {
+                send_error(conn, ErrorCode::UnexpectedFrame, "expected auth", None)
+                    .await
+                    .ok()?;
+            }
+            None => {}
+        }
+    }
+
+    let (session, outbox) = match c.register_worker(&pubkey, capabilities, slots) {
+        Ok(registered) => registered,
+        Err(e) => {
+            let _ = send_error(conn, ErrorCode::ShuttingDown, e.to_string(), None).await;
+            return None;
+        }
+    };
+    let welcome = CoordinatorFrame::Welcome {
+        session_id: session,
+        heartbeat_interval_ms: timing.heartbeat_interval_ms,
+        heartbeat_timeout_ms: timing.heartbeat_timeout_ms,
+    };
+    if send_frame(conn, &welcome).await.is_err() {
+        c.unregister_worker(session);
+        return None;
+    }
+    Some(Peer {
+        session,
+        pubkey,
+        outbox,
+    })
+}
+
+fn check_hello(
+    c: &Coordinator,
+    pubkey: &str,
+    capabilities: &[JobType],
+    slots: u32,
+) -> Result<k256::ecdsa::VerifyingKey, String> {
+    let key = signing::parse_public_key(pubkey).map_err(|e| e.to_string())?;
+    if capabilities.is_empty() {
+        return Err("capabilities must name at least one job type".into());
+    }
+    let slots_max = c.config().limits.slots_max;
+    if slots == 0 || slots > slots_max {
+        return Err(format!("slots must be from 1 to {slots_max}"));
+    }
+    Ok(key)
+}
+
+/// The authenticated loop; returns why it ended.
+async fn serve<C: Connection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
+    let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
+    let mut silent_until = Instant::now() + heartbeat_timeout;
+    let mut shutdown = c.shutdown_signal();
+    // Jobs this session holds, as they were assigned, to check results against.
+    let mut held: HashMap<Uuid, Assignment> = HashMap::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => {
+                let _ = send_error(conn, ErrorCode::ShuttingDown, "coordinator is shutting down", None).await;
+                return "shutdown";
+            }
+            out = peer.outbox.recv() => {
+                let frame = match out {
+                    Some(Outbound::Frame(frame)) => frame,
+                    Some(Outbound::Close(code, message)) => {
+                        let _ = send_error(conn, code, message, None).await;
+                        return "closed by coordinator";
+                    }
+                    None => return "outbox closed",
+                };
+                match &frame {
+                    CoordinatorFrame::Assign(a) => { held.insert(a.job_id, a.clone()); }
+                    CoordinatorFrame::Cancel { job_id, .. } => { held.remove(job_id); }
+                    _ => {}
+                }
+                if send_frame(conn, &frame).await.is_err() {
+                    return "connection closed";
+                }
+            }
+            _ = sleep_until(silent_until) => {
+                let _ = send_error(conn, ErrorCode::HeartbeatTimeout, "no frame within the heartbeat timeout", None).await;
+                return "heartbeat timeout";
+            }
+            incoming = conn.recv() => {
+                // Any frame, even a bad one, shows the worker is alive.
+                silent_until = Instant::now() + heartbeat_timeout;
+                let frame = match parse_frame(c, conn, incoming).await {
+                    Err(Closed) => return "connection closed",
+                    Ok(None) => continue,
+                    Ok(Some(frame)) => frame,
+                };
+                if handle(c, conn, peer, &mut held, frame).await.is_err() {
+                    return "connection closed";
+                }
+            }
+        }
+    }
+}
+
+async fn handle<C: Connection>(
+    c: &Coordinator,
+    conn: &mut C,
+    peer: &Peer,
+    held: &mut HashMap<Uuid, Assignment>,
+    frame: WorkerFrame,
+) -> Result<(), Closed> {
+    let session = peer.session;
+    let refused = match frame {
+        WorkerFrame::Heartbeat => None,
+        WorkerFrame::Hello { .. } | WorkerFrame::Auth { .. } => Some((
+            ErrorCode::UnexpectedFrame,
+            "already authenticated".to_owned(),
+            None,
+        )),
+        WorkerFrame::Accept { job_id } => c
+            .with(|core, _| core.accept(session, job_id))
+            .err()
+            .map(|e| (e.code(), e.to_string(), Some(job_id))),
+        WorkerFrame::Reject { job_id, .. } => {
+            held.remove(&job_id);
+            c.with(|core, now_ms| {
+                core.attempt_failed(session, job_id, FailureReason::WorkerRejected, now_ms)
+            })
+            .err()
+            .map(|e| (e.code(), e.to_string(), Some(job_id)))
+        }
+        WorkerFrame::Result {
+            job_id,
+            output,
+            receipt,
+        } => {
+            match held.remove(&job_id) {
+                None => {
+                    let e = c.with(|core, _| core.accept(session, job_id)).err();
+                    let e = e.unwrap_or(crate::core::FrameError::NotAssigned);
+                    Some((e.code(), e.to_string(), Some(job_id)))
+                }
+                Some(assignment) => {
+                    match check_result(peer, &assignment, &output, &receipt) {
+                        Ok(()) => c
+                            .with(|core, now_ms| {
+                                core.complete(session, job_id, output, receipt, now_ms)
+                            })
+                            .err()
+                            .map(|e| (e.code(), e.to_string(), Some(job_id))),
+                        Err((reason, code, message)) => {
+                            // The attempt is spent either way; the job goes elsewhere.
+                            let _ = c.with(|core, now_ms| {
+                                core.attempt_failed(session, job_id, reason, now_ms)
+                            });
+                            Some((code, message, Some(job_id)))
+                        }
+                    }
+                }
+            }
+        }
+    };
+    match refused {
+        Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
+        None => Ok(()),
+    }
+}
+
+/// Checks a result against its assignment: output shape, and a receipt for
+/// this job, this worker's key and this payment that verifies.
+fn check_result(
+    peer: &Peer,
+    assignment: &Assignment,
+    output: &serde_json::Value,
+    receipt: &protocol::receipt::Receipt,
+) -> Result<(), (FailureReason, ErrorCode, String)> {
+    if !validate::output_fits(&assignment.payload, output) {
+        return Err((
+            FailureReason::InvalidOutput,
+            ErrorCode::InvalidOutput,
+            "output must be a string for LLM_INFER, summarize and classify, and an object or array for extract_json".into(),
+        ));
+    }
+    let invalid = |message: String| {
+        (
+            FailureReason::InvalidReceipt,
+            ErrorCode::InvalidReceipt,
+            message,
+        )
+    };
+    if receipt.job_id != assignment.job_id {
+        return Err(invalid("receipt.job_id is not this job".into()));
+    }
+    if receipt.provider_pubkey.to_ascii_lowercase() != peer.pubkey {
+        return Err(invalid(
+            "receipt.provider_pubkey is not this worker's key".into(),
+        ));
+    }
+    if receipt.payment_ref != assignment.payment_ref {
+        return Err(invalid(
+            "receipt.payment_ref is not the job's payment_ref".into(),
+        ));
+    }
+    if protocol::time::parse_ms(&receipt.completed_at).is_none() {
+        return Err(invalid(
+            "receipt.completed_at is not an ISO 8601 timestamp".into(),
+        ));
+    }
+    receipt.verify(output).map_err(|e| invalid(e.to_string()))
+}

@@ -1,0 +1,72 @@
+//! Persistence behind a trait. The core hands over every record it changes,
+//! one `apply` call per event, in the order the events happened; a store
+//! writes them and `load` gives back the latest version of each.
+//!
+//! `MemoryStore` keeps them in memory for tests and the simulation; the
+//! durable SQLite store implements the same trait.
+
+use crate::core::{Change, Job};
+use crate::trust::{Pairing, TrustEntry};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+#[error("store: {0}")]
+pub struct StoreError(pub String);
+
+/// Everything a store holds, latest version of each record.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    pub jobs: Vec<Job>,
+    pub pairings: Vec<Pairing>,
+    pub trust: Vec<TrustEntry>,
+}
+
+pub trait Store: Send + Sync + 'static {
+    /// Writes the changes of one event; durable once it returns `Ok`.
+    fn apply(&self, changes: &[Change]) -> Result<(), StoreError>;
+    fn load(&self) -> Result<Snapshot, StoreError>;
+}
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Tables>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    jobs: BTreeMap<Uuid, Job>,
+    pairings: BTreeMap<String, Pairing>,
+    trust: BTreeMap<(String, String), TrustEntry>,
+}
+
+impl Store for MemoryStore {
+    fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
+        let mut t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
+        for change in changes {
+            match change {
+                Change::Job(job) => {
+                    t.jobs.insert(job.id, (**job).clone());
+                }
+                Change::Pairing(p) => {
+                    t.pairings.insert(p.code.clone(), p.clone());
+                }
+                Change::Trust(e) => {
+                    t.trust
+                        .insert((e.user_id.clone(), e.provider_pubkey.clone()), e.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
+        Ok(Snapshot {
+            jobs: t.jobs.values().cloned().collect(),
+            pairings: t.pairings.values().cloned().collect(),
+            trust: t.trust.values().cloned().collect(),
+        })
+    }
+}
