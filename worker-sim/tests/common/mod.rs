@@ -1,0 +1,176 @@
+//! A scripted fake coordinator over the in-memory transport.
+#![allow(dead_code)]
+
+use protocol::api::{JobType, Payload, PrivacyClass, TaskType};
+use protocol::signing::{parse_public_key, verify_personal_sign};
+use protocol::worker::{challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame};
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+use worker_sim::{
+    channel_connector, ChannelAcceptor, ChannelPeer, EventLog, TokioClock, Worker, WorkerConfig,
+    WorkerError, WorkerExit,
+};
+
+pub const EPOCH_MS: i64 = 1_795_255_200_000;
+pub const NETWORK: &str = "eip155:10143";
+pub const NONCE: &str = "0x00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+pub type RunHandle = JoinHandle<Result<WorkerExit, WorkerError>>;
+
+pub struct Started {
+    pub acceptor: ChannelAcceptor,
+    pub log: EventLog,
+    pub pubkey: String,
+    pub handle: RunHandle,
+}
+
+/// Spawns a worker on the in-memory connector.
+pub fn start(config: WorkerConfig) -> Started {
+    let (connector, acceptor) = channel_connector();
+    let log = EventLog::new();
+    let mut worker = Worker::new(config, TokioClock::shared(EPOCH_MS))
+        .unwrap()
+        .with_observer(Arc::new(log.clone()));
+    let pubkey = worker.public_key_hex();
+    let handle = tokio::spawn(async move { worker.run(connector).await });
+    Started {
+        acceptor,
+        log,
+        pubkey,
+        handle,
+    }
+}
+
+pub struct FakeCoordinator {
+    pub peer: ChannelPeer,
+    pub hello: Option<WorkerFrame>,
+}
+
+impl FakeCoordinator {
+    pub async fn accept(acceptor: &mut ChannelAcceptor) -> Self {
+        let peer = acceptor.accept().await.expect("worker connects");
+        Self { peer, hello: None }
+    }
+
+    pub fn send(&self, frame: &CoordinatorFrame) {
+        self.peer
+            .send(serde_json::to_string(frame).unwrap())
+            .expect("worker is connected");
+    }
+
+    pub async fn recv_text(&mut self) -> Option<String> {
+        self.peer.recv().await
+    }
+
+    pub async fn recv(&mut self) -> Option<WorkerFrame> {
+        let text = self.peer.recv().await?;
+        Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad frame {text}: {e}")))
+    }
+
+    /// The next frame that is not a heartbeat.
+    pub async fn recv_skip_heartbeats(&mut self) -> Option<WorkerFrame> {
+        loop {
+            match self.recv().await? {
+                WorkerFrame::Heartbeat => continue,
+                other => return Some(other),
+            }
+        }
+    }
+
+    /// Same, as raw text (for malformed frames).
+    pub async fn recv_text_skip_heartbeats(&mut self) -> Option<String> {
+        loop {
+            let text = self.peer.recv().await?;
+            if text != r#"{"type":"heartbeat"}"# {
+                return Some(text);
+            }
+        }
+    }
+
+    /// hello -> challenge -> auth (verified) -> welcome; returns the pubkey.
+    pub async fn handshake(&mut self, heartbeat_interval_ms: u64) -> String {
+        let hello = self.recv().await.expect("hello");
+        let WorkerFrame::Hello {
+            ref provider_pubkey,
+            ..
+        } = hello
+        else {
+            panic!("expected hello, got {hello:?}")
+        };
+        let pubkey = provider_pubkey.clone();
+        self.hello = Some(hello.clone());
+        self.send(&CoordinatorFrame::Challenge {
+            nonce: NONCE.into(),
+            network: NETWORK.into(),
+        });
+        let Some(WorkerFrame::Auth { signature }) = self.recv().await else {
+            panic!("expected auth")
+        };
+        let key = parse_public_key(&pubkey).expect("valid pubkey");
+        verify_personal_sign(
+            &key,
+            challenge_message(NETWORK, NONCE).as_bytes(),
+            &signature,
+        )
+        .expect("auth signature verifies");
+        self.send(&CoordinatorFrame::Welcome {
+            session_id: 1,
+            heartbeat_interval_ms,
+            heartbeat_timeout_ms: heartbeat_interval_ms * 3,
+        });
+        pubkey
+    }
+
+    pub fn assign(&self, assignment: Assignment) {
+        self.send(&CoordinatorFrame::Assign(assignment));
+    }
+
+    pub fn error(&self, code: ErrorCode, job_id: Option<Uuid>) {
+        self.send(&CoordinatorFrame::Error {
+            code,
+            message: format!("{code:?}"),
+            job_id,
+        });
+    }
+}
+
+pub fn job_id(n: u128) -> Uuid {
+    Uuid::from_u128(n)
+}
+
+pub fn llm(n: u128, prompt: &str) -> Assignment {
+    Assignment {
+        job_id: job_id(n),
+        job_type: JobType::LlmInfer,
+        payload: Payload::Llm {
+            prompt: prompt.into(),
+            max_tokens: 32,
+        },
+        privacy_class: PrivacyClass::Public,
+        payment_ref: Some(format!("x402:0xpay{n}")),
+        lease_ms: 30_000,
+    }
+}
+
+pub fn task(n: u128, task_type: TaskType, input: &str) -> Assignment {
+    Assignment {
+        job_id: job_id(n),
+        job_type: JobType::Task,
+        payload: Payload::Task {
+            task_type,
+            input: input.into(),
+        },
+        privacy_class: PrivacyClass::Public,
+        payment_ref: None,
+        lease_ms: 30_000,
+    }
+}
+
+/// A config with fixed latency and reconnects off unless asked.
+pub fn config(seed: u64) -> WorkerConfig {
+    WorkerConfig {
+        latency: worker_sim::Latency::Fixed { ms: 100 },
+        ..WorkerConfig::with_seed(seed)
+    }
+}
