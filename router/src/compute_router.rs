@@ -74,7 +74,7 @@ impl ComputeRouter {
                 })
             }
             Err(error) => {
-                tracing::warn!(%route, %error, "compute adapter failed; falling back");
+                tracing::warn!(%route, %error, "compute adapter failed");
                 failures.push((route, error));
             }
         }
@@ -99,7 +99,7 @@ impl ComputeRouter {
                     })
                 }
                 Err(error) => {
-                    tracing::warn!(%route, %error, "compute adapter failed; falling back");
+                    tracing::warn!(%route, %error, "compute adapter failed");
                     failures.push((route, error));
                 }
             }

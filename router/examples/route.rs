@@ -1,0 +1,141 @@
+//! Runs one job through the router with configuration from the environment
+//! and prints the ComputeResult as JSON.
+//!
+//! ```text
+//! cargo run -p router --example route -- llm "Why is the sky blue?" --user-id alice
+//! cargo run -p router --example route -- task summarize "Long text..." --user-id alice
+//! ```
+
+use clap::{Parser, Subcommand, ValueEnum};
+use router::{
+    Chain, ComputeRouter, LlmRequest, Policy, PrivacyClass, RouterConfig, TaskRequest, TaskType,
+};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(about = "Run an LLM_INFER or TASK job through the compute router")]
+struct Cli {
+    #[command(subcommand)]
+    job: Job,
+    #[arg(long, global = true, default_value = "anonymous")]
+    user_id: String,
+    #[arg(long, global = true, value_enum)]
+    policy: Option<PolicyArg>,
+    #[arg(long, global = true)]
+    private: bool,
+    #[arg(long, global = true, value_enum)]
+    chain: Option<ChainArg>,
+}
+
+#[derive(Subcommand)]
+enum Job {
+    /// Text generation from a prompt.
+    Llm {
+        prompt: String,
+        #[arg(long)]
+        max_tokens: Option<u32>,
+    },
+    /// summarize, classify or extract_json over an input text.
+    Task {
+        #[arg(value_enum)]
+        task_type: TaskArg,
+        input: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyArg {
+    Auto,
+    Fast,
+    Cheap,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ChainArg {
+    ChainA,
+    ChainB,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TaskArg {
+    Summarize,
+    Classify,
+    ExtractJson,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = match RouterConfig::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = ComputeRouter::new(config);
+    let policy = cli.policy.map(|p| match p {
+        PolicyArg::Auto => Policy::Auto,
+        PolicyArg::Fast => Policy::Fast,
+        PolicyArg::Cheap => Policy::Cheap,
+    });
+    let privacy = Some(if cli.private {
+        PrivacyClass::Private
+    } else {
+        PrivacyClass::Public
+    });
+    let chain = cli.chain.map(|c| match c {
+        ChainArg::ChainA => Chain::ChainA,
+        ChainArg::ChainB => Chain::ChainB,
+    });
+    let result = match cli.job {
+        Job::Llm { prompt, max_tokens } => {
+            router
+                .run_llm(LlmRequest {
+                    prompt,
+                    max_tokens,
+                    policy,
+                    privacy,
+                    user_id: cli.user_id,
+                    chain_preference: chain,
+                })
+                .await
+        }
+        Job::Task { task_type, input } => {
+            let task_type = match task_type {
+                TaskArg::Summarize => TaskType::Summarize,
+                TaskArg::Classify => TaskType::Classify,
+                TaskArg::ExtractJson => TaskType::ExtractJson,
+            };
+            router
+                .run_task(TaskRequest {
+                    task_type,
+                    input,
+                    policy,
+                    privacy,
+                    user_id: cli.user_id,
+                    chain_preference: chain,
+                })
+                .await
+        }
+    };
+    match result {
+        Ok(result) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
