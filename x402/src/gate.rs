@@ -1,0 +1,244 @@
+//! The whole server-side flow in one place, for the commit handler:
+//! decode → verify → reserve the nonce → settle → mark spent (or release).
+//!
+//! It is split in two steps so that a request can still be refused for
+//! free after its payment is known good: [`PaymentGate::authorize`] checks
+//! and reserves, [`PaymentGate::settle`] moves the money, and
+//! [`PaymentGate::cancel`] drops a reservation that will not be settled
+//! (for example a 422 decided after authorization). A 400 or 422 answer is
+//! then never charged.
+
+use crate::challenge::{PaymentOffer, PaymentRequiredAnswer};
+use crate::config::PaymentConfig;
+use crate::decode::{payment_from_headers, DecodedPayment};
+use crate::reason::Reason;
+use crate::replay::{InMemoryNonceStore, NonceStore};
+use crate::settle::{
+    FacilitatorSettler, LocalSettler, SettleRequest, Settlement, Settler, TransportError,
+    DEFAULT_FACILITATOR_TIMEOUT,
+};
+use crate::verify::{verify_exact_evm, VerifiedPayment};
+use axum::http::HeaderMap;
+use protocol::money::Price;
+use std::sync::Arc;
+
+/// Why the request is answered 402. Either way the answer carries the
+/// accepts list; send `answer.body` as JSON and `answer.payment_required_header`
+/// as the `PAYMENT-REQUIRED` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No payment header was sent.
+    Required(PaymentRequiredAnswer),
+    /// A payment was sent and refused for `reason`.
+    Refused {
+        reason: Reason,
+        answer: PaymentRequiredAnswer,
+    },
+}
+
+impl axum::response::IntoResponse for Refusal {
+    fn into_response(self) -> axum::response::Response {
+        match self {
+            Refusal::Required(a) | Refusal::Refused { answer: a, .. } => a.into_response(),
+        }
+    }
+}
+
+impl Refusal {
+    pub fn answer(&self) -> &PaymentRequiredAnswer {
+        match self {
+            Refusal::Required(a) | Refusal::Refused { answer: a, .. } => a,
+        }
+    }
+
+    pub fn reason(&self) -> Option<&Reason> {
+        match self {
+            Refusal::Required(_) => None,
+            Refusal::Refused { reason, .. } => Some(reason),
+        }
+    }
+}
+
+/// A payment that verified and holds a nonce reservation, not yet settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "settle or cancel it, or the nonce stays reserved until it expires"]
+pub struct Authorized {
+    pub offer: PaymentOffer,
+    pub payment: DecodedPayment,
+    /// `None` on non-EVM networks, which only the facilitator verifies.
+    pub verified: Option<VerifiedPayment>,
+}
+
+/// A settled payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paid {
+    pub verified: Option<VerifiedPayment>,
+    pub settlement: Settlement,
+}
+
+impl Paid {
+    /// The job's `payment_ref`.
+    pub fn payment_ref(&self) -> &str {
+        &self.settlement.payment_ref
+    }
+
+    /// `PAYMENT-RESPONSE` and `X-PAYMENT-RESPONSE`, for the 201.
+    pub fn response_headers(&self) -> [(&'static str, String); 2] {
+        self.settlement.response_headers()
+    }
+
+    /// Adds [`Self::response_headers`] to a response's headers.
+    pub fn insert_response_headers(&self, headers: &mut HeaderMap) {
+        for (name, value) in self.response_headers() {
+            // Base64 is always a valid header value.
+            if let (Ok(n), Ok(v)) = (
+                axum::http::HeaderName::from_bytes(name.as_bytes()),
+                axum::http::HeaderValue::from_str(&value),
+            ) {
+                headers.insert(n, v);
+            }
+        }
+    }
+}
+
+/// Payment gating for one deployment.
+#[derive(Clone)]
+pub struct PaymentGate {
+    config: PaymentConfig,
+    nonces: Arc<dyn NonceStore>,
+    settler: Arc<dyn Settler>,
+}
+
+impl std::fmt::Debug for PaymentGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentGate")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PaymentGate {
+    pub fn new(
+        config: PaymentConfig,
+        nonces: Arc<dyn NonceStore>,
+        settler: Arc<dyn Settler>,
+    ) -> Self {
+        Self {
+            config,
+            nonces,
+            settler,
+        }
+    }
+
+    /// An in-memory nonce store and, per the config, an HTTP facilitator or
+    /// local settlement (which moves no money).
+    pub fn from_config(config: PaymentConfig) -> Result<Self, TransportError> {
+        let settler: Arc<dyn Settler> = match &config.facilitator_url {
+            Some(url) => Arc::new(FacilitatorSettler::http(url, DEFAULT_FACILITATOR_TIMEOUT)?),
+            None => Arc::new(LocalSettler),
+        };
+        Ok(Self::new(
+            config,
+            Arc::new(InMemoryNonceStore::new()),
+            settler,
+        ))
+    }
+
+    pub fn config(&self) -> &PaymentConfig {
+        &self.config
+    }
+
+    pub fn nonces(&self) -> &Arc<dyn NonceStore> {
+        &self.nonces
+    }
+
+    /// The terms for one request.
+    pub fn offer(&self, price: Price, url: &str, description: &str) -> PaymentOffer {
+        PaymentOffer::for_url(self.config.clone(), price, url, description)
+    }
+
+    /// Decodes and verifies the request's payment and reserves its nonce.
+    pub fn authorize(
+        &self,
+        offer: &PaymentOffer,
+        headers: &HeaderMap,
+        now_seconds: u64,
+    ) -> Result<Authorized, Refusal> {
+        let refuse = |reason: Reason| Refusal::Refused {
+            answer: offer.payment_refused(&reason),
+            reason,
+        };
+        let payment = match payment_from_headers(headers) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(Refusal::Required(offer.payment_required())),
+            Err(e) => return Err(refuse(e.reason())),
+        };
+        if self.config.chain_id().is_none() {
+            // Non-EVM: the facilitator verifies, and the chain prevents replay.
+            if !self.config.is_our_network(&payment.network) {
+                return Err(refuse(Reason::InvalidNetwork));
+            }
+            return Ok(Authorized {
+                offer: offer.clone(),
+                payment,
+                verified: None,
+            });
+        }
+        let verified = verify_exact_evm(offer, &payment, now_seconds).map_err(refuse)?;
+        self.nonces.purge_expired(now_seconds);
+        self.nonces
+            .check_and_mark(verified.nonce_key(), verified.valid_before)
+            .map_err(|_| refuse(Reason::NonceAlreadyUsed))?;
+        Ok(Authorized {
+            offer: offer.clone(),
+            payment,
+            verified: Some(verified),
+        })
+    }
+
+    /// Settles an authorized payment. On failure the nonce is released, so
+    /// the payer may retry, and no job must be created.
+    pub async fn settle(&self, auth: Authorized) -> Result<Paid, Refusal> {
+        let req = SettleRequest {
+            offer: &auth.offer,
+            payment: &auth.payment,
+            verified: auth.verified.as_ref(),
+        };
+        match self.settler.settle(req).await {
+            Ok(settlement) => {
+                if let Some(v) = &auth.verified {
+                    self.nonces.mark_spent(&v.nonce_key());
+                }
+                Ok(Paid {
+                    verified: auth.verified,
+                    settlement,
+                })
+            }
+            Err(reason) => {
+                self.cancel(&auth);
+                Err(Refusal::Refused {
+                    answer: auth.offer.payment_refused(&reason),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Drops the reservation of a payment that will not be settled.
+    pub fn cancel(&self, auth: &Authorized) {
+        if let Some(v) = &auth.verified {
+            self.nonces.release(&v.nonce_key());
+        }
+    }
+
+    /// [`Self::authorize`] then [`Self::settle`].
+    pub async fn accept(
+        &self,
+        offer: &PaymentOffer,
+        headers: &HeaderMap,
+        now_seconds: u64,
+    ) -> Result<Paid, Refusal> {
+        let auth = self.authorize(offer, headers, now_seconds)?;
+        self.settle(auth).await
+    }
+}

@@ -1,0 +1,195 @@
+//! A scriptable in-process facilitator (`/verify`, `/settle`, `/supported`)
+//! for tests and the simulation. It checks nothing: it answers what the
+//! script says and records every call. Delays use tokio time, so under a
+//! paused clock a "slow facilitator" costs no real time.
+
+use crate::evm::Bytes32;
+use crate::wire::{SettleResponse, SupportedKind, SupportedResponse, VerifyResponse};
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the stub answers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StubScript {
+    /// `None`: `/verify` says valid; `Some(code)`: invalid with that reason.
+    pub verify_invalid_reason: Option<String>,
+    /// `None`: `/settle` succeeds; `Some(code)`: fails with that reason.
+    pub settle_error_reason: Option<String>,
+    pub verify_delay: Duration,
+    pub settle_delay: Duration,
+}
+
+impl StubScript {
+    pub fn success() -> Self {
+        Self::default()
+    }
+
+    /// `/verify` refuses with `insufficient_funds`.
+    pub fn insufficient_funds() -> Self {
+        Self {
+            verify_invalid_reason: Some("insufficient_funds".into()),
+            ..Self::default()
+        }
+    }
+
+    /// `/verify` passes, `/settle` fails with `code`.
+    pub fn settle_failure(code: &str) -> Self {
+        Self {
+            settle_error_reason: Some(code.into()),
+            ..Self::default()
+        }
+    }
+
+    /// `/settle` answers only after `delay` (longer than the client's
+    /// timeout to simulate a hung facilitator).
+    pub fn settle_delay(delay: Duration) -> Self {
+        Self {
+            settle_delay: delay,
+            ..Self::default()
+        }
+    }
+}
+
+/// One recorded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StubCall {
+    /// `/verify`, `/settle` or `/supported`.
+    pub path: &'static str,
+    pub body: Value,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    script: StubScript,
+    calls: Vec<StubCall>,
+    settled: u64,
+}
+
+/// The stub; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct FacilitatorStub {
+    inner: Arc<Mutex<Inner>>,
+    network: Arc<str>,
+}
+
+impl FacilitatorStub {
+    /// A stub that reports `network` (CAIP-2) as supported and succeeds.
+    pub fn new(network: &str) -> Self {
+        Self {
+            inner: Arc::default(),
+            network: network.into(),
+        }
+    }
+
+    pub fn set_script(&self, script: StubScript) {
+        self.lock().script = script;
+    }
+
+    pub fn calls(&self) -> Vec<StubCall> {
+        self.lock().calls.clone()
+    }
+
+    /// How many `/settle` calls succeeded.
+    pub fn settled(&self) -> u64 {
+        self.lock().settled
+    }
+
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/verify", post(verify))
+            .route("/settle", post(settle))
+            .route("/supported", get(supported))
+            .with_state(self.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, path: &'static str, body: &Value) -> StubScript {
+        let mut inner = self.lock();
+        inner.calls.push(StubCall {
+            path,
+            body: body.clone(),
+        });
+        inner.script.clone()
+    }
+}
+
+fn payer(body: &Value) -> Option<String> {
+    body.pointer("/paymentPayload/payload/authorization/from")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn network(stub: &FacilitatorStub, body: &Value) -> String {
+    body.pointer("/paymentRequirements/network")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| stub.network.to_string())
+}
+
+async fn verify(
+    State(stub): State<FacilitatorStub>,
+    Json(body): Json<Value>,
+) -> Json<VerifyResponse> {
+    let script = stub.record("/verify", &body);
+    tokio::time::sleep(script.verify_delay).await;
+    Json(VerifyResponse {
+        is_valid: script.verify_invalid_reason.is_none(),
+        invalid_reason: script.verify_invalid_reason,
+        payer: payer(&body),
+    })
+}
+
+async fn settle(
+    State(stub): State<FacilitatorStub>,
+    Json(body): Json<Value>,
+) -> Json<SettleResponse> {
+    let script = stub.record("/settle", &body);
+    tokio::time::sleep(script.settle_delay).await;
+    let network = network(&stub, &body);
+    if let Some(reason) = script.settle_error_reason {
+        return Json(SettleResponse {
+            success: false,
+            error_reason: Some(reason),
+            payer: payer(&body),
+            transaction: String::new(),
+            network,
+        });
+    }
+    let count = {
+        let mut inner = stub.lock();
+        inner.settled += 1;
+        inner.settled
+    };
+    // A deterministic fake transaction hash: same calls, same hashes.
+    let mut seed = body.to_string().into_bytes();
+    seed.extend_from_slice(&count.to_be_bytes());
+    let transaction = Bytes32(protocol::signing::keccak256(&seed)).to_string();
+    Json(SettleResponse {
+        success: true,
+        error_reason: None,
+        payer: payer(&body),
+        transaction,
+        network,
+    })
+}
+
+async fn supported(State(stub): State<FacilitatorStub>) -> Json<SupportedResponse> {
+    stub.record("/supported", &Value::Null);
+    Json(SupportedResponse {
+        kinds: [1, 2]
+            .into_iter()
+            .map(|v| SupportedKind {
+                x402_version: v,
+                scheme: "exact".into(),
+                network: stub.network.to_string(),
+            })
+            .collect(),
+    })
+}
