@@ -1,0 +1,268 @@
+//! Shared test helpers: a coordinator under a chosen clock, one-shot HTTP
+//! calls through the real router, and a test worker that speaks the worker
+//! protocol over in-memory channels or a real WebSocket.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use coordinator::config::Config;
+use coordinator::session::ChannelConnection;
+use coordinator::store::MemoryStore;
+use coordinator::{Clock, Coordinator};
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+use protocol::receipt::ReceiptBody;
+use protocol::signing::Keypair;
+use protocol::worker::{challenge_message, Assignment, CoordinatorFrame};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+/// 2026-11-21T10:00:00.000Z
+pub const EPOCH_MS: i64 = 1_795_255_200_000;
+
+pub fn coordinator(config: Config, clock: Arc<dyn Clock>, seed: u64) -> Coordinator {
+    Coordinator::new(
+        config,
+        clock,
+        ChaCha20Rng::seed_from_u64(seed),
+        Arc::new(MemoryStore::default()),
+    )
+}
+
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    pub body: Value,
+    pub raw: Vec<u8>,
+}
+
+pub async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> Response {
+    let mut req = Request::builder().method(method).uri(uri);
+    let body = match body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Body::from(serde_json::to_vec(&v).unwrap())
+        }
+        None => Body::empty(),
+    };
+    send(app, req.body(body).unwrap()).await
+}
+
+pub async fn send(app: &Router, req: Request<Body>) -> Response {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let raw = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    let body = serde_json::from_slice(&raw).unwrap_or_else(|_| {
+        panic!("non-JSON body with {status}: {}", String::from_utf8_lossy(&raw))
+    });
+    Response {
+        status,
+        headers,
+        body,
+        raw,
+    }
+}
+
+pub fn llm_job(user: &str) -> Value {
+    json!({"job_type": "LLM_INFER", "user_id": user, "payload": {"prompt": "Say hi", "max_tokens": 8}})
+}
+
+pub fn task_job(user: &str) -> Value {
+    json!({"job_type": "TASK", "user_id": user, "payload": {"task_type": "summarize", "input": "A long text."}})
+}
+
+pub fn private(mut job: Value) -> Value {
+    job["privacy_class"] = json!("PRIVATE");
+    job
+}
+
+pub async fn commit(app: &Router, tier: &str, job: Value) -> Response {
+    call(app, "POST", &format!("/v1/jobs/commit/{tier}"), Some(job)).await
+}
+
+pub async fn job_status(app: &Router, id: &str) -> Value {
+    call(app, "GET", &format!("/v1/jobs/{id}"), None).await.body
+}
+
+/// Creates a pairing code for `user` and claims it for `key`.
+pub async fn pair(app: &Router, user: &str, key: &Keypair) {
+    let code = call(app, "POST", "/v1/trust/create", Some(json!({"user_id": user}))).await;
+    assert_eq!(code.status, StatusCode::CREATED);
+    let claim = call(
+        app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": code.body["pairing_code"], "provider_pubkey": key.public_key_hex()})),
+    )
+    .await;
+    assert_eq!(claim.status, StatusCode::OK, "{:?}", claim.body);
+}
+
+/// A text-frame pipe to the coordinator.
+pub enum Wire {
+    Channel {
+        tx: mpsc::Sender<String>,
+        rx: mpsc::Receiver<String>,
+    },
+    Ws(Box<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>>),
+}
+
+impl Wire {
+    /// Connects over in-memory channels to the coordinator's real session logic.
+    pub fn channel(c: &Coordinator) -> Self {
+        let (to_coord, from_worker) = mpsc::channel(64);
+        let (to_worker, from_coord) = mpsc::channel(64);
+        tokio::spawn(coordinator::session::run(
+            c.clone(),
+            ChannelConnection {
+                from_worker,
+                to_worker,
+            },
+        ));
+        Wire::Channel {
+            tx: to_coord,
+            rx: from_coord,
+        }
+    }
+
+    pub async fn ws(url: &str) -> Self {
+        let (stream, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        Wire::Ws(Box::new(stream))
+    }
+
+    pub async fn send_text(&mut self, text: String) {
+        match self {
+            Wire::Channel { tx, .. } => {
+                let _ = tx.send(text).await;
+            }
+            Wire::Ws(ws) => {
+                let _ = ws.send(tokio_tungstenite::tungstenite::Message::Text(text.into())).await;
+            }
+        }
+    }
+
+    /// The next text frame, or `None` once the coordinator closed.
+    pub async fn recv_text(&mut self) -> Option<String> {
+        match self {
+            Wire::Channel { rx, .. } => rx.recv().await,
+            Wire::Ws(ws) => loop {
+                match ws.next().await? {
+                    Ok(tokio_tungstenite::tungstenite::Message::Text(t)) => return Some(t.to_string()),
+                    Ok(tokio_tungstenite::tungstenite::Message::Close(_)) | Err(_) => return None,
+                    Ok(_) => continue,
+                }
+            },
+        }
+    }
+}
+
+pub struct TestWorker {
+    pub key: Keypair,
+    pub wire: Wire,
+    pub session_id: u64,
+}
+
+impl TestWorker {
+    /// Connects, says hello and proves its key.
+    pub async fn connect(wire: Wire, seed: u64, capabilities: &[&str], slots: u32) -> Self {
+        let key = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(seed));
+        let mut w = TestWorker {
+            key,
+            wire,
+            session_id: 0,
+        };
+        w.authenticate(capabilities, slots).await;
+        w
+    }
+
+    pub async fn authenticate(&mut self, capabilities: &[&str], slots: u32) {
+        self.send(json!({"type": "hello", "protocol_version": 1,
+            "provider_pubkey": self.key.public_key_hex(), "capabilities": capabilities, "slots": slots}))
+            .await;
+        let challenge = self.recv().await;
+        let CoordinatorFrame::Challenge { nonce, network } = challenge else {
+            panic!("expected challenge, got {challenge:?}");
+        };
+        let signature = self.key.personal_sign(challenge_message(&network, &nonce).as_bytes());
+        self.send(json!({"type": "auth", "signature": signature})).await;
+        match self.recv().await {
+            CoordinatorFrame::Welcome { session_id, .. } => self.session_id = session_id,
+            other => panic!("expected welcome, got {other:?}"),
+        }
+    }
+
+    pub async fn send(&mut self, frame: Value) {
+        self.wire.send_text(frame.to_string()).await;
+    }
+
+    pub async fn recv(&mut self) -> CoordinatorFrame {
+        let text = tokio::time::timeout(Duration::from_secs(120), self.wire.recv_text())
+            .await
+            .expect("a frame within 120 s")
+            .expect("connection open");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad frame {text}: {e}"))
+    }
+
+    pub async fn recv_closed(&mut self) -> bool {
+        tokio::time::timeout(Duration::from_secs(120), self.wire.recv_text())
+            .await
+            .expect("close within 120 s")
+            .is_none()
+    }
+
+    pub async fn expect_assign(&mut self) -> Assignment {
+        match self.recv().await {
+            CoordinatorFrame::Assign(a) => a,
+            other => panic!("expected assign, got {other:?}"),
+        }
+    }
+
+    /// The output a well-behaved worker returns for the assignment.
+    pub fn output_for(a: &Assignment) -> Value {
+        match &a.payload {
+            protocol::api::Payload::Llm { prompt, .. } => json!(format!("echo: {prompt}")),
+            protocol::api::Payload::Task { task_type, .. } => match task_type {
+                protocol::api::TaskType::ExtractJson => json!({"extracted": true}),
+                _ => json!("summary"),
+            },
+        }
+    }
+
+    pub fn result_frame(&self, a: &Assignment, completed_at: &str) -> Value {
+        let output = Self::output_for(a);
+        let receipt = ReceiptBody::new(
+            a.job_id,
+            self.key.public_key_hex(),
+            &output,
+            completed_at.into(),
+            a.payment_ref.clone(),
+        )
+        .sign(&self.key);
+        json!({"type": "result", "job_id": a.job_id, "output": output, "receipt": receipt})
+    }
+
+    /// Accepts and completes an assignment, and waits for the acknowledgement.
+    pub async fn complete(&mut self, a: &Assignment) {
+        self.send(json!({"type": "accept", "job_id": a.job_id})).await;
+        let frame = self.result_frame(a, "2026-11-21T10:00:01.000Z");
+        self.send(frame).await;
+        match self.recv().await {
+            CoordinatorFrame::ResultAccepted { job_id } => assert_eq!(job_id, a.job_id),
+            other => panic!("expected result_accepted, got {other:?}"),
+        }
+    }
+}
+
+/// Lets spawned tasks run until they are all waiting.
+pub async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
