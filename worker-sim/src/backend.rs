@@ -66,9 +66,10 @@ const TASK_MAX_TOKENS: u32 = 512;
 /// The prompts tasks become: (system, user).
 pub fn task_prompt(task_type: TaskType, input: &str) -> (String, String) {
     let system = match task_type {
-        TaskType::Summarize => format!(
+        TaskType::Summarize => {
             "Summarize the user's text in one or two sentences. Answer with the summary only."
-        ),
+                .to_owned()
+        }
         TaskType::Classify => format!(
             "Classify the user's text with exactly one label from: {}. Answer with the label only.",
             outputs::LABELS.join(", ")

@@ -1,5 +1,5 @@
 //! Anthropic Messages: `POST /v1/messages` with `x-api-key` and
-//! `anthropic-version`. Errors use Anthropic's
+//! `anthropic-version` (a `Authorization: Bearer` key is accepted too). Errors use Anthropic's
 //! `{"type": "error", "error": {"type", "message"}}` shape.
 
 use super::{content_text, handle_call, words, ChatRequest, Dialect, ErrorKind, StubState};
@@ -29,10 +29,16 @@ async fn messages(
 struct Anthropic;
 
 impl Dialect for Anthropic {
+    /// `x-api-key` as documented; recent official SDKs send the key as
+    /// `Authorization: Bearer` instead, so that is accepted too.
     fn authorized(headers: &HeaderMap, key: &str) -> bool {
-        headers
-            .get("x-api-key")
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        let bearer = headers
+            .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        x_api_key
+            .or(bearer)
             .is_some_and(|presented| presented == key)
     }
 

@@ -1,0 +1,149 @@
+//! `OpenAiBackend` over real loopback HTTP against the OpenAI stub, alone and
+//! inside a worker.
+
+mod common;
+
+use common::*;
+use protocol::api::{Payload, TaskType};
+use protocol::worker::WorkerFrame;
+use serde_json::json;
+use std::sync::Arc;
+use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
+use worker_sim::{Backend, BackendError, FixedClock, OpenAiBackend, Worker, WorkerConfig};
+
+async fn serve_stub() -> (ProviderStub, String) {
+    let stub = ProviderStub::openai(
+        StubConfig {
+            api_key: "sk-local".into(),
+            ..StubConfig::default()
+        },
+        Arc::new(FixedClock(EPOCH_MS)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(worker_sim::stub::serve(listener, stub.router()));
+    (stub, format!("http://{addr}/v1"))
+}
+
+#[tokio::test]
+async fn backend_calls_chat_completions_per_job_type() {
+    let (stub, base) = serve_stub().await;
+    let backend = OpenAiBackend::new(base.clone(), "llama3.2", Some("sk-local".into()));
+
+    let out = backend
+        .execute(&Payload::Llm {
+            prompt: "Tell me about the sea".into(),
+            max_tokens: 12,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        json!(worker_sim::outputs::llm_text("Tell me about the sea", 12))
+    );
+    let out = backend
+        .execute(&Payload::Task {
+            task_type: TaskType::ExtractJson,
+            input: "name: Ada, age: 36".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"name": "Ada", "age": 36}));
+    let out = backend
+        .execute(&Payload::Task {
+            task_type: TaskType::Classify,
+            input: "great".into(),
+        })
+        .await
+        .unwrap();
+    assert!(worker_sim::outputs::LABELS.contains(&out.as_str().unwrap()));
+    let out = backend
+        .execute(&Payload::Task {
+            task_type: TaskType::Summarize,
+            input: "One. Two.".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, json!("One."));
+
+    let calls = stub.calls();
+    assert_eq!(calls.len(), 4);
+    assert!(calls.iter().all(|c| c.authorized));
+    assert_eq!(calls[0].model.as_deref(), Some("llama3.2"));
+    assert_eq!(calls[0].max_tokens, Some(12));
+
+    stub.script_next(StubFault::ServerError);
+    let err = backend
+        .execute(&Payload::Llm {
+            prompt: "x".into(),
+            max_tokens: 4,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Status { status: 500, .. }));
+    stub.script_next(StubFault::MalformedJson);
+    let err = backend
+        .execute(&Payload::Llm {
+            prompt: "x".into(),
+            max_tokens: 4,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::BadAnswer(_)));
+    let keyless = OpenAiBackend::new(format!("{base}/"), "m", None);
+    let err = keyless
+        .execute(&Payload::Llm {
+            prompt: "x".into(),
+            max_tokens: 4,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::Status { status: 401, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn worker_with_real_backend_answers_and_rejects_on_backend_failure() {
+    let (stub, base) = serve_stub().await;
+    let (connector, mut acceptor) = worker_sim::channel_connector();
+    let mut worker = Worker::new(
+        WorkerConfig {
+            latency: worker_sim::Latency::Fixed { ms: 0 },
+            ..WorkerConfig::with_seed(1)
+        },
+        worker_sim::TokioClock::shared(EPOCH_MS),
+    )
+    .unwrap()
+    .with_backend(Arc::new(OpenAiBackend::new(
+        base,
+        "llama3.2",
+        Some("sk-local".into()),
+    )));
+    let pubkey = worker.public_key_hex();
+    tokio::spawn(async move { worker.run(connector).await });
+    let mut c = FakeCoordinator::accept(&mut acceptor).await;
+    c.handshake(60_000).await;
+
+    let job = task(1, TaskType::ExtractJson, "city: Paris");
+    c.assign(job.clone());
+    assert!(matches!(c.recv().await, Some(WorkerFrame::Accept { .. })));
+    let Some(WorkerFrame::Result {
+        output, receipt, ..
+    }) = c.recv().await
+    else {
+        panic!()
+    };
+    assert_eq!(output, json!({"city": "Paris"}));
+    assert_eq!(receipt.provider_pubkey, pubkey);
+    receipt.verify(&output).unwrap();
+
+    stub.script_next(StubFault::RateLimited { retry_after_s: 1 });
+    c.assign(llm(2, "x"));
+    assert!(matches!(c.recv().await, Some(WorkerFrame::Accept { .. })));
+    assert!(matches!(
+        c.recv().await,
+        Some(WorkerFrame::Reject { reason, .. }) if reason.contains("429")
+    ));
+}
