@@ -52,7 +52,9 @@ enum PolicyArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ChainArg {
+    #[value(name = "chain_a")]
     ChainA,
+    #[value(name = "chain_b")]
     ChainB,
 }
 
@@ -60,6 +62,7 @@ enum ChainArg {
 enum TaskArg {
     Summarize,
     Classify,
+    #[value(name = "extract_json")]
     ExtractJson,
 }
 

@@ -133,25 +133,25 @@ impl ComputeRouter {
         job: &Job,
     ) -> Result<serde_json::Value, AdapterError> {
         let hosted = &self.config.hosted;
-        let (prompt, max_tokens) = match &job.payload {
-            Payload::Llm { prompt, max_tokens } => (prompt.clone(), *max_tokens),
-            Payload::Task { task_type, input } => (
-                prompts::task_prompt(*task_type, input),
-                hosted.task_max_tokens,
-            ),
+        let (system, prompt, max_tokens) = match &job.payload {
+            Payload::Llm { prompt, max_tokens } => (None, prompt.clone(), *max_tokens),
+            Payload::Task { task_type, input } => {
+                let chat = prompts::task_prompt(*task_type, input);
+                (Some(chat.system), chat.user, hosted.task_max_tokens)
+            }
         };
         let settings = hosted.settings(provider).clone();
         let text = match provider {
             HostedProvider::ProviderA => {
                 OpenAiClient::new(self.transport.clone(), settings)
                     .with_retry(hosted.retry)
-                    .complete(&prompt, max_tokens)
+                    .chat(system, &prompt, max_tokens)
                     .await?
             }
             HostedProvider::ProviderB => {
                 AnthropicClient::new(self.transport.clone(), settings)
                     .with_retry(hosted.retry)
-                    .complete(&prompt, max_tokens)
+                    .chat(system, &prompt, max_tokens)
                     .await?
             }
         };

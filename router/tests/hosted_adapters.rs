@@ -259,9 +259,17 @@ async fn extract_json_task_returns_parsed_json() {
         .unwrap();
     assert_eq!(result.output, json!({"name": "Ada", "born": 1815}));
     let (_, body) = world.openai.last_request();
-    let prompt = body["messages"][0]["content"].as_str().unwrap();
-    assert!(prompt.starts_with("Extract the structured information"));
-    assert!(prompt.ends_with("Text:\nAda Lovelace was born in 1815."));
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(
+        messages[0]["content"],
+        router::hosted::prompts::task_instructions(TaskType::ExtractJson)
+    );
+    assert_eq!(
+        messages[1],
+        json!({"role": "user", "content": "Ada Lovelace was born in 1815."})
+    );
     assert_eq!(body["max_tokens"], 1024);
 }
 
@@ -278,6 +286,13 @@ async fn extract_json_that_does_not_parse_is_a_failure() {
     // provider_a's prose is refused; provider_b's JSON is taken.
     assert_eq!(result.route, Route::Hosted(HostedProvider::ProviderB));
     assert_eq!(result.output, json!({"ok": true}));
+    // Anthropic takes the instructions as the top-level system prompt.
+    let (_, body) = world.anthropic.last_request();
+    assert_eq!(
+        body["system"],
+        router::hosted::prompts::task_instructions(TaskType::ExtractJson)
+    );
+    assert_eq!(body["messages"], json!([{"role": "user", "content": "x"}]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -294,7 +309,7 @@ async fn summarize_and_classify_return_strings() {
     assert!(body["messages"][0]["content"]
         .as_str()
         .unwrap()
-        .starts_with("Classify the following text."));
+        .starts_with("Classify the text the user sends."));
 
     world.openai.set_reply("A short summary.");
     let mut request = TaskRequest::new(TaskType::Summarize, "Long text", "alice");

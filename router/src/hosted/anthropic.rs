@@ -58,17 +58,31 @@ impl AnthropicClient {
 
     /// Asks the model for a completion of `prompt`; returns its text.
     pub async fn complete(&self, prompt: &str, max_tokens: u32) -> Result<String, AdapterError> {
+        self.chat(None, prompt, max_tokens).await
+    }
+
+    /// Like [`AnthropicClient::complete`], with `system` as the top-level
+    /// system prompt.
+    pub async fn chat(
+        &self,
+        system: Option<&str>,
+        prompt: &str,
+        max_tokens: u32,
+    ) -> Result<String, AdapterError> {
         let Some(key) = self.settings.api_key.as_ref() else {
             return Err(AdapterError::MissingApiKey {
                 provider: PROVIDER,
                 env_var: PROVIDER.api_key_env(),
             });
         };
-        let body = json!({
+        let mut body = json!({
             "model": self.settings.model,
             "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": prompt}],
         });
+        if let Some(system) = system {
+            body["system"] = json!(system);
+        }
         let request = HttpRequest::post_json(self.url(), &body)
             .header("x-api-key", key.expose())
             .header("anthropic-version", ANTHROPIC_VERSION);

@@ -65,6 +65,17 @@ impl OpenAiClient {
 
     /// Asks the model for a completion of `prompt`; returns its text.
     pub async fn complete(&self, prompt: &str, max_tokens: u32) -> Result<String, AdapterError> {
+        self.chat(None, prompt, max_tokens).await
+    }
+
+    /// Like [`OpenAiClient::complete`], with `system` as a system message
+    /// before the user message.
+    pub async fn chat(
+        &self,
+        system: Option<&str>,
+        prompt: &str,
+        max_tokens: u32,
+    ) -> Result<String, AdapterError> {
         let key = self.settings.api_key.as_ref();
         if key.is_none() && self.require_api_key {
             return Err(AdapterError::MissingApiKey {
@@ -72,9 +83,14 @@ impl OpenAiClient {
                 env_var: PROVIDER.api_key_env(),
             });
         }
+        let mut messages = Vec::with_capacity(2);
+        if let Some(system) = system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": prompt}));
         let body = json!({
             "model": self.settings.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": messages,
             "max_tokens": max_tokens,
         });
         let mut request = HttpRequest::post_json(self.url(), &body);

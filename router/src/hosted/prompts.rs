@@ -7,23 +7,40 @@ use crate::error::AdapterError;
 use protocol::api::TaskType;
 use serde_json::Value;
 
-/// The prompt sent to a hosted model for a TASK job.
-pub fn task_prompt(task_type: TaskType, input: &str) -> String {
+/// A TASK job as a chat: the instructions as the system prompt and the
+/// input, verbatim, as the only user message. Keeping the input out of the
+/// instructions makes it harder for the input to pass itself off as them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPrompt {
+    pub system: &'static str,
+    pub user: String,
+}
+
+/// The system prompt of each task type.
+pub fn task_instructions(task_type: TaskType) -> &'static str {
     match task_type {
-        TaskType::Summarize => format!(
-            "Summarize the following text in at most three sentences. \
-             Reply with the summary only.\n\nText:\n{input}"
-        ),
-        TaskType::Classify => format!(
-            "Classify the following text. Reply with a single short lowercase \
-             label only (for example: positive, negative, neutral, question, \
-             spam), with no explanation.\n\nText:\n{input}"
-        ),
-        TaskType::ExtractJson => format!(
-            "Extract the structured information in the following text as one \
-             JSON object. Reply with the JSON object only: no prose, no code \
-             fences.\n\nText:\n{input}"
-        ),
+        TaskType::Summarize => {
+            "Summarize the text the user sends in at most three sentences. \
+             Reply with the summary only."
+        }
+        TaskType::Classify => {
+            "Classify the text the user sends. Reply with a single short \
+             lowercase label only (for example: positive, negative, neutral, \
+             question, spam), with no explanation."
+        }
+        TaskType::ExtractJson => {
+            "Extract the structured information in the text the user sends as \
+             one JSON object. Reply with the JSON object only: no prose, no \
+             code fences."
+        }
+    }
+}
+
+/// The chat sent to a hosted model for a TASK job.
+pub fn task_prompt(task_type: TaskType, input: &str) -> TaskPrompt {
+    TaskPrompt {
+        system: task_instructions(task_type),
+        user: input.to_owned(),
     }
 }
 
@@ -103,9 +120,12 @@ mod tests {
     }
 
     #[test]
-    fn templates_carry_the_input() {
+    fn templates_keep_the_input_apart() {
         for t in TaskType::ALL {
-            assert!(task_prompt(*t, "INPUT-42").ends_with("Text:\nINPUT-42"));
+            let prompt = task_prompt(*t, "INPUT-42");
+            assert_eq!(prompt.user, "INPUT-42");
+            assert!(!prompt.system.contains("INPUT-42"));
         }
+        assert!(task_instructions(TaskType::ExtractJson).contains("JSON"));
     }
 }

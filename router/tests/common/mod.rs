@@ -334,7 +334,11 @@ async fn provider_answer(
             .insert("content-type", "application/json".parse().unwrap());
         return response;
     }
-    let prompt = body["messages"][0]["content"].as_str().unwrap_or_default();
+    let prompt = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
     let text = s
         .reply
         .lock()
