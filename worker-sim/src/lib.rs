@@ -27,7 +27,7 @@ pub use config::{worker_seed, KeySource, Latency, ReconnectPolicy, WorkerConfig}
 pub use event::{EventKind, EventLog, Observer, WorkerEvent};
 pub use fault::{FaultPlan, HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
 pub use transport::{
-    channel_connector, ChannelAcceptor, ChannelConnector, ChannelPeer, ChannelTransport, Connector,
-    Transport, TransportError, WsConnector, WsTransport,
+    channel_connector, channel_pair, ChannelAcceptor, ChannelConnector, ChannelPeer,
+    ChannelTransport, Connector, Transport, TransportError, WsConnector, WsTransport,
 };
 pub use worker::{Worker, WorkerError, WorkerExit};

@@ -41,61 +41,78 @@ pub trait Connector: Send {
 
 // ---------------------------------------------------------------- in-memory
 
+/// Frames buffered per direction of an in-memory connection; the same
+/// bound as the coordinator's own channel tests use.
+pub const CHANNEL_CAPACITY: usize = 64;
+
 /// The worker's end of an in-memory connection.
 #[derive(Debug)]
 pub struct ChannelTransport {
-    pub tx: mpsc::UnboundedSender<String>,
-    pub rx: mpsc::UnboundedReceiver<String>,
+    pub to_coordinator: mpsc::Sender<String>,
+    pub from_coordinator: mpsc::Receiver<String>,
 }
 
-/// The coordinator's end of an in-memory connection: `rx` yields the frames
-/// the worker sent, `tx` delivers frames to the worker. Dropping it closes the
-/// connection as the worker sees it.
+/// The coordinator's end of an in-memory connection. The field names and
+/// types match `coordinator::session::ChannelConnection`, so the harness
+/// wires one to the coordinator's session logic with
+/// `ChannelConnection { from_worker: peer.from_worker, to_worker: peer.to_worker }`.
+/// Dropping it closes the connection as the worker sees it.
 #[derive(Debug)]
 pub struct ChannelPeer {
-    pub tx: mpsc::UnboundedSender<String>,
-    pub rx: mpsc::UnboundedReceiver<String>,
+    pub from_worker: mpsc::Receiver<String>,
+    pub to_worker: mpsc::Sender<String>,
 }
 
 impl ChannelPeer {
-    pub fn send(&self, frame: impl Into<String>) -> Result<(), TransportError> {
-        self.tx
+    pub async fn send(&self, frame: impl Into<String>) -> Result<(), TransportError> {
+        self.to_worker
             .send(frame.into())
+            .await
             .map_err(|_| TransportError::Closed)
     }
 
+    /// Without waiting; fails when the worker's queue is full or gone.
+    pub fn try_send(&self, frame: impl Into<String>) -> Result<(), TransportError> {
+        self.to_worker
+            .try_send(frame.into())
+            .map_err(|e| TransportError::Send(e.to_string()))
+    }
+
     pub async fn recv(&mut self) -> Option<String> {
-        self.rx.recv().await
+        self.from_worker.recv().await
     }
 }
 
 /// A connected pair of in-memory ends.
 pub fn channel_pair() -> (ChannelTransport, ChannelPeer) {
-    let (to_peer, from_worker) = mpsc::unbounded_channel();
-    let (to_worker, from_peer) = mpsc::unbounded_channel();
+    let (to_coordinator, from_worker) = mpsc::channel(CHANNEL_CAPACITY);
+    let (to_worker, from_coordinator) = mpsc::channel(CHANNEL_CAPACITY);
     (
         ChannelTransport {
-            tx: to_peer,
-            rx: from_peer,
+            to_coordinator,
+            from_coordinator,
         },
         ChannelPeer {
-            tx: to_worker,
-            rx: from_worker,
+            from_worker,
+            to_worker,
         },
     )
 }
 
 impl Transport for ChannelTransport {
     async fn send(&mut self, frame: String) -> Result<(), TransportError> {
-        self.tx.send(frame).map_err(|_| TransportError::Closed)
+        self.to_coordinator
+            .send(frame)
+            .await
+            .map_err(|_| TransportError::Closed)
     }
 
     async fn recv(&mut self) -> Option<String> {
-        self.rx.recv().await
+        self.from_coordinator.recv().await
     }
 
     async fn close(&mut self) {
-        self.rx.close();
+        self.from_coordinator.close();
     }
 }
 

@@ -12,7 +12,9 @@
 //! let mut worker = Worker::new(WorkerConfig::with_seed(7), TokioClock::shared(1_795_255_200_000))?
 //!     .with_observer(std::sync::Arc::new(log.clone()));
 //! tokio::spawn(async move { worker.run(connector).await });
-//! let peer = acceptor.accept().await.unwrap(); // wire `peer.tx` / `peer.rx` to the coordinator
+//! // Each (re)connect yields a peer; hand it to the coordinator's session logic:
+//! // `coordinator::session::run(c, ChannelConnection { from_worker: peer.from_worker, to_worker: peer.to_worker })`.
+//! let peer = acceptor.accept().await.unwrap();
 //! # drop(peer); Ok(()) }
 //! ```
 //!

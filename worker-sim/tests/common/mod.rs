@@ -55,7 +55,7 @@ impl FakeCoordinator {
 
     pub fn send(&self, frame: &CoordinatorFrame) {
         self.peer
-            .send(serde_json::to_string(frame).unwrap())
+            .try_send(serde_json::to_string(frame).unwrap())
             .expect("worker is connected");
     }
 
