@@ -13,6 +13,21 @@
 //! - [`transport`]: [`HttpTransport`] with the reqwest and in-process transports.
 //! - [`error`]: [`AdapterError`] and [`RouterError`].
 //!
+//! ```no_run
+//! use router::{ComputeRouter, LlmRequest, TaskRequest, TaskType};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let router = ComputeRouter::from_env()?;
+//! let answer = router.run_llm(LlmRequest::new("Why is the sky blue?", "alice")).await?;
+//! println!("{} via {}", answer.output, answer.route);
+//! let json = router
+//!     .run_task(TaskRequest::new(TaskType::ExtractJson, "Ada, born 1815", "alice"))
+//!     .await?;
+//! println!("{}", serde_json::to_string_pretty(&json)?);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! All waiting goes through `tokio::time`, so everything runs under a paused
 //! clock; the router never reads the wall clock.
 

@@ -14,8 +14,9 @@ pub use reqwest_client::ReqwestTransport;
 use futures_util::future::BoxFuture;
 pub use http::Method;
 
-/// An HTTP request with its whole body in memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An HTTP request with its whole body in memory. Its `Debug` hides the
+/// values of credential headers, so requests can be logged.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
     pub method: Method,
     /// Absolute URL: `scheme://host[:port]/path?query`.
@@ -99,6 +100,36 @@ impl HttpResponse {
             out.push('…');
         }
         out
+    }
+}
+
+/// Headers whose values are secrets: API keys and signed payments.
+const SECRET_HEADERS: [&str; 4] = [
+    "authorization",
+    "x-api-key",
+    "x-payment",
+    "proxy-authorization",
+];
+
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let secret = SECRET_HEADERS.iter().any(|s| name.eq_ignore_ascii_case(s));
+                (
+                    name.as_str(),
+                    if secret { "<redacted>" } else { value.as_str() },
+                )
+            })
+            .collect();
+        f.debug_struct("HttpRequest")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("body_len", &self.body.len())
+            .finish()
     }
 }
 
