@@ -1,6 +1,8 @@
 // Pays a 402-gated POST with the official x402 TypeScript client
 // (@x402/fetch + @x402/evm, viem local account) and prints one JSON line:
-// {"status":201,"body":"...","paymentResponse":{...}}.
+// {"status":201,"body":"...","payer":"0x...","paymentResponse":{...}}.
+// It speaks v2 (PAYMENT-REQUIRED header -> PAYMENT-SIGNATURE) and, when the
+// server sends only an x402 v1 body, v1 (body -> X-PAYMENT) on Base Sepolia.
 //
 // Env:
 //   X402_URL        the URL to POST to (required)
@@ -9,6 +11,7 @@
 //                   a public test key that holds no real funds)
 import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm";
+import { ExactEvmSchemeV1 } from "@x402/evm/v1";
 import { privateKeyToAccount } from "viem/accounts";
 
 const url = process.env.X402_URL;
@@ -25,7 +28,10 @@ const body =
 
 const account = privateKeyToAccount(key);
 const fetchWithPayment = wrapFetchWithPaymentFromConfig(fetch, {
-  schemes: [{ network: "eip155:*", client: new ExactEvmScheme(account) }],
+  schemes: [
+    { network: "eip155:*", client: new ExactEvmScheme(account) },
+    { network: "base-sepolia", client: new ExactEvmSchemeV1(account), x402Version: 1 },
+  ],
 });
 
 try {

@@ -16,6 +16,46 @@
 //!
 //! Time is always passed in as Unix seconds and randomness as an RNG; this
 //! crate never reads the clock.
+//!
+//! Without a facilitator URL, settlement is local: the payment is verified
+//! (signature, recipient, amount, validity window, replay) but nothing is
+//! submitted on chain, so **no money moves**; `payment_ref` is `x402:<nonce>`.
+//!
+//! A commit handler, once the body has validated (a 400 is never charged):
+//!
+//! ```
+//! use axum::http::{HeaderMap, StatusCode};
+//! use axum::response::{IntoResponse, Response};
+//! use protocol::money::Price;
+//! use x402::{PaymentConfig, PaymentGate};
+//!
+//! async fn commit(gate: &PaymentGate, headers: &HeaderMap, price: Price, now_seconds: u64) -> Response {
+//!     let offer = gate.offer(price, "https://coordinator.example/v1/jobs/commit/fast", "FAST TASK job");
+//!     // Decode, verify, reserve the nonce. No payment or a bad one: 402 with the accepts list.
+//!     let auth = match gate.authorize(&offer, headers, now_seconds) {
+//!         Ok(auth) => auth,
+//!         Err(refusal) => return refusal.into_response(),
+//!     };
+//!     // Anything that would still refuse the job for free (a 422) goes here,
+//!     // followed by `gate.cancel(&auth)`.
+//!     let paid = match gate.settle(auth).await {
+//!         Ok(paid) => paid,
+//!         Err(refusal) => return refusal.into_response(), // no job is created
+//!     };
+//!     let payment_ref = paid.payment_ref().to_owned(); // store on the job, goes into the receipt
+//!     let mut resp = (StatusCode::CREATED, payment_ref).into_response();
+//!     paid.insert_response_headers(resp.headers_mut());
+//!     resp
+//! }
+//!
+//! let config = PaymentConfig::base_sepolia_usdc("0x209693Bc6afc0C5328bA36FaF03C514EF312287C".parse().unwrap());
+//! config.validate().unwrap();
+//! let gate = PaymentGate::from_config(config).unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let resp = rt.block_on(commit(&gate, &HeaderMap::new(), Price::from_micros(10_000), 1_795_255_200));
+//! assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+//! assert!(resp.headers().contains_key("payment-required"));
+//! ```
 
 pub mod challenge;
 pub mod config;

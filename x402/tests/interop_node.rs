@@ -22,13 +22,16 @@ const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 /// The payer of `pay.mjs`: anvil/hardhat account #0.
 const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
 
-/// (status, payment_ref, refusal reason) of one request.
-type Seen = (u16, Option<String>, Option<String>);
+/// (status, payment header name, payment_ref, refusal reason) of one request.
+type Seen = (u16, Option<&'static str>, Option<String>, Option<String>);
 
 #[derive(Clone)]
 struct App {
     gate: PaymentGate,
     base_url: String,
+    /// Answer 402 with the x402 v1 body only (no `PAYMENT-REQUIRED`), as a
+    /// v1 server would, so the client has to pay with `X-PAYMENT`.
+    body_only: bool,
     log: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -50,6 +53,9 @@ async fn commit(State(app): State<App>, headers: HeaderMap, Json(body): Json<Val
         )
             .into_response();
     }
+    let sent = [x402::wire::X_PAYMENT, x402::wire::PAYMENT_SIGNATURE]
+        .into_iter()
+        .find(|h| headers.contains_key(*h));
     let url = format!("{}/v1/jobs/commit/fast", app.base_url);
     let offer = app
         .gate
@@ -63,7 +69,7 @@ async fn commit(State(app): State<App>, headers: HeaderMap, Json(body): Json<Val
             app.log
                 .lock()
                 .unwrap()
-                .push((201, Some(paid.payment_ref().to_owned()), None));
+                .push((201, sent, Some(paid.payment_ref().to_owned()), None));
             let mut resp = (
                 StatusCode::CREATED,
                 Json(json!({"job_id": "00000000-0000-4000-8000-000000000001"})),
@@ -74,8 +80,12 @@ async fn commit(State(app): State<App>, headers: HeaderMap, Json(body): Json<Val
         }
         Err(refusal) => {
             let reason = refusal.reason().map(|r| r.as_str().to_owned());
-            app.log.lock().unwrap().push((402, None, reason));
-            refusal.into_response()
+            app.log.lock().unwrap().push((402, sent, None, reason));
+            let mut resp = refusal.into_response();
+            if app.body_only {
+                resp.headers_mut().remove(x402::wire::PAYMENT_REQUIRED);
+            }
+            resp
         }
     }
 }
@@ -105,8 +115,9 @@ async fn require_node() {
     );
 }
 
-#[tokio::test]
-async fn official_typescript_client_pays_and_gets_201() {
+/// Serves the gated endpoint, runs `pay.mjs` against it, and returns what
+/// the client printed and what the server saw.
+async fn pay_with_official_client(body_only: bool) -> (Value, Vec<Seen>) {
     require_node().await;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -116,6 +127,7 @@ async fn official_typescript_client_pays_and_gets_201() {
     let app = App {
         gate: PaymentGate::from_config(config).unwrap(),
         base_url: base_url.clone(),
+        body_only,
         log: Arc::default(),
     };
     let router = Router::new()
@@ -136,37 +148,51 @@ async fn official_typescript_client_pays_and_gets_201() {
     server.abort();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let log = app.log.lock().unwrap().clone();
     assert!(
         out.status.success(),
-        "node pay.mjs failed\nstdout: {stdout}\nstderr: {stderr}"
+        "node pay.mjs failed\nstdout: {stdout}\nstderr: {stderr}\nserver saw: {log:?}"
     );
-
     let result: Value = serde_json::from_str(stdout.trim().lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("unexpected output ({e}): {stdout}\nstderr: {stderr}"));
-    let log = app.log.lock().unwrap().clone();
+    (result, log)
+}
+
+fn assert_paid(result: &Value, log: &[Seen], header: &str) {
     assert_eq!(
         result["status"], 201,
-        "client saw {result}; server log {log:?}"
+        "client saw {result}; server saw {log:?}"
     );
     assert_eq!(result["payer"], PAYER);
     let body: Value = serde_json::from_str(result["body"].as_str().unwrap()).unwrap();
     assert!(body["job_id"].is_string());
 
-    // First the 402 (no header), then the paid retry.
+    // First the 402 (no payment header), then the paid retry.
     assert_eq!(log.len(), 2, "{log:?}");
-    assert_eq!(log[0].0, 402);
-    assert_eq!(log[0].2, None);
-    assert_eq!(log[1].0, 201);
-    let payment_ref = log[1].1.clone().unwrap();
+    assert_eq!(log[0], (402, None, None, None));
+    assert_eq!((log[1].0, log[1].1), (201, Some(header)));
+    let payment_ref = log[1].2.clone().unwrap();
     assert!(
         payment_ref.starts_with("x402:0x") && payment_ref.len() == 5 + 66,
         "{payment_ref}"
     );
-    // The client decoded our PAYMENT-RESPONSE.
+    // The client decoded our PAYMENT-RESPONSE / X-PAYMENT-RESPONSE.
     assert_eq!(result["paymentResponse"]["success"], true);
     assert_eq!(
         result["paymentResponse"]["transaction"],
         payment_ref.as_str()
     );
     assert_eq!(result["paymentResponse"]["network"], "eip155:84532");
+}
+
+#[tokio::test]
+async fn official_client_pays_v2_from_payment_required_header_and_gets_201() {
+    let (result, log) = pay_with_official_client(false).await;
+    assert_paid(&result, &log, x402::wire::PAYMENT_SIGNATURE);
+}
+
+#[tokio::test]
+async fn official_client_pays_v1_from_body_and_gets_201() {
+    let (result, log) = pay_with_official_client(true).await;
+    assert_paid(&result, &log, x402::wire::X_PAYMENT);
 }
