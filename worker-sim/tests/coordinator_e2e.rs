@@ -1,0 +1,320 @@
+//! Simulated workers against the real coordinator (its HTTP app and session
+//! logic) over in-memory channels, under a paused clock: each scripted fault
+//! produces the coordinator behaviour `docs/worker-protocol.md` documents.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use coordinator::config::Config;
+use coordinator::session::ChannelConnection;
+use coordinator::store::MemoryStore;
+use coordinator::Coordinator;
+use http_body_util::BodyExt;
+use protocol::api::Payload;
+use protocol::receipt::Receipt;
+use rand::SeedableRng;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+use worker_sim::{
+    channel_connector, EventKind, EventLog, FaultPlan, HandshakeFault, HeartbeatFault, JobFault,
+    Latency, MalformedKind, TokioClock, Worker, WorkerConfig, WorkerError, WorkerExit,
+};
+
+const EPOCH_MS: i64 = 1_795_255_200_000;
+const NETWORK: &str = "eip155:10143";
+
+struct Sim {
+    app: Router,
+    log: EventLog,
+    pubkey: String,
+    worker: JoinHandle<Result<WorkerExit, WorkerError>>,
+}
+
+/// A coordinator plus one simulated worker whose every connection is served
+/// by the coordinator's own session code.
+fn start(faults: FaultPlan) -> Sim {
+    let config = Config {
+        network: NETWORK.into(),
+        ..Config::default()
+    };
+    let c = Coordinator::new(
+        config,
+        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
+        rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        Arc::new(MemoryStore::default()),
+    );
+    let app = coordinator::app(c.clone());
+    let (connector, mut acceptor) = channel_connector();
+    tokio::spawn(async move {
+        while let Some(peer) = acceptor.accept().await {
+            tokio::spawn(coordinator::session::run(
+                c.clone(),
+                ChannelConnection {
+                    from_worker: peer.from_worker,
+                    to_worker: peer.to_worker,
+                },
+            ));
+        }
+    });
+    let log = EventLog::new();
+    let mut worker = Worker::new(
+        WorkerConfig {
+            latency: Latency::Fixed { ms: 200 },
+            faults,
+            ..WorkerConfig::with_seed(11)
+        },
+        TokioClock::shared(EPOCH_MS),
+    )
+    .unwrap()
+    .with_observer(Arc::new(log.clone()));
+    let pubkey = worker.public_key_hex();
+    let worker = tokio::spawn(async move { worker.run(connector).await });
+    Sim {
+        app,
+        log,
+        pubkey,
+        worker,
+    }
+}
+
+async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    let body = match body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn wait_online(app: &Router, n: u64) {
+    for _ in 0..1_000 {
+        if call(app, "GET", "/v1/health", None).await.1["workers_online"] == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never {n} workers online");
+}
+
+async fn commit_llm(app: &Router, prompt: &str) -> String {
+    let (status, body) = call(
+        app,
+        "POST",
+        "/v1/jobs/commit/fast",
+        Some(json!({"job_type": "LLM_INFER", "user_id": "alice",
+            "payload": {"prompt": prompt, "max_tokens": 16}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["job_id"].as_str().unwrap().to_owned()
+}
+
+/// Polls the job until it is terminal; returns the record.
+async fn wait_done(app: &Router, id: &str) -> Value {
+    for _ in 0..2_000 {
+        let (_, record) = call(app, "GET", &format!("/v1/jobs/{id}"), None).await;
+        if record["status"] == "completed" || record["status"] == "failed" {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {id} never finished");
+}
+
+fn assert_completed_by(record: &Value, pubkey: &str, prompt: &str) {
+    assert_eq!(record["status"], "completed", "{record}");
+    let output = &record["result"]["output"];
+    let receipt: Receipt = serde_json::from_value(record["receipt"].clone()).unwrap();
+    receipt.verify(output).unwrap();
+    assert_eq!(receipt.provider_pubkey, pubkey);
+    assert_eq!(
+        *output,
+        worker_sim::outputs::output_for(&Payload::Llm {
+            prompt: prompt.into(),
+            max_tokens: 16
+        })
+    );
+}
+
+fn frames_in(log: &EventLog) -> Vec<String> {
+    log.events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::FrameIn { frame } => Some(frame),
+            _ => None,
+        })
+        .collect()
+}
+
+fn got_error(log: &EventLog, code: &str) -> bool {
+    frames_in(log)
+        .iter()
+        .any(|f| f.contains(r#""type":"error""#) && f.contains(&format!(r#""code":"{code}""#)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_simulated_worker_completes_a_job_with_a_verified_receipt() {
+    let s = start(FaultPlan::none());
+    wait_online(&s.app, 1).await;
+    let id = commit_llm(&s.app, "Hello coordinator").await;
+    let record = wait_done(&s.app, &id).await;
+    assert_completed_by(&record, &s.pubkey, "Hello coordinator");
+    assert!(frames_in(&s.log)
+        .iter()
+        .any(|f| f.contains("result_accepted")));
+}
+
+/// Faults after which the coordinator requeues the job; the worker's next
+/// assignment (job index 1) is clean, so the job still completes.
+async fn requeued_then_completed(fault: JobFault, expected_error: Option<&str>) -> Sim {
+    let s = start(FaultPlan::none().on_job(0, fault.clone()));
+    wait_online(&s.app, 1).await;
+    let id = commit_llm(&s.app, "retry me").await;
+    let record = wait_done(&s.app, &id).await;
+    assert_completed_by(&record, &s.pubkey, "retry me");
+    if let Some(code) = expected_error {
+        assert!(got_error(&s.log, code), "{fault:?}: no {code} error frame");
+    }
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_signature_gets_invalid_receipt_and_the_job_is_requeued() {
+    requeued_then_completed(JobFault::BadSignature, Some("invalid_receipt")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn wrong_output_hash_gets_invalid_receipt() {
+    requeued_then_completed(JobFault::WrongOutputHash, Some("invalid_receipt")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_output_gets_invalid_output() {
+    requeued_then_completed(JobFault::InvalidOutput, Some("invalid_output")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn reject_is_requeued() {
+    requeued_then_completed(
+        JobFault::Reject {
+            reason: "busy".into(),
+            accept_first: false,
+        },
+        None,
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_worker_gets_cancel_after_the_lease() {
+    let s = requeued_then_completed(JobFault::Silent, None).await;
+    assert!(frames_in(&s.log)
+        .iter()
+        .any(|f| f.contains(r#""type":"cancel""#)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_frames_get_error_frames_and_the_session_survives() {
+    for (kind, codes) in [
+        (MalformedKind::NotJson, &["malformed_frame"][..]),
+        (MalformedKind::UnknownType, &["malformed_frame"][..]),
+        // Over the coordinator's 1 MiB frame limit, under the hard 4 MiB one.
+        (
+            MalformedKind::Oversized { bytes: 2_000_000 },
+            &["frame_too_large"][..],
+        ),
+        (MalformedKind::Unexpected, &["unexpected_frame"][..]),
+        (
+            MalformedKind::ForeignResult,
+            &["unknown_job", "not_assigned"][..],
+        ),
+    ] {
+        let s = start(FaultPlan::none().on_job(
+            0,
+            JobFault::Malformed {
+                frame: kind.clone(),
+            },
+        ));
+        wait_online(&s.app, 1).await;
+        let id = commit_llm(&s.app, "still fine").await;
+        let record = wait_done(&s.app, &id).await;
+        assert_completed_by(&record, &s.pubkey, "still fine");
+        let errors: Vec<String> = frames_in(&s.log)
+            .into_iter()
+            .filter(|f| f.contains(r#""type":"error""#))
+            .collect();
+        assert_eq!(errors.len(), 1, "{kind:?}: {errors:?}");
+        assert!(
+            codes.iter().any(|code| got_error(&s.log, code)),
+            "{kind:?}: {errors:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_requeues_and_the_worker_comes_back() {
+    let s = requeued_then_completed(
+        JobFault::Crash {
+            restart_after_ms: 3_000,
+        },
+        None,
+    )
+    .await;
+    let welcomes = s
+        .log
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Welcomed { .. }))
+        .count();
+    assert_eq!(welcomes, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn disconnect_requeues_and_the_worker_comes_back() {
+    requeued_then_completed(JobFault::Disconnect, None).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_gets_the_worker_dropped() {
+    let s = start(FaultPlan::none().with_heartbeat(HeartbeatFault::Stop { after_ms: 0 }));
+    wait_online(&s.app, 1).await;
+    tokio::time::sleep(Duration::from_millis(16_000)).await;
+    assert!(
+        got_error(&s.log, "heartbeat_timeout"),
+        "{:?}",
+        frames_in(&s.log)
+    );
+    assert!(s
+        .log
+        .events()
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Disconnected { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn handshake_faults_are_refused() {
+    for (fault, code) in [
+        (HandshakeFault::BadAuthSignature, "AuthFailed"),
+        (HandshakeFault::WrongProtocolVersion, "UnsupportedVersion"),
+        (HandshakeFault::InvalidHello, "InvalidHello"),
+    ] {
+        let s = start(FaultPlan::none().with_handshake(fault.clone()));
+        let result = s.worker.await.unwrap();
+        match result {
+            Err(WorkerError::Refused { code: got, .. }) => assert_eq!(format!("{got:?}"), code),
+            other => panic!("{fault:?}: {other:?}"),
+        }
+    }
+}
