@@ -54,8 +54,11 @@ pub struct SettleRequest<'a> {
     pub verified: Option<&'a VerifiedPayment>,
 }
 
-/// Settles payments. On `Err` no money moved (or the facilitator says so),
-/// and the caller releases the nonce reservation.
+/// Settles payments. On `Err` the caller releases the nonce reservation
+/// and creates no job. An `Err` normally means no money moved; the one
+/// exception is a facilitator that settled but whose answer was lost (a
+/// timeout during `/settle`): the payer is then charged without a job, and
+/// reconciling that needs the transaction log of the facilitator.
 pub trait Settler: Send + Sync {
     fn settle<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<Settlement, Reason>>;
 }

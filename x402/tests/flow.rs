@@ -436,3 +436,20 @@ async fn facilitator_over_http() {
     ));
     server.abort();
 }
+
+#[tokio::test]
+async fn v1_payment_goes_to_the_facilitator_in_v1_shape() {
+    let stub = FacilitatorStub::new("eip155:84532");
+    let gate = stub_gate(&stub, Duration::from_secs(5));
+    let h = pay(&required_v1(), NOW, 25);
+    gate.accept(&offer(), &headers(&h), NOW).await.unwrap();
+    let calls = stub.calls();
+    let body = &calls[0].body;
+    assert_eq!(body["x402Version"], 1);
+    assert_eq!(body["paymentPayload"], decode_json(&h.value));
+    let req = &body["paymentRequirements"];
+    assert_eq!(req["network"], "base-sepolia");
+    assert_eq!(req["maxAmountRequired"], "10000");
+    assert_eq!(req["resource"], URL);
+    assert_eq!(req["extra"], json!({"name": "USDC", "version": "2"}));
+}
