@@ -1,1 +1,20 @@
-//! placeholder
+//! The harness: runs declarative TOML scenarios against the real coordinator,
+//! simulated workers and hosted-provider stubs, under a seeded clock and RNG,
+//! and proves each run replays byte for byte.
+//!
+//! Layout:
+//! - [`scenario`]: the TOML format (`scenarios/README.md` documents it).
+//! - [`transcript`]: timestamped lines and their rolling SHA-256 digest.
+//! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
+//! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
+//! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
+
+pub mod live;
+pub mod matcher;
+pub mod runner;
+pub mod scenario;
+pub mod transcript;
+pub mod world;
+
+pub use runner::{run_simulated, Outcome, RunReport};
+pub use scenario::Scenario;

@@ -1,0 +1,206 @@
+//! `harness [run] scenarios/*.toml`: runs each scenario twice under the
+//! simulation, fails if the two transcripts differ, and prints a summary.
+//! `harness --live ...` runs the live-capable scenarios against real
+//! coordinator processes over real sockets.
+
+use clap::Parser;
+use harness::runner::{run_simulated, Outcome, RunReport};
+use harness::transcript::first_difference;
+use harness::Scenario;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(version, about = "Deterministic scenario runner for the coordinator")]
+struct Args {
+    /// Scenario files (TOML). A leading `run` is accepted and ignored.
+    #[arg(required = true)]
+    scenarios: Vec<PathBuf>,
+    /// Override every scenario's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Write each transcript and a summary.json into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only scenarios whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Print every transcript.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Run against live coordinator processes instead of the simulation.
+    #[arg(long)]
+    live: bool,
+    /// With --live: the coordinator binary to start (default: next to this one).
+    #[arg(long)]
+    coordinator_bin: Option<PathBuf>,
+}
+
+struct Row {
+    report: RunReport,
+    wall_ms: u128,
+    failure: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if args
+        .scenarios
+        .first()
+        .is_some_and(|p| p.as_os_str() == "run")
+    {
+        args.scenarios.remove(0);
+    }
+    let mut scenarios = Vec::new();
+    for path in &args.scenarios {
+        match Scenario::load(path) {
+            Ok(s) => {
+                if args
+                    .filter
+                    .as_ref()
+                    .is_none_or(|f| s.name.contains(f.as_str()))
+                {
+                    scenarios.push(s);
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if scenarios.is_empty() {
+        eprintln!("error: no scenario to run");
+        return ExitCode::from(2);
+    }
+    if args.live {
+        return harness::live::main(&scenarios, args.coordinator_bin.as_deref());
+    }
+
+    let bar = ProgressBar::new(scenarios.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("static template"),
+    );
+    let mut rows = Vec::new();
+    for scenario in &scenarios {
+        bar.set_message(scenario.name.clone());
+        rows.push(run_twice(scenario, args.seed));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    if args.verbose {
+        for row in &rows {
+            println!("--- {}", row.report.name);
+            for line in &row.report.transcript {
+                println!("{line}");
+            }
+        }
+    }
+    print_table(&rows);
+    if let Some(dir) = &args.out {
+        if let Err(e) = write_out(dir, &rows) {
+            eprintln!("error: writing {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let failed: Vec<&Row> = rows.iter().filter(|r| r.failure.is_some()).collect();
+    for row in &failed {
+        println!(
+            "\nFAILED {}: {}",
+            row.report.name,
+            row.failure.as_deref().unwrap_or("")
+        );
+        println!("transcript tail:");
+        let tail = row.report.transcript.len().saturating_sub(15);
+        for line in &row.report.transcript[tail..] {
+            println!("  {line}");
+        }
+    }
+    println!(
+        "\n{} passed, {} failed",
+        rows.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs a scenario twice and compares the transcripts.
+fn run_twice(scenario: &Scenario, seed: Option<u64>) -> Row {
+    #[allow(clippy::disallowed_methods)] // wall time of the tool itself, for the report
+    let started = std::time::Instant::now();
+    let first = run_simulated(scenario, seed);
+    let wall_ms = started.elapsed().as_millis();
+    let second = run_simulated(scenario, seed);
+    let failure = match &first.outcome {
+        Outcome::Failed { step, message } => Some(format!("step {step}: {message}")),
+        Outcome::Passed if first.digest != second.digest => {
+            let (line, a, b) = first_difference(&first.transcript, &second.transcript).unwrap_or((
+                0,
+                String::new(),
+                String::new(),
+            ));
+            Some(format!(
+                "not deterministic: the two runs differ first at line {line}:\n  run 1: {a}\n  run 2: {b}"
+            ))
+        }
+        Outcome::Passed => None,
+    };
+    Row {
+        report: first,
+        wall_ms,
+        failure,
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    let width = rows
+        .iter()
+        .map(|r| r.report.name.len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    println!(
+        "{:<width$}  {:>5}  {:>10}  {:>8}  {:<16}  result",
+        "scenario", "steps", "sim time", "wall", "digest"
+    );
+    for row in rows {
+        let r = &row.report;
+        println!(
+            "{:<width$}  {:>5}  {:>9.3}s  {:>6}ms  {:<16}  {}",
+            r.name,
+            r.steps_run,
+            r.sim_ms as f64 / 1000.0,
+            row.wall_ms,
+            r.digest.get(..16).unwrap_or(""),
+            if row.failure.is_some() { "FAIL" } else { "ok" }
+        );
+    }
+}
+
+fn write_out(dir: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut summary = Vec::new();
+    for row in rows {
+        let r = &row.report;
+        std::fs::write(
+            dir.join(format!("{}.transcript", r.name)),
+            r.transcript.join("\n") + "\n",
+        )?;
+        summary.push(serde_json::json!({
+            "scenario": r.name, "seed": r.seed, "steps": r.steps_run, "sim_ms": r.sim_ms,
+            "wall_ms": row.wall_ms as u64, "digest": r.digest,
+            "result": if row.failure.is_some() { "fail" } else { "pass" },
+            "failure": row.failure,
+        }));
+    }
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary).unwrap_or_default(),
+    )
+}

@@ -1,0 +1,419 @@
+//! Runs a scenario: builds the world in a fresh current-thread runtime with
+//! paused time and no I/O driver, executes the steps in order, checks
+//! expectations and invariants, and returns the transcript and its digest.
+
+use crate::matcher::{self, Vars};
+use crate::scenario::{parse_duration, Expect, Scenario, Step};
+use crate::world::World;
+use protocol::api::{JobStatus, PrivacyClass};
+use router::{HttpRequest, HttpTransport, LlmRequest, TaskRequest};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    Failed { step: usize, message: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub name: String,
+    pub seed: u64,
+    pub steps_run: usize,
+    pub sim_ms: i64,
+    pub transcript: Vec<String>,
+    pub digest: String,
+    pub outcome: Outcome,
+}
+
+/// Runs `scenario` in the simulation with `seed` (the scenario's unless overridden).
+pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
+    let seed = seed.unwrap_or(scenario.seed);
+    // Time only: an accidental real socket or file wait fails loudly.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let report = runtime.block_on(async {
+        let mut world = match World::build(scenario, seed) {
+            Ok(w) => w,
+            Err(message) => {
+                return RunReport {
+                    name: scenario.name.clone(),
+                    seed,
+                    steps_run: 0,
+                    sim_ms: 0,
+                    transcript: vec![],
+                    digest: String::new(),
+                    outcome: Outcome::Failed { step: 0, message },
+                }
+            }
+        };
+        world
+            .transcript
+            .log("harness", format!("scenario {} seed {seed}", scenario.name));
+        let (steps_run, outcome) = run_steps(scenario, &mut world).await;
+        RunReport {
+            name: scenario.name.clone(),
+            seed,
+            steps_run,
+            sim_ms: world.transcript.elapsed_ms(),
+            transcript: world.transcript.lines(),
+            digest: world.transcript.digest(),
+            outcome,
+        }
+    });
+    // Dropping the runtime cancels every task still running (workers, sessions, timers).
+    drop(runtime);
+    report
+}
+
+async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
+    // Let workers connect and authenticate before the first step.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut vars = Vars::new();
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let number = i + 1;
+        if let Some(name) = &step.name {
+            world
+                .transcript
+                .log("harness", format!("step {number}: {name}"));
+        }
+        if let Err(message) = run_step(step, world, &mut vars).await {
+            world
+                .transcript
+                .log("harness", format!("FAILED step {number}: {message}"));
+            return (
+                number,
+                Outcome::Failed {
+                    step: number,
+                    message,
+                },
+            );
+        }
+    }
+    // Let in-flight frames land before the end-of-run checks.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    match check_invariants(scenario, world) {
+        Ok(()) => {
+            world.transcript.log("harness", "invariants hold");
+            (scenario.steps.len(), Outcome::Passed)
+        }
+        Err(message) => {
+            world
+                .transcript
+                .log("harness", format!("FAILED invariant: {message}"));
+            (
+                scenario.steps.len(),
+                Outcome::Failed {
+                    step: scenario.steps.len() + 1,
+                    message,
+                },
+            )
+        }
+    }
+}
+
+async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(), String> {
+    let answer: Option<(Option<u16>, Vec<(String, String)>, Value)> = if let Some(call) = &step.http
+    {
+        let path = matcher::render_str(&call.path, vars)?;
+        let url = format!("{}{}", world.base_url(&call.instance)?, path);
+        let method: axum::http::Method = call
+            .method
+            .parse()
+            .map_err(|_| format!("bad method {:?}", call.method))?;
+        let mut request = HttpRequest {
+            method: method.clone(),
+            url,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let mut shown = String::new();
+        if let Some(body) = &call.body {
+            let body = matcher::render(body, vars)?;
+            request.body = protocol::canonical::to_vec(&body);
+            request
+                .headers
+                .push(("content-type".into(), "application/json".into()));
+            shown = String::from_utf8_lossy(&request.body).into_owned();
+        } else if let Some(raw) = &call.raw_body {
+            request.body = raw.as_bytes().to_vec();
+            shown = format!("raw:{raw:?}");
+        }
+        for (k, v) in &call.headers {
+            let v = matcher::render_str(v, vars)?;
+            request
+                .headers
+                .retain(|(name, _)| !name.eq_ignore_ascii_case(k));
+            request.headers.push((k.to_ascii_lowercase(), v));
+        }
+        world
+            .transcript
+            .log(&call.instance, format!("> {method} {path} {shown}"));
+        let response = world.http.send(request).await;
+        match response {
+            Ok(r) => {
+                let body: Value = serde_json::from_slice(&r.body)
+                    .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));
+                world.transcript.log(
+                    &call.instance,
+                    format!(
+                        "< {} {}",
+                        r.status,
+                        String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+                    ),
+                );
+                Some((Some(r.status), r.headers, body))
+            }
+            Err(e) => {
+                world
+                    .transcript
+                    .log(&call.instance, format!("< transport error: {e}"));
+                Some((None, vec![], json!({"transport_error": e.to_string()})))
+            }
+        }
+    } else if let Some(call) = &step.router {
+        let request = matcher::render(&call.request, vars)?;
+        world.transcript.log(
+            "router",
+            format!(
+                "> {} {}",
+                call.call,
+                String::from_utf8_lossy(&protocol::canonical::to_vec(&request))
+            ),
+        );
+        let result = match call.call.as_str() {
+            "run_llm" => {
+                let r: LlmRequest =
+                    serde_json::from_value(request).map_err(|e| format!("router request: {e}"))?;
+                world.router.run_llm(r).await
+            }
+            "run_task" => {
+                let r: TaskRequest =
+                    serde_json::from_value(request).map_err(|e| format!("router request: {e}"))?;
+                world.router.run_task(r).await
+            }
+            other => {
+                return Err(format!(
+                    "router call must be run_llm or run_task, not {other:?}"
+                ))
+            }
+        };
+        let body = match result {
+            Ok(r) => serde_json::to_value(&r).map_err(|e| e.to_string())?,
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        world.transcript.log(
+            "router",
+            format!(
+                "< {}",
+                String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+            ),
+        );
+        Some((None, vec![], body))
+    } else if let Some(advance) = &step.advance {
+        let d = parse_duration(advance)?;
+        world
+            .transcript
+            .log("harness", format!("advance {advance}"));
+        tokio::time::sleep(d).await;
+        None
+    } else if let Some(wait) = &step.wait_until {
+        let job = matcher::render_str(&wait.job, vars)?;
+        let within = parse_duration(&wait.within)?;
+        let url = format!("{}/v1/jobs/{job}", world.base_url(&wait.instance)?);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let r = world
+                .http
+                .send(HttpRequest::get(url.clone()))
+                .await
+                .map_err(|e| format!("polling {job}: {e}"))?;
+            let body: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+            if body["status"] == wait.status.as_str() {
+                world.transcript.log(
+                    &wait.instance,
+                    format!(
+                        "job {job} is {}: {}",
+                        wait.status,
+                        String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+                    ),
+                );
+                break Some((Some(r.status), r.headers, body));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "job {job} did not become {} within {}: {body}",
+                    wait.status, wait.within
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    } else if let Some(control) = &step.worker {
+        world.transcript.log(
+            "harness",
+            format!("worker {} {}", control.name, control.action),
+        );
+        match control.action.as_str() {
+            "stop" => world.stop_worker(&control.name)?,
+            "start" => world.start_worker(&control.name)?,
+            other => {
+                return Err(format!(
+                    "worker action must be stop or start, not {other:?}"
+                ))
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        None
+    } else if let Some(control) = &step.instance {
+        world.transcript.log(
+            "harness",
+            format!("instance {} {}", control.name, control.action),
+        );
+        match control.action.as_str() {
+            "stop" => world.set_instance_up(&control.name, false)?,
+            "start" => world.set_instance_up(&control.name, true)?,
+            other => {
+                return Err(format!(
+                    "instance action must be stop or start, not {other:?}"
+                ))
+            }
+        }
+        None
+    } else if let Some(control) = &step.stub {
+        let stub = world
+            .stubs
+            .get(&control.name)
+            .ok_or_else(|| format!("no stub {:?}", control.name))?;
+        stub.set_default_fault(control.default_fault.clone());
+        world.transcript.log(
+            "harness",
+            format!(
+                "stub {} fault {}",
+                control.name,
+                control.default_fault.as_ref().map_or("none", |f| f.name())
+            ),
+        );
+        None
+    } else {
+        return Err("step has no action".into());
+    };
+
+    if let Some((status, headers, body)) = answer {
+        if let Some(expect) = &step.expect {
+            check_expect(expect, status, &headers, &body, vars)?;
+        }
+        for (name, path) in &step.capture {
+            let value = matcher::select(&body, path)
+                .ok_or_else(|| format!("capture {name}: nothing at {path} in {body}"))?;
+            vars.insert(name.clone(), value.clone());
+        }
+    } else if step.expect.is_some() || !step.capture.is_empty() {
+        return Err("this step has no answer to expect or capture from".into());
+    }
+    Ok(())
+}
+
+fn check_expect(
+    expect: &Expect,
+    status: Option<u16>,
+    headers: &[(String, String)],
+    body: &Value,
+    vars: &Vars,
+) -> Result<(), String> {
+    if let Some(want) = expect.status {
+        if status != Some(want) {
+            return Err(format!("expected status {want}, got {status:?}: {body}"));
+        }
+    }
+    if let Some(want) = &expect.body {
+        let want = matcher::render(want, vars)?;
+        if let Some(m) = matcher::mismatch(&want, body, "$") {
+            return Err(format!("body mismatch at {m}"));
+        }
+    }
+    for (name, want) in &expect.headers {
+        let got = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| Value::String(v.clone()))
+            .unwrap_or(Value::Null);
+        let want = matcher::render(&Value::String(want.clone()), vars)?;
+        if let Some(m) = matcher::mismatch(&want, &got, &format!("header {name}")) {
+            return Err(m);
+        }
+    }
+    Ok(())
+}
+
+/// Safety (always): every completed job's receipt verifies against its
+/// output, and every completed PRIVATE job was done by a worker its user
+/// trusts. Liveness (when asked): all jobs terminal / completed, exact counts.
+fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
+    for (name, instance) in &world.instances {
+        use coordinator::store::Store;
+        let snapshot = instance.store.load().map_err(|e| e.to_string())?;
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for job in &snapshot.jobs {
+            *counts.entry(job.status.as_str().to_owned()).or_default() += 1;
+            if job.status == JobStatus::Completed {
+                let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
+                    return Err(format!(
+                        "{name}: completed job {} lacks a receipt or output",
+                        job.id
+                    ));
+                };
+                receipt
+                    .verify(output)
+                    .map_err(|e| format!("{name}: job {} receipt: {e}", job.id))?;
+                if job.submission.privacy_class == PrivacyClass::Private {
+                    let trusted = snapshot.trust.iter().any(|t| {
+                        t.user_id == job.submission.user_id
+                            && t.provider_pubkey == receipt.provider_pubkey
+                    });
+                    if !trusted {
+                        return Err(format!(
+                            "{name}: PRIVATE job {} was done by untrusted {}",
+                            job.id, receipt.provider_pubkey
+                        ));
+                    }
+                }
+            }
+            if scenario.invariants.all_jobs_terminal && !job.status.is_terminal() {
+                return Err(format!("{name}: job {} is still {}", job.id, job.status));
+            }
+            if scenario.invariants.all_jobs_completed && job.status != JobStatus::Completed {
+                return Err(format!(
+                    "{name}: job {} is {}, not completed",
+                    job.id, job.status
+                ));
+            }
+        }
+        if let Some(want) = scenario.invariants.job_counts.get(name) {
+            let got: std::collections::BTreeMap<String, usize> = counts
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            let want: std::collections::BTreeMap<String, usize> = want
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            if got != want {
+                return Err(format!("{name}: job counts {got:?}, expected {want:?}"));
+            }
+        }
+        world.transcript.log(
+            "harness",
+            format!(
+                "{name} jobs {}",
+                serde_json::to_string(&counts).unwrap_or_default()
+            ),
+        );
+    }
+    Ok(())
+}
