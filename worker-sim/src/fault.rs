@@ -187,7 +187,12 @@ impl FaultPlan {
     pub fn pick(&self, index: u64, rng: &mut impl rand::Rng) -> Option<JobFault> {
         let mut drawn = None;
         for rule in &self.random {
-            let hit = rng.gen_bool(rule.probability.clamp(0.0, 1.0));
+            let p = if rule.probability.is_finite() {
+                rule.probability.clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let hit = rng.gen_bool(p);
             if hit && drawn.is_none() {
                 drawn = Some(rule.fault.clone());
             }
