@@ -116,9 +116,25 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
     }
 }
 
+/// What a step got back: an HTTP answer (status and headers) or a router result.
+struct Answer {
+    status: Option<u16>,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Answer {
+    fn body(body: Value) -> Self {
+        Self {
+            status: None,
+            headers: Vec::new(),
+            body,
+        }
+    }
+}
+
 async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(), String> {
-    let answer: Option<(Option<u16>, Vec<(String, String)>, Value)> = if let Some(call) = &step.http
-    {
+    let answer: Option<Answer> = if let Some(call) = &step.http {
         let path = matcher::render_str(&call.path, vars)?;
         let url = format!("{}{}", world.base_url(&call.instance)?, path);
         let method: axum::http::Method = call
@@ -166,13 +182,17 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
                         String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
                     ),
                 );
-                Some((Some(r.status), r.headers, body))
+                Some(Answer {
+                    status: Some(r.status),
+                    headers: r.headers,
+                    body,
+                })
             }
             Err(e) => {
                 world
                     .transcript
                     .log(&call.instance, format!("< transport error: {e}"));
-                Some((None, vec![], json!({"transport_error": e.to_string()})))
+                Some(Answer::body(json!({"transport_error": e.to_string()})))
             }
         }
     } else if let Some(call) = &step.router {
@@ -213,7 +233,7 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
                 String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
             ),
         );
-        Some((None, vec![], body))
+        Some(Answer::body(body))
     } else if let Some(advance) = &step.advance {
         let d = parse_duration(advance)?;
         world
@@ -242,7 +262,11 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
                         String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
                     ),
                 );
-                break Some((Some(r.status), r.headers, body));
+                break Some(Answer {
+                    status: Some(r.status),
+                    headers: r.headers,
+                    body,
+                });
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(format!(
@@ -302,13 +326,13 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
         return Err("step has no action".into());
     };
 
-    if let Some((status, headers, body)) = answer {
+    if let Some(answer) = answer {
         if let Some(expect) = &step.expect {
-            check_expect(expect, status, &headers, &body, vars)?;
+            check_expect(expect, &answer, vars)?;
         }
         for (name, path) in &step.capture {
-            let value = matcher::select(&body, path)
-                .ok_or_else(|| format!("capture {name}: nothing at {path} in {body}"))?;
+            let value = matcher::select(&answer.body, path)
+                .ok_or_else(|| format!("capture {name}: nothing at {path} in {}", answer.body))?;
             vars.insert(name.clone(), value.clone());
         }
     } else if step.expect.is_some() || !step.capture.is_empty() {
@@ -317,13 +341,8 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
     Ok(())
 }
 
-fn check_expect(
-    expect: &Expect,
-    status: Option<u16>,
-    headers: &[(String, String)],
-    body: &Value,
-    vars: &Vars,
-) -> Result<(), String> {
+fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), String> {
+    let (status, headers, body) = (answer.status, &answer.headers, &answer.body);
     if let Some(want) = expect.status {
         if status != Some(want) {
             return Err(format!("expected status {want}, got {status:?}: {body}"));
