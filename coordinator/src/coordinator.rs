@@ -7,7 +7,7 @@
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::{Core, Outbound, SessionId};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use rand_chacha::ChaCha20Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,6 +59,28 @@ impl Coordinator {
         let coordinator = Self { inner };
         tokio::spawn(run_timers(coordinator.clone()));
         coordinator
+    }
+
+    /// Starts a coordinator on the state `store` holds: loads it and
+    /// restores the core (see `core/restore.rs` for the rules), then writes
+    /// back what recovery changed before serving anything.
+    pub async fn open(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        rng: ChaCha20Rng,
+        store: Arc<dyn Store>,
+    ) -> Result<Self, StoreError> {
+        let snapshot = store.load()?;
+        let c = Self::new(config, clock, rng, store);
+        c.with(|core, now_ms| core.restore(snapshot, now_ms));
+        c.durable().await?;
+        Ok(c)
+    }
+
+    /// Resolves once every change made so far is durable. Await it before
+    /// answering a client about anything the answer depends on.
+    pub async fn durable(&self) -> Result<(), StoreError> {
+        self.inner.store.flush().await
     }
 
     pub fn config(&self) -> &Config {

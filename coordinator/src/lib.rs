@@ -10,7 +10,7 @@
 //! - [`http`]: the HTTP API (`app()`), [`error`]: every error response.
 //! - [`session`]: one worker's WebSocket session, over any [`session::Connection`].
 //! - [`validate`]: request body validation.
-//! - [`config`], [`clock`], [`store`]: what is injected.
+//! - [`config`], [`clock`], [`store`]: what is injected; [`sqlite`]: the durable store.
 
 pub mod clock;
 pub mod config;
@@ -19,6 +19,7 @@ pub mod core;
 pub mod error;
 pub mod http;
 pub mod session;
+pub mod sqlite;
 pub mod store;
 pub mod trust;
 pub mod validate;

@@ -3,11 +3,13 @@
 //! writes them and `load` gives back the latest version of each.
 //!
 //! `MemoryStore` keeps them in memory for tests and the simulation; the
-//! durable SQLite store implements the same trait.
+//! durable [`crate::sqlite::SqliteStore`] implements the same trait.
 
 use crate::core::{Change, Job};
 use crate::trust::{Pairing, TrustEntry};
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use uuid::Uuid;
 
@@ -24,8 +26,15 @@ pub struct Snapshot {
 }
 
 pub trait Store: Send + Sync + 'static {
-    /// Writes the changes of one event; durable once it returns `Ok`.
+    /// Takes the changes of one event, in event order. A store may write
+    /// them before returning, or queue them for [`Store::flush`].
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError>;
+    /// Resolves once every change applied before the call is durable; a
+    /// handler awaits it before answering. The default suits stores whose
+    /// `apply` is already durable (or that are not durable at all).
+    fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
     fn load(&self) -> Result<Snapshot, StoreError>;
 }
 

@@ -9,6 +9,8 @@
 //! with a free slot. A new job therefore only needs a free worker, and a
 //! freed slot only needs the head of the queues that worker can serve.
 
+mod restore;
+
 use crate::config::Config;
 use crate::trust::{ClaimError, Pairing, TooManyCodes, Trust, TrustEntry};
 use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, PrivacyClass, Tier};

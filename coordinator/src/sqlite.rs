@@ -1,0 +1,743 @@
+//! The durable store: one embedded SQLite database (WAL journal,
+//! `synchronous=FULL`) holding jobs, pairing codes, trust entries and used
+//! payment nonces.
+//!
+//! Two commit modes share the same SQL:
+//! - [`CommitMode::PerEvent`]: `apply` writes the event's changes in one
+//!   transaction before it returns. No thread; used for `:memory:` (the
+//!   simulation and tests) and as the baseline the benchmark compares with.
+//! - [`CommitMode::Group`]: `apply` only appends the changes to an in-memory
+//!   batch, in event order; one writer thread commits everything pending in
+//!   one transaction (one fsync), and [`Store::flush`] resolves once the
+//!   changes appended before the call are on disk. HTTP handlers await it
+//!   before answering, so a client never sees an answer that a crash could
+//!   take back, while many concurrent events share one fsync.
+//!
+//! `synchronous=FULL` in WAL mode fsyncs the WAL at every commit, so a
+//! committed transaction survives a power loss, not only a process crash.
+//!
+//! Jobs are stored whole as JSON, with the columns recovery and retention
+//! query (status, deadline, created time) beside it.
+
+use crate::core::{Change, Job};
+use crate::store::{Snapshot, Store, StoreError};
+use crate::trust::{Pairing, TrustEntry};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use tokio::sync::watch;
+use x402::replay::{NonceKey, NonceState, NonceStore, NonceUsed};
+
+/// Schema steps, applied in order at open; `schema_version` records how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs, pairing codes, trust entries, payment nonces.
+    "CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        deadline_ms INTEGER,
+        created_at_ms INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX jobs_by_status ON jobs (status, deadline_ms);
+    CREATE INDEX jobs_by_created ON jobs (created_at_ms);
+    CREATE TABLE pairings (
+        code TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        expires_at_ms INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE trust (
+        user_id TEXT NOT NULL,
+        provider_pubkey TEXT NOT NULL,
+        paired_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (user_id, provider_pubkey)
+    );
+    CREATE TABLE payment_nonces (
+        chain_id INTEGER NOT NULL,
+        asset BLOB NOT NULL,
+        payer BLOB NOT NULL,
+        nonce BLOB NOT NULL,
+        state TEXT NOT NULL,
+        valid_before_s INTEGER NOT NULL,
+        PRIMARY KEY (chain_id, asset, payer, nonce)
+    );",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    #[error("sqlite: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("record encoding: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("database schema version {found} is newer than this build knows ({known})")]
+    SchemaTooNew { found: usize, known: usize },
+    #[error("an earlier write failed; the store refuses further writes: {0}")]
+    Failed(String),
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(e: SqliteError) -> Self {
+        StoreError(e.to_string())
+    }
+}
+
+/// When `apply`'s changes reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// In `apply`, one transaction per event.
+    PerEvent,
+    /// On the writer thread, one transaction for all pending events; await `flush`.
+    Group,
+}
+
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+    mode: CommitMode,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Shared {
+    conn: Mutex<Connection>,
+    pending: Mutex<Pending>,
+    /// Wakes the writer thread when changes are appended or the store closes.
+    wake: Condvar,
+    durable: watch::Sender<Durable>,
+}
+
+#[derive(Default)]
+struct Pending {
+    changes: Vec<Change>,
+    /// Terminal jobs created before this time are to be deleted.
+    purge_before_ms: Option<i64>,
+    /// `apply` calls so far; the sequence number of the latest one.
+    appended: u64,
+    closed: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Durable {
+    /// Every `apply` up to this number is committed.
+    upto: u64,
+    /// Set once a commit fails; the store then refuses to claim durability.
+    error: Option<String>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the database at `path`, `:memory:` for a private
+    /// in-memory one. Files use group commit, `:memory:` commits per event.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SqliteError> {
+        let path = path.as_ref();
+        let mode = if path == Path::new(":memory:") {
+            CommitMode::PerEvent
+        } else {
+            CommitMode::Group
+        };
+        Self::open_with(path, mode)
+    }
+
+    pub fn open_in_memory() -> Result<Self, SqliteError> {
+        Self::open_with(":memory:", CommitMode::PerEvent)
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, mode: CommitMode) -> Result<Self, SqliteError> {
+        let path = path.as_ref();
+        let conn = if path == Path::new(":memory:") {
+            Connection::open_in_memory()?
+        } else {
+            Connection::open(path)?
+        };
+        // WAL: readers never block the writer, and a commit is one append
+        // plus one fsync of the WAL. FULL: that fsync happens at every commit.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrate(&conn)?;
+        let (durable, _) = watch::channel(Durable::default());
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            durable,
+        });
+        let writer = match mode {
+            CommitMode::PerEvent => None,
+            CommitMode::Group => {
+                let shared = shared.clone();
+                // The one OS thread of the coordinator: fsync blocks, and a
+                // dedicated writer keeps it off the async workers. Only file
+                // databases use it; the simulation runs `:memory:` per event.
+                #[allow(clippy::disallowed_methods)]
+                let handle = std::thread::Builder::new()
+                    .name("sqlite-writer".into())
+                    .spawn(move || run_writer(&shared))
+                    .map_err(|e| SqliteError::Failed(format!("cannot start the writer: {e}")))?;
+                Some(handle)
+            }
+        };
+        Ok(Self {
+            shared,
+            mode,
+            writer,
+        })
+    }
+
+    pub fn mode(&self) -> CommitMode {
+        self.mode
+    }
+
+    /// The schema version the database is at.
+    pub fn schema_version(&self) -> Result<usize, SqliteError> {
+        schema_version(&self.shared.conn())
+    }
+
+    /// Deletes completed and failed jobs created before `before_ms` (the
+    /// retention cut). Jobs reach a terminal state within minutes of their
+    /// creation (pending timeout plus bounded leases), so creation time is
+    /// the age that matters. Ordered after every change appended so far.
+    pub fn purge_terminal_jobs(&self, before_ms: i64) -> Result<(), StoreError> {
+        match self.mode {
+            CommitMode::PerEvent => {
+                let mut conn = self.shared.conn();
+                let tx = conn.transaction().map_err(SqliteError::from)?;
+                purge(&tx, before_ms)?;
+                tx.commit().map_err(SqliteError::from)?;
+                Ok(())
+            }
+            CommitMode::Group => {
+                let mut pending = self.shared.pending();
+                pending.purge_before_ms = Some(before_ms);
+                pending.appended += 1;
+                self.shared.wake.notify_one();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // Every use of the connection is a whole transaction or a single
+        // statement; SQLite rolls back an unfinished one, so a panic
+        // elsewhere leaves nothing half-written to recover from.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for SqliteStore {
+    /// Commits what is pending and stops the writer.
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            self.shared.pending().closed = true;
+            self.shared.wake.notify_one();
+            let _ = writer.join();
+        }
+    }
+}
+
+/// The writer thread: commits all pending changes in one transaction, publishes
+/// how far it got, and sleeps until more arrive.
+fn run_writer(shared: &Shared) {
+    loop {
+        let (changes, purge_before_ms, upto) = {
+            let mut pending = shared.pending();
+            while pending.changes.is_empty() && pending.purge_before_ms.is_none() && !pending.closed
+            {
+                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            }
+            if pending.closed && pending.changes.is_empty() && pending.purge_before_ms.is_none() {
+                return;
+            }
+            (
+                std::mem::take(&mut pending.changes),
+                pending.purge_before_ms.take(),
+                pending.appended,
+            )
+        };
+        let result = (|| -> Result<(), SqliteError> {
+            let mut conn = shared.conn();
+            let tx = conn.transaction()?;
+            write_changes(&tx, &changes)?;
+            if let Some(before_ms) = purge_before_ms {
+                purge(&tx, before_ms)?;
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        shared.durable.send_modify(|d| match result {
+            Ok(()) => d.upto = upto,
+            Err(e) => {
+                tracing::error!(error = %e, "group commit failed");
+                d.error.get_or_insert(e.to_string());
+            }
+        });
+    }
+}
+
+fn schema_version(conn: &Connection) -> Result<usize, SqliteError> {
+    let v: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))
+        .optional()?
+        .flatten();
+    Ok(v.unwrap_or(0) as usize)
+}
+
+/// Brings the schema up to date; each step and its version row commit together.
+fn migrate(conn: &Connection) -> Result<(), SqliteError> {
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
+    let found = schema_version(conn)?;
+    if found > MIGRATIONS.len() {
+        return Err(SqliteError::SchemaTooNew {
+            found,
+            known: MIGRATIONS.len(),
+        });
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(step)?;
+        tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [i + 1])?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(), SqliteError> {
+    let mut job_stmt = tx.prepare_cached(
+        "INSERT INTO jobs (id, status, seq, deadline_ms, created_at_ms, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, seq = excluded.seq,
+           deadline_ms = excluded.deadline_ms, body = excluded.body",
+    )?;
+    let mut pairing_stmt = tx.prepare_cached(
+        "INSERT INTO pairings (code, user_id, expires_at_ms, body) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (code) DO UPDATE SET body = excluded.body",
+    )?;
+    let mut trust_stmt = tx.prepare_cached(
+        "INSERT INTO trust (user_id, provider_pubkey, paired_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (user_id, provider_pubkey) DO UPDATE SET paired_at_ms = excluded.paired_at_ms",
+    )?;
+    for change in changes {
+        match change {
+            Change::Job(job) => {
+                job_stmt.execute(params![
+                    job.id.to_string(),
+                    job.status.as_str(),
+                    job.seq as i64,
+                    job.deadline_ms,
+                    job.created_at_ms,
+                    serde_json::to_string(&**job)?,
+                ])?;
+            }
+            Change::Pairing(p) => {
+                pairing_stmt.execute(params![
+                    p.code,
+                    p.user_id,
+                    p.expires_at_ms,
+                    serde_json::to_string(p)?
+                ])?;
+            }
+            Change::Trust(e) => {
+                trust_stmt.execute(params![e.user_id, e.provider_pubkey, e.paired_at_ms])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn purge(tx: &rusqlite::Transaction<'_>, before_ms: i64) -> Result<(), SqliteError> {
+    tx.execute(
+        "DELETE FROM jobs WHERE status IN ('completed', 'failed') AND created_at_ms < ?1",
+        [before_ms],
+    )?;
+    Ok(())
+}
+
+fn load_all(conn: &Connection) -> Result<Snapshot, SqliteError> {
+    let mut jobs = Vec::new();
+    let mut stmt = conn.prepare("SELECT body FROM jobs ORDER BY seq")?;
+    for body in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        jobs.push(serde_json::from_str::<Job>(&body?)?);
+    }
+    let mut pairings = Vec::new();
+    let mut stmt = conn.prepare("SELECT body FROM pairings ORDER BY code")?;
+    for body in stmt.query_map([], |r| r.get::<_, String>(0))? {
+        pairings.push(serde_json::from_str::<Pairing>(&body?)?);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT user_id, provider_pubkey, paired_at_ms FROM trust ORDER BY user_id, provider_pubkey",
+    )?;
+    let trust = stmt
+        .query_map([], |r| {
+            Ok(TrustEntry {
+                user_id: r.get(0)?,
+                provider_pubkey: r.get(1)?,
+                paired_at_ms: r.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Snapshot {
+        jobs,
+        pairings,
+        trust,
+    })
+}
+
+impl Store for SqliteStore {
+    fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
+        match self.mode {
+            CommitMode::PerEvent => {
+                let mut conn = self.shared.conn();
+                let tx = conn.transaction().map_err(SqliteError::from)?;
+                write_changes(&tx, changes)?;
+                tx.commit().map_err(SqliteError::from)?;
+                Ok(())
+            }
+            CommitMode::Group => {
+                let mut pending = self.shared.pending();
+                if pending.closed {
+                    return Err(SqliteError::Failed("store closed".into()).into());
+                }
+                pending.changes.extend_from_slice(changes);
+                pending.appended += 1;
+                self.shared.wake.notify_one();
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+        Box::pin(async move {
+            if self.mode == CommitMode::PerEvent {
+                return Ok(());
+            }
+            let target = self.shared.pending().appended;
+            let mut rx = self.shared.durable.subscribe();
+            loop {
+                {
+                    let d = rx.borrow_and_update();
+                    if let Some(e) = &d.error {
+                        return Err(SqliteError::Failed(e.clone()).into());
+                    }
+                    if d.upto >= target {
+                        return Ok(());
+                    }
+                }
+                // The sender lives in `shared`, which `self` keeps alive.
+                if rx.changed().await.is_err() {
+                    return Err(SqliteError::Failed("store closed".into()).into());
+                }
+            }
+        })
+    }
+
+    /// What is committed; called at start, before any `apply`.
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        Ok(load_all(&self.shared.conn())?)
+    }
+}
+
+/// Used payment nonces, on the same database. Each call is one statement in
+/// autocommit mode, so it is durable (`synchronous=FULL`) when it returns: a
+/// nonce marked used stays used across a crash. These calls block on the
+/// disk; payments are one per commit and the fsync is short.
+impl NonceStore for SqliteStore {
+    fn check_and_mark(&self, key: NonceKey, valid_before: u64) -> Result<(), NonceUsed> {
+        let conn = self.shared.conn();
+        // The primary key makes this atomic: of two inserts of one key, one
+        // changes nothing.
+        let inserted = conn.execute(
+            "INSERT INTO payment_nonces (chain_id, asset, payer, nonce, state, valid_before_s)
+             VALUES (?1, ?2, ?3, ?4, 'reserved', ?5) ON CONFLICT DO NOTHING",
+            params![
+                key.chain_id as i64,
+                &key.asset.0[..],
+                &key.from.0[..],
+                &key.nonce.0[..],
+                valid_before.min(i64::MAX as u64) as i64
+            ],
+        );
+        match inserted {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(NonceUsed),
+            Err(e) => {
+                // Refusing is the safe answer when the store cannot record the nonce.
+                tracing::error!(error = %e, "payment nonce store write failed");
+                Err(NonceUsed)
+            }
+        }
+    }
+
+    fn mark_spent(&self, key: &NonceKey) {
+        let r = self.shared.conn().execute(
+            "UPDATE payment_nonces SET state = 'spent'
+             WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
+            params![
+                key.chain_id as i64,
+                &key.asset.0[..],
+                &key.from.0[..],
+                &key.nonce.0[..]
+            ],
+        );
+        if let Err(e) = r {
+            tracing::error!(error = %e, "payment nonce store write failed");
+        }
+    }
+
+    fn release(&self, key: &NonceKey) {
+        let r = self.shared.conn().execute(
+            "DELETE FROM payment_nonces WHERE state = 'reserved'
+             AND chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
+            params![
+                key.chain_id as i64,
+                &key.asset.0[..],
+                &key.from.0[..],
+                &key.nonce.0[..]
+            ],
+        );
+        if let Err(e) = r {
+            tracing::error!(error = %e, "payment nonce store write failed");
+        }
+    }
+
+    fn purge_expired(&self, now_seconds: u64) {
+        let r = self.shared.conn().execute(
+            "DELETE FROM payment_nonces WHERE valid_before_s < ?1",
+            [now_seconds.min(i64::MAX as u64) as i64],
+        );
+        if let Err(e) = r {
+            tracing::error!(error = %e, "payment nonce purge failed");
+        }
+    }
+
+    fn state(&self, key: &NonceKey) -> Option<NonceState> {
+        let state: Option<String> = self
+            .shared
+            .conn()
+            .query_row(
+                "SELECT state FROM payment_nonces
+                 WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
+                params![
+                    key.chain_id as i64,
+                    &key.asset.0[..],
+                    &key.from.0[..],
+                    &key.nonce.0[..]
+                ],
+                |r| r.get(0),
+            )
+            .optional()
+            .ok()
+            .flatten();
+        match state.as_deref() {
+            Some("spent") => Some(NonceState::Spent),
+            Some(_) => Some(NonceState::Reserved),
+            None => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::core::Core;
+    use protocol::api::{JobStatus, Tier};
+    use rand::SeedableRng;
+    use x402::evm::{Address, Bytes32};
+
+    /// Changes from a real core: two jobs and a claimed pairing.
+    fn changes() -> Vec<Change> {
+        let mut core = Core::new(
+            Config::default(),
+            rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        );
+        for user in ["a", "b"] {
+            let body = serde_json::json!({"job_type": "TASK", "user_id": user,
+                "payload": {"task_type": "summarize", "input": "x"}});
+            let s = crate::validate::submission(&body, &core.config().limits).unwrap();
+            core.commit(s, Tier::Cheap, Some("pay-1".into()), 1_000)
+                .unwrap();
+        }
+        let code = core.create_pairing("a", 1_000).unwrap().code;
+        core.claim_pairing(&code, "0xkey", "ip", 1_001).unwrap();
+        core.take_changes()
+    }
+
+    fn sorted(mut s: Snapshot) -> Snapshot {
+        s.jobs.sort_by_key(|j| j.seq);
+        s
+    }
+
+    fn expected(changes: &[Change]) -> Snapshot {
+        let m = crate::store::MemoryStore::default();
+        m.apply(changes).unwrap();
+        sorted(m.load().unwrap())
+    }
+
+    /// The persisted fields (the in-memory `epoch` is not stored).
+    fn persisted(jobs: &[Job]) -> serde_json::Value {
+        serde_json::to_value(jobs).unwrap()
+    }
+
+    fn assert_same(a: &Snapshot, b: &Snapshot) {
+        assert_eq!(persisted(&a.jobs), persisted(&b.jobs));
+        assert_eq!(a.pairings, b.pairings);
+        assert_eq!(a.trust, b.trust);
+    }
+
+    #[test]
+    fn round_trip_in_memory() {
+        let store = SqliteStore::open(":memory:").unwrap();
+        assert_eq!(store.mode(), CommitMode::PerEvent);
+        let changes = changes();
+        store.apply(&changes).unwrap();
+        let loaded = sorted(store.load().unwrap());
+        assert_eq!(loaded.jobs.len(), 2);
+        assert_eq!(loaded.jobs[0].payment_ref.as_deref(), Some("pay-1"));
+        assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
+        assert_same(&loaded, &expected(&changes));
+    }
+
+    #[test]
+    fn later_versions_replace_earlier_ones() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let changes = changes();
+        store.apply(&changes).unwrap();
+        let Change::Job(job) = &changes[0] else {
+            panic!("a job first")
+        };
+        let mut job = job.clone();
+        job.status = JobStatus::Failed;
+        job.deadline_ms = None;
+        store.apply(&[Change::Job(job.clone())]).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.jobs.len(), 2);
+        assert!(loaded
+            .jobs
+            .iter()
+            .any(|j| persisted(std::slice::from_ref(j)) == persisted(&[(*job).clone()])));
+    }
+
+    #[test]
+    fn migrations_are_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        for _ in 0..3 {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len());
+        }
+        let conn = Connection::open(&path).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows as usize, MIGRATIONS.len());
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        drop(SqliteStore::open(&path).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .execute("INSERT INTO schema_version (version) VALUES (99)", [])
+            .unwrap();
+        assert!(matches!(
+            SqliteStore::open(&path),
+            Err(SqliteError::SchemaTooNew { found: 99, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn group_commit_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let changes = changes();
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(store.mode(), CommitMode::Group);
+            for change in &changes {
+                store.apply(std::slice::from_ref(change)).unwrap();
+            }
+            store.flush().await.unwrap();
+            // Read through a second connection: committed, not just buffered.
+            let other = SqliteStore::open_with(&path, CommitMode::PerEvent).unwrap();
+            assert_same(&sorted(other.load().unwrap()), &expected(&changes));
+            std::mem::forget(store); // like a crash: no orderly close
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_same(&sorted(store.load().unwrap()), &expected(&changes));
+    }
+
+    #[test]
+    fn per_event_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let changes = changes();
+        let store = SqliteStore::open_with(&path, CommitMode::PerEvent).unwrap();
+        store.apply(&changes).unwrap();
+        drop(store);
+        let store = SqliteStore::open_with(&path, CommitMode::PerEvent).unwrap();
+        assert_same(&sorted(store.load().unwrap()), &expected(&changes));
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_old_terminal_jobs_only() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let changes = changes();
+        store.apply(&changes).unwrap();
+        let Change::Job(job) = &changes[0] else {
+            panic!("a job first")
+        };
+        let mut done = job.clone();
+        done.status = JobStatus::Completed;
+        store.apply(&[Change::Job(done)]).unwrap();
+        store.purge_terminal_jobs(1_001).unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.jobs.len(), 1);
+        assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
+    }
+
+    fn key(n: u8) -> NonceKey {
+        NonceKey {
+            chain_id: 84532,
+            asset: Address([1; 20]),
+            from: Address([2; 20]),
+            nonce: Bytes32([n; 32]),
+        }
+    }
+
+    #[test]
+    fn used_nonces_stay_used_across_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            assert_eq!(s.check_and_mark(key(1), 100), Ok(()));
+            assert_eq!(s.check_and_mark(key(1), 100), Err(NonceUsed));
+            s.mark_spent(&key(1));
+            s.release(&key(1));
+            assert_eq!(s.check_and_mark(key(2), 100), Ok(()));
+            assert_eq!(s.check_and_mark(key(3), 100), Ok(()));
+            s.release(&key(3));
+            std::mem::forget(s);
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.state(&key(1)), Some(NonceState::Spent));
+        assert_eq!(s.check_and_mark(key(1), 100), Err(NonceUsed));
+        assert_eq!(s.state(&key(2)), Some(NonceState::Reserved));
+        assert_eq!(s.state(&key(3)), None);
+        s.purge_expired(101);
+        assert_eq!(s.state(&key(1)), None);
+    }
+}
