@@ -167,7 +167,10 @@ async fn commit(
 ) -> Result<Response, ApiError> {
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
-    match c.with(|core, now_ms| core.commit(submission, tier, None, now_ms)) {
+    let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+    // The 201 promises the job exists, so it must survive a crash first.
+    c.durable().await.map_err(|_| ApiError::Internal)?;
+    match committed {
         Ok(job_id) => Ok((StatusCode::CREATED, Json(CommitResponse { job_id })).into_response()),
         Err(CommitError::NoTrustedWorker(job_id)) => Err(ApiError::NoTrustedWorker(job_id)),
         Err(e @ CommitError::QueueFull) => Err(ApiError::Unavailable(e.to_string())),
@@ -177,7 +180,11 @@ async fn commit(
 async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
     // A malformed id names no job, so it is a 404 like an unknown one.
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
-    c.read(|core| core.job(&id).map(|job| job.record()))
+    let record = c.read(|core| core.job(&id).map(|job| job.record()));
+    // Memory runs ahead of the disk under group commit: show a state (a
+    // `completed`, say) only once it would survive a crash.
+    c.durable().await.map_err(|_| ApiError::Internal)?;
+    record
         .map(|record| Json(record).into_response())
         .ok_or(ApiError::JobNotFound)
 }
@@ -194,6 +201,7 @@ async fn trust_create(
     let pairing = c
         .with(|core, now_ms| core.create_pairing(&user_id, now_ms))
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    c.durable().await.map_err(|_| ApiError::Internal)?;
     Ok((
         StatusCode::CREATED,
         Json(PairingCode {
@@ -224,7 +232,9 @@ async fn trust_claim(
             )
         })?;
     let key = signing::public_key_hex(&key);
-    match c.with(|core, now_ms| core.claim_pairing(code, &key, &client, now_ms)) {
+    let claimed = c.with(|core, now_ms| core.claim_pairing(code, &key, &client, now_ms));
+    c.durable().await.map_err(|_| ApiError::Internal)?;
+    match claimed {
         Ok(entry) => Ok(Json(Claimed {
             user_id: entry.user_id,
             paired_at: format_ms(entry.paired_at_ms),
@@ -245,8 +255,9 @@ async fn trust_list(
         .get("user_id")
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
-    let providers = c
-        .read(|core| core.trusted_providers(user_id))
+    let providers = c.read(|core| core.trusted_providers(user_id));
+    c.durable().await.map_err(|_| ApiError::Internal)?;
+    let providers = providers
         .into_iter()
         .map(|e| TrustedProvider {
             provider_pubkey: e.provider_pubkey,

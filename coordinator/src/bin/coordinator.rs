@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use coordinator::config::{is_caip2, Config};
-use coordinator::store::MemoryStore;
+use coordinator::sqlite::SqliteStore;
 use coordinator::{app, Coordinator, SystemClock};
 use protocol::money::Price;
 use rand::SeedableRng;
@@ -70,6 +70,14 @@ struct Args {
     /// Pairing claims allowed per client address per minute.
     #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
     claims_per_minute_max: u32,
+    /// SQLite database file, created if missing; `:memory:` keeps nothing
+    /// across restarts.
+    #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
+    db: String,
+    /// Completed and failed jobs older than this are deleted (checked every
+    /// 5 minutes). Unset: kept forever.
+    #[arg(long, env = "COORDINATOR_RETENTION_HOURS")]
+    retention_hours: Option<u64>,
 }
 
 impl Args {
@@ -118,6 +126,13 @@ async fn main() -> ExitCode {
         Some(seed) => ChaCha20Rng::seed_from_u64(seed),
         None => ChaCha20Rng::from_entropy(),
     };
+    let store = match SqliteStore::open(&args.db) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: cannot open the database {}: {e}", args.db);
+            return ExitCode::FAILURE;
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -130,12 +145,18 @@ async fn main() -> ExitCode {
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
     }
-    let c = Coordinator::new(
-        args.config(),
-        Arc::new(SystemClock),
-        rng,
-        Arc::new(MemoryStore::default()),
-    );
+    let c = match Coordinator::open(args.config(), Arc::new(SystemClock), rng, store.clone()).await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot restore from {}: {e}", args.db);
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(db = %args.db, "state restored");
+    if let Some(hours) = args.retention_hours {
+        tokio::spawn(apply_retention(c.clone(), store, hours));
+    }
     let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let served = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal(c))
@@ -148,6 +169,23 @@ async fn main() -> ExitCode {
         Err(e) => {
             tracing::error!(error = %e, "server failed");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Deletes terminal jobs older than the retention period, from memory and
+/// from the database, every 5 minutes.
+async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
+    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(300));
+    loop {
+        every.tick().await;
+        let before_ms = c.now_ms().saturating_sub(retention_ms);
+        let forgotten = c.with(|core, _| core.forget_terminal_jobs(before_ms));
+        if let Err(e) = store.purge_terminal_jobs(before_ms) {
+            tracing::error!(error = %e, "retention purge failed");
+        } else if forgotten > 0 {
+            tracing::info!(forgotten, "retention: old terminal jobs deleted");
         }
     }
 }
