@@ -3,7 +3,7 @@
 //! expectations and invariants, and returns the transcript and its digest.
 
 use crate::matcher::{self, Vars};
-use crate::scenario::{parse_duration, Expect, Scenario, Step};
+use crate::scenario::{parse_duration, CommitMany, Expect, Scenario, Step};
 use crate::world::World;
 use protocol::api::{JobStatus, PrivacyClass};
 use router::{HttpRequest, HttpTransport, LlmRequest, TaskRequest};
@@ -276,6 +276,8 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    } else if let Some(many) = &step.commit_many {
+        Some(commit_many(many, world, vars).await?)
     } else if let Some(control) = &step.worker {
         world.transcript.log(
             "harness",
@@ -339,6 +341,82 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
         return Err("this step has no answer to expect or capture from".into());
     }
     Ok(())
+}
+
+async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Result<Answer, String> {
+    let base = world.base_url(&many.instance)?;
+    let interval = parse_duration(&many.interval)?;
+    let within = parse_duration(&many.within)?;
+    world.transcript.log(
+        &many.instance,
+        format!(
+            "> commit_many {} jobs to /v1/jobs/commit/{}",
+            many.count, many.tier
+        ),
+    );
+    let mut ids = Vec::with_capacity(many.count as usize);
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..many.count {
+        let mut local = vars.clone();
+        local.insert("i".into(), json!(i));
+        let body = matcher::render(&many.body, &local)?;
+        let url = format!("{base}/v1/jobs/commit/{}", many.tier);
+        let r = world
+            .http
+            .send(HttpRequest::post_json(url, &body))
+            .await
+            .map_err(|e| format!("commit {i}: {e}"))?;
+        match serde_json::from_slice::<Value>(&r.body)
+            .ok()
+            .and_then(|b| b["job_id"].as_str().map(str::to_owned))
+        {
+            Some(id) if r.status == 201 => ids.push(id),
+            _ => *statuses.entry(format!("http_{}", r.status)).or_default() += 1,
+        }
+        if !interval.is_zero() {
+            tokio::time::sleep(interval).await;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    let mut open = ids;
+    while !open.is_empty() {
+        let mut still = Vec::new();
+        for id in open {
+            let r = world
+                .http
+                .send(HttpRequest::get(format!("{base}/v1/jobs/{id}")))
+                .await
+                .map_err(|e| format!("polling {id}: {e}"))?;
+            let body: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+            match body["status"].as_str() {
+                Some(s @ ("completed" | "failed")) => {
+                    *statuses.entry(s.to_owned()).or_default() += 1
+                }
+                _ => still.push(id),
+            }
+        }
+        open = still;
+        if open.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{} jobs not finished within {}",
+                open.len(),
+                many.within
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = json!(statuses);
+    world.transcript.log(
+        &many.instance,
+        format!(
+            "< commit_many finished {}",
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+        ),
+    );
+    Ok(Answer::body(body))
 }
 
 fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), String> {

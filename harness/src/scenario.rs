@@ -158,6 +158,7 @@ pub struct Step {
     pub worker: Option<Control>,
     pub instance: Option<Control>,
     pub stub: Option<StubControl>,
+    pub commit_many: Option<CommitMany>,
     // checks
     pub expect: Option<Expect>,
     #[serde(default)]
@@ -181,6 +182,34 @@ pub struct HttpCall {
 
 fn get() -> String {
     "GET".into()
+}
+
+/// Commits `count` jobs (`{{i}}` in the body is the job's index), then waits
+/// until every one is completed or failed. Its answer is the count of jobs
+/// by final status, e.g. `{"completed": 998, "failed": 2}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitMany {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    /// `fast` or `cheap`.
+    #[serde(default = "fast")]
+    pub tier: String,
+    pub count: u32,
+    pub body: Value,
+    /// Simulated time between two commits.
+    #[serde(default = "zero_ms")]
+    pub interval: String,
+    #[serde(default = "default_within")]
+    pub within: String,
+}
+
+fn fast() -> String {
+    "fast".into()
+}
+
+fn zero_ms() -> String {
+    "0ms".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -287,18 +316,24 @@ impl Scenario {
                 step.worker.is_some(),
                 step.instance.is_some(),
                 step.stub.is_some(),
+                step.commit_many.is_some(),
             ]
             .iter()
             .filter(|a| **a)
             .count();
             if actions != 1 {
                 return Err(format!(
-                    "step {} must have exactly one of http, router, advance, wait_until, worker, instance, stub (has {actions})",
+                    "step {} must have exactly one of http, router, advance, wait_until, worker, instance, stub, commit_many (has {actions})",
                     i + 1
                 ));
             }
             if let Some(a) = &step.advance {
                 parse_duration(a).map_err(|e| format!("step {}: advance: {e}", i + 1))?;
+            }
+            if let Some(m) = &step.commit_many {
+                parse_duration(&m.within).map_err(|e| format!("step {}: within: {e}", i + 1))?;
+                parse_duration(&m.interval)
+                    .map_err(|e| format!("step {}: interval: {e}", i + 1))?;
             }
             if let Some(w) = &step.wait_until {
                 parse_duration(&w.within).map_err(|e| format!("step {}: within: {e}", i + 1))?;
