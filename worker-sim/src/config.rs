@@ -224,6 +224,16 @@ impl WorkerConfig {
             ..Self::default()
         }
     }
+
+    /// Worker `index` of a fleet started with `base_seed`: named
+    /// `worker-{index}`, seeded with [`worker_seed`].
+    pub fn for_index(base_seed: u64, index: u32) -> Self {
+        Self {
+            name: format!("worker-{index}"),
+            seed: worker_seed(base_seed, index),
+            ..Self::default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use worker_sim::event::TracingObserver;
 use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{
-    worker_seed, Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock,
-    SimBackend, TokioClock, Worker, WorkerConfig, WsConnector,
+    Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock, SimBackend,
+    TokioClock, Worker, WorkerConfig, WsConnector,
 };
 
 #[derive(Parser, Debug)]
@@ -219,8 +219,6 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..args.count {
         let config = WorkerConfig {
-            name: format!("worker-{index}"),
-            seed: worker_seed(args.seed, index),
             capabilities: args.capabilities.clone(),
             slots: args.slots,
             latency: match args.backend {
@@ -234,7 +232,7 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
                 jitter_ms: 250,
                 ..ReconnectPolicy::default()
             },
-            ..WorkerConfig::default()
+            ..WorkerConfig::for_index(args.seed, index)
         };
         let mut worker = Worker::new(config, clock.clone())
             .map_err(|e| e.to_string())?

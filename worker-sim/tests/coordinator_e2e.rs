@@ -36,6 +36,10 @@ struct Sim {
 /// A coordinator plus one simulated worker whose every connection is served
 /// by the coordinator's own session code.
 fn start(faults: FaultPlan) -> Sim {
+    start_seeded(faults, 11)
+}
+
+fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
     let config = Config {
         network: NETWORK.into(),
         ..Config::default()
@@ -64,7 +68,7 @@ fn start(faults: FaultPlan) -> Sim {
         WorkerConfig {
             latency: Latency::Fixed { ms: 200 },
             faults,
-            ..WorkerConfig::with_seed(11)
+            ..WorkerConfig::with_seed(seed)
         },
         TokioClock::shared(EPOCH_MS),
     )
@@ -317,4 +321,29 @@ async fn handshake_faults_are_refused() {
             other => panic!("{fault:?}: {other:?}"),
         }
     }
+}
+
+/// The same scenario twice gives the same worker transcript (coordinator
+/// ids, nonces and times included); another worker seed changes it.
+#[tokio::test(start_paused = true)]
+async fn same_seed_same_transcript_with_the_real_coordinator() {
+    async fn transcript(seed: u64) -> Vec<String> {
+        let s = start_seeded(
+            FaultPlan::none()
+                .on_job(0, JobFault::BadSignature)
+                .on_job(2, JobFault::Silent),
+            seed,
+        );
+        wait_online(&s.app, 1).await;
+        let a = commit_llm(&s.app, "first").await;
+        let b = commit_llm(&s.app, "second").await;
+        wait_done(&s.app, &a).await;
+        wait_done(&s.app, &b).await;
+        s.worker.abort();
+        s.log.json_lines()
+    }
+    let first = transcript(7).await;
+    assert_eq!(first, transcript(7).await);
+    assert!(first.len() > 10);
+    assert_ne!(first, transcript(8).await);
 }
