@@ -89,7 +89,6 @@ enum Completion {
 }
 
 struct InFlight {
-    index: u64,
     fault: Option<JobFault>,
     assignment: Assignment,
 }
@@ -544,14 +543,7 @@ impl Worker {
                 (job_id, completion.await)
             }));
         }
-        in_flight.insert(
-            job_id,
-            InFlight {
-                index,
-                fault,
-                assignment,
-            },
-        );
+        in_flight.insert(job_id, InFlight { fault, assignment });
         Ok(())
     }
 
@@ -575,7 +567,6 @@ impl Worker {
             }
             Completion::Output(Ok(output)) => output,
         };
-        let _ = job.index;
         let frame = self.result_frame(&job, output);
         self.send_frame(t, &frame).await
     }
