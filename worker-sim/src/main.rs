@@ -242,7 +242,7 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
             worker = worker.with_keypair(keys[index as usize].clone());
         }
         tracing::info!(worker = index, provider_pubkey = %worker.public_key_hex(), "starting worker");
-        let connector = WsConnector::new(args.coordinator.clone());
+        let connector = WsConnector::new(args.coordinator.clone()).with_nodelay(true);
         tasks.spawn(async move { (index, worker.run(connector).await) });
     }
     loop {

@@ -174,7 +174,13 @@ impl std::fmt::Debug for WsTransport {
 
 impl WsTransport {
     pub async fn connect(url: &str) -> Result<Self, TransportError> {
-        let (stream, _response) = tokio_tungstenite::connect_async(url)
+        Self::connect_with(url, false).await
+    }
+
+    /// `nodelay` sets `TCP_NODELAY`: without it a worker's back-to-back
+    /// `accept` and `result` frames wait on the peer's delayed ACK (~40 ms on Linux).
+    pub async fn connect_with(url: &str, nodelay: bool) -> Result<Self, TransportError> {
+        let (stream, _response) = tokio_tungstenite::connect_async_with_config(url, None, nodelay)
             .await
             .map_err(|e| TransportError::Connect(e.to_string()))?;
         Ok(Self { stream })
@@ -212,11 +218,22 @@ impl Transport for WsTransport {
 #[derive(Debug, Clone)]
 pub struct WsConnector {
     pub url: String,
+    nodelay: bool,
 }
 
 impl WsConnector {
+    /// Nagle's algorithm stays on, as `connect_async` leaves it.
     pub fn new(url: impl Into<String>) -> Self {
-        Self { url: url.into() }
+        Self {
+            url: url.into(),
+            nodelay: false,
+        }
+    }
+
+    /// Sets `TCP_NODELAY` on each connection (what the binary uses).
+    pub fn with_nodelay(mut self, nodelay: bool) -> Self {
+        self.nodelay = nodelay;
+        self
     }
 }
 
@@ -224,6 +241,6 @@ impl Connector for WsConnector {
     type Transport = WsTransport;
 
     async fn connect(&mut self) -> Result<WsTransport, TransportError> {
-        WsTransport::connect(&self.url).await
+        WsTransport::connect_with(&self.url, self.nodelay).await
     }
 }

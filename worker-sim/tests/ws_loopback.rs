@@ -83,7 +83,7 @@ async fn worker_connects_late_over_websocket_and_completes_a_job() {
     .unwrap()
     .with_observer(Arc::new(log.clone()));
     let pubkey = worker.public_key_hex();
-    let connector = WsConnector::new(format!("ws://{addr}/v1/workers/ws"));
+    let connector = WsConnector::new(format!("ws://{addr}/v1/workers/ws")).with_nodelay(true);
     let handle = tokio::spawn(async move { worker.run(connector).await });
 
     tokio::time::sleep(Duration::from_millis(300)).await;
