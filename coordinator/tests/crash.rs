@@ -1,0 +1,321 @@
+//! Crash test of the durable store: runs the real `coordinator` binary on a
+//! database file, drives commits, pairing claims and completions from real
+//! WebSocket workers, `kill -9`s it at seeded pseudo-random moments, restarts
+//! it on the same file, and checks after every restart that nothing a client
+//! was told is lost:
+//! - every job that got a 201 exists;
+//! - every job seen `completed` is still `completed` with the same output and receipt;
+//! - every claimed pairing is listed;
+//! - at the end, with no worker online, every job turns terminal within the
+//!   pending timeout: none is left stuck (deadlines survive, held jobs are requeued).
+//!
+//! Used payment nonces are checked against the same database in the store's
+//! unit tests (`sqlite.rs`); the HTTP payment path is not wired in here.
+
+mod common;
+
+use common::{TestWorker, Wire};
+use protocol::signing::Keypair;
+use protocol::worker::CoordinatorFrame;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+const SEED: u64 = 20_261_121;
+const KILLS: usize = 12;
+const PENDING_TIMEOUT_MS: u64 = 3_000;
+
+/// What clients were told, and so what must survive.
+#[derive(Default, Clone)]
+struct Promised {
+    /// Jobs that got a 201.
+    committed: Vec<Uuid>,
+    /// Jobs seen `completed`: (output, receipt).
+    completed: BTreeMap<Uuid, (Value, Value)>,
+    /// Claims that got a 200: (user, provider key).
+    claimed: Vec<(String, String)>,
+}
+
+struct Running {
+    child: Child,
+    base: String,
+}
+
+/// Starts the binary on `db` and waits for the address it listens on.
+async fn start(db: &Path) -> Running {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(["--listen", "127.0.0.1:0", "--seed", &SEED.to_string()])
+        .args(["--db", db.to_str().unwrap()])
+        .args(["--pending-timeout-ms", &PENDING_TIMEOUT_MS.to_string()])
+        .args(["--claims-per-minute-max", "100000"])
+        .env("RUST_LOG", "info")
+        .env_remove("COORDINATOR_LISTEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("coordinator binary starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(at) = line.find("listening on http://") {
+                let rest = &line[at + "listening on ".len()..];
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("coordinator exited before listening");
+    })
+    .await
+    .expect("coordinator listens within 20 s");
+    // Keep draining stderr so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // The listener is bound before the state is restored; wait for the API.
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http.get(format!("{base}/v1/health")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Running { child, base }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// A worker that accepts and completes every assignment until the connection ends.
+async fn work(base: String, seed: u64) {
+    let url = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
+    let Ok((stream, _)) = tokio_tungstenite::connect_async(&url).await else {
+        return;
+    };
+    let mut w = TestWorker {
+        key: Keypair::generate(&mut ChaCha20Rng::seed_from_u64(seed)),
+        wire: Wire::Ws(Box::new(stream)),
+        session_id: 0,
+    };
+    w.authenticate(&["LLM_INFER", "TASK"], 16).await;
+    while let Some(text) = w.wire.recv_text().await {
+        let Ok(CoordinatorFrame::Assign(a)) = serde_json::from_str(&text) else {
+            continue;
+        };
+        w.send(json!({"type": "accept", "job_id": a.job_id})).await;
+        let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+        w.send(frame).await;
+    }
+}
+
+/// Commits jobs and polls them, recording what the answers promised.
+async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64) {
+    let http = client();
+    let mut mine: Vec<Uuid> = Vec::new();
+    for i in 0u64.. {
+        let job = if i % 2 == 0 {
+            common::task_job(&format!("user-{task}"))
+        } else {
+            common::llm_job(&format!("user-{task}"))
+        };
+        let tier = if i % 3 == 0 { "fast" } else { "cheap" };
+        let Ok(res) = http
+            .post(format!("{base}/v1/jobs/commit/{tier}"))
+            .json(&job)
+            .send()
+            .await
+        else {
+            return;
+        };
+        if res.status() == 201 {
+            let Ok(body) = res.json::<Value>().await else {
+                return;
+            };
+            let id: Uuid = body["job_id"].as_str().unwrap().parse().unwrap();
+            promised.lock().unwrap().committed.push(id);
+            mine.push(id);
+        }
+        // Poll the oldest jobs not yet seen terminal.
+        let mut k = 0;
+        while k < mine.len().min(4) {
+            let id = mine[k];
+            let Ok(res) = http.get(format!("{base}/v1/jobs/{id}")).send().await else {
+                return;
+            };
+            let Ok(body) = res.json::<Value>().await else {
+                return;
+            };
+            match body["status"].as_str() {
+                Some("completed") => {
+                    promised.lock().unwrap().completed.insert(
+                        id,
+                        (body["result"]["output"].clone(), body["receipt"].clone()),
+                    );
+                    mine.remove(k);
+                }
+                Some("failed") => {
+                    mine.remove(k);
+                }
+                _ => k += 1,
+            }
+        }
+        // Leave the workers room to finish jobs while we watch.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+}
+
+/// Creates pairing codes and claims them, recording the claims that got a 200.
+async fn drive_pairings(base: String, promised: Arc<Mutex<Promised>>, seed: u64) {
+    let http = client();
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    for i in 0u64.. {
+        let user = format!("pair-{seed}-{i}");
+        let Ok(res) = http
+            .post(format!("{base}/v1/trust/create"))
+            .json(&json!({"user_id": user}))
+            .send()
+            .await
+        else {
+            return;
+        };
+        let Ok(body) = res.json::<Value>().await else {
+            return;
+        };
+        let Some(code) = body["pairing_code"].as_str() else {
+            continue;
+        };
+        let key = Keypair::generate(&mut rng).public_key_hex();
+        let Ok(res) = http
+            .post(format!("{base}/v1/trust/claim"))
+            .json(&json!({"pairing_code": code, "provider_pubkey": key}))
+            .send()
+            .await
+        else {
+            return;
+        };
+        if res.status() == 200 {
+            promised.lock().unwrap().claimed.push((user, key));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Checks every promise against a freshly restarted coordinator.
+async fn check(base: &str, promised: &Promised) {
+    let http = client();
+    for id in &promised.committed {
+        let res = http
+            .get(format!("{base}/v1/jobs/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "job {id} got a 201 but is gone");
+    }
+    for (id, (output, receipt)) in &promised.completed {
+        let body: Value = http
+            .get(format!("{base}/v1/jobs/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["status"], "completed", "job {id} was seen completed");
+        assert_eq!(&body["result"]["output"], output, "job {id} output");
+        assert_eq!(&body["receipt"], receipt, "job {id} receipt");
+    }
+    for (user, key) in &promised.claimed {
+        let body: Value = http
+            .get(format!("{base}/v1/trust/list?user_id={user}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let listed = body["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["provider_pubkey"] == key.as_str());
+        assert!(listed, "claimed pairing of {user} with {key} is not listed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_coordinator_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("coordinator.db");
+    let promised = Arc::new(Mutex::new(Promised::default()));
+    let mut rng = ChaCha20Rng::seed_from_u64(SEED);
+    for round in 0..KILLS as u64 {
+        let mut running = start(&db).await;
+        check(&running.base, &promised.lock().unwrap().clone()).await;
+        let mut tasks = Vec::new();
+        for w in 0..2 {
+            tasks.push(tokio::spawn(work(running.base.clone(), round * 10 + w)));
+        }
+        for t in 0..3 {
+            tasks.push(tokio::spawn(drive_jobs(
+                running.base.clone(),
+                promised.clone(),
+                t,
+            )));
+        }
+        tasks.push(tokio::spawn(drive_pairings(
+            running.base.clone(),
+            promised.clone(),
+            SEED + round,
+        )));
+        let alive_ms = rng.gen_range(150..700);
+        tokio::time::sleep(Duration::from_millis(alive_ms)).await;
+        running.child.kill().await.expect("kill -9");
+        for t in tasks {
+            t.abort();
+        }
+    }
+    let p = promised.lock().unwrap().clone();
+    assert!(
+        p.committed.len() >= 50,
+        "only {} commits",
+        p.committed.len()
+    );
+    assert!(!p.completed.is_empty(), "no completion was seen");
+    assert!(!p.claimed.is_empty(), "no claim went through");
+
+    // Last start, no worker: every job must end within the pending timeout.
+    let mut running = start(&db).await;
+    check(&running.base, &p).await;
+    tokio::time::sleep(Duration::from_millis(PENDING_TIMEOUT_MS + 1_000)).await;
+    let http = client();
+    for id in &p.committed {
+        let body: Value = http
+            .get(format!("{}/v1/jobs/{id}", running.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let status = body["status"].as_str().unwrap();
+        assert!(
+            status == "completed" || status == "failed",
+            "job {id} is still {status} past its deadline"
+        );
+    }
+    running.child.kill().await.unwrap();
+    eprintln!(
+        "{KILLS} kills: {} jobs committed, {} seen completed, {} claims; all kept",
+        p.committed.len(),
+        p.completed.len(),
+        p.claimed.len()
+    );
+}
