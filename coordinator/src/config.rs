@@ -12,6 +12,9 @@ pub struct Config {
     pub prices: PriceTable,
     pub limits: Limits,
     pub timing: Timing,
+    /// Base URL clients use (e.g. `https://coordinator.example`), for the
+    /// `resource` of payment requirements; by default taken from `Host`.
+    pub public_url: Option<String>,
 }
 
 impl Default for Config {
@@ -21,6 +24,7 @@ impl Default for Config {
             prices: PriceTable::default(),
             limits: Limits::default(),
             timing: Timing::default(),
+            public_url: None,
         }
     }
 }

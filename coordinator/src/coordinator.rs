@@ -13,6 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, watch, Notify};
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("payments are already enabled")]
+pub struct PaymentsAlreadyEnabled;
+
 /// Cheap to clone handle on a running coordinator.
 #[derive(Clone)]
 pub struct Coordinator {
@@ -26,6 +30,8 @@ struct Inner {
     state: Mutex<State>,
     timer_wake: Notify,
     shutdown: watch::Sender<bool>,
+    /// Set once, before serving, when the deployment gates commits on payment.
+    payments: std::sync::OnceLock<x402::PaymentGate>,
 }
 
 struct State {
@@ -55,6 +61,7 @@ impl Coordinator {
             }),
             timer_wake: Notify::new(),
             shutdown,
+            payments: std::sync::OnceLock::new(),
         });
         let coordinator = Self { inner };
         tokio::spawn(run_timers(coordinator.clone()));
@@ -85,6 +92,20 @@ impl Coordinator {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Turns on payment gating of the commit endpoints (x402). Call once,
+    /// before serving; a second call is refused and changes nothing.
+    pub fn enable_payments(&self, gate: x402::PaymentGate) -> Result<(), PaymentsAlreadyEnabled> {
+        self.inner
+            .payments
+            .set(gate)
+            .map_err(|_| PaymentsAlreadyEnabled)
+    }
+
+    /// The payment gate, when commits must be paid.
+    pub fn payments(&self) -> Option<&x402::PaymentGate> {
+        self.inner.payments.get()
     }
 
     pub fn now_ms(&self) -> i64 {

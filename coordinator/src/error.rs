@@ -30,6 +30,9 @@ pub enum ApiError {
     /// 503: a bounded resource is full; retry later.
     #[error("{0}")]
     Unavailable(String),
+    /// 402: no payment, or a payment that was refused (x402 answer).
+    #[error("payment required")]
+    Payment(Box<x402::Refusal>),
     #[error("internal error")]
     Internal,
 }
@@ -45,6 +48,7 @@ impl ApiError {
             ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Payment(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -52,6 +56,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let ApiError::Payment(refusal) = self {
+            // Body with `error` and `accepts`, plus the PAYMENT-REQUIRED header.
+            return refusal.into_response();
+        }
         let status = self.status();
         let mut response = match &self {
             ApiError::NoTrustedWorker(job_id) => (

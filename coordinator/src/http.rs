@@ -10,7 +10,7 @@ use crate::validate;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -152,29 +152,88 @@ async fn quote(
     }))
 }
 
-async fn commit_fast(State(c): State<Coordinator>, body: JsonBody) -> Result<Response, ApiError> {
-    commit(c, Tier::Fast, body).await
+async fn commit_fast(
+    State(c): State<Coordinator>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    commit(c, Tier::Fast, headers, body).await
 }
 
-async fn commit_cheap(State(c): State<Coordinator>, body: JsonBody) -> Result<Response, ApiError> {
-    commit(c, Tier::Cheap, body).await
+async fn commit_cheap(
+    State(c): State<Coordinator>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    commit(c, Tier::Cheap, headers, body).await
 }
 
+/// Validates (400, never charged), then with payments on: authorizes the
+/// payment (402), checks the job would be admitted (422/503, the payment's
+/// nonce is released, nothing is charged), settles (402 on failure, no job),
+/// and only then creates the job with the settlement as its `payment_ref`.
 async fn commit(
     c: Coordinator,
     tier: Tier,
+    headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
-    let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+    let paid = match c.payments() {
+        None => None,
+        Some(gate) => {
+            let job_type = submission.job_type;
+            let price = c.config().prices.price(tier, job_type);
+            let url = format!("{}{}", public_base_url(&c, &headers), tier.commit_path());
+            let offer = gate.offer(price, &url, &format!("{tier} {job_type} compute job"));
+            let now_seconds = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
+            let auth = gate
+                .authorize(&offer, &headers, now_seconds)
+                .map_err(|r| ApiError::Payment(Box::new(r)))?;
+            if c.read(|core| core.admission(&submission)).is_err() {
+                // Refused for free: the commit below records and answers it.
+                gate.cancel(&auth);
+                None
+            } else {
+                let paid = gate
+                    .settle(auth)
+                    .await
+                    .map_err(|r| ApiError::Payment(Box::new(r)))?;
+                Some(paid)
+            }
+        }
+    };
+    let payment_ref = paid.as_ref().map(|p| p.payment_ref().to_owned());
+    let committed = c.with(|core, now_ms| core.commit(submission, tier, payment_ref, now_ms));
     // The 201 promises the job exists, so it must survive a crash first.
     c.durable().await.map_err(|_| ApiError::Internal)?;
     match committed {
-        Ok(job_id) => Ok((StatusCode::CREATED, Json(CommitResponse { job_id })).into_response()),
+        Ok(job_id) => {
+            let mut response =
+                (StatusCode::CREATED, Json(CommitResponse { job_id })).into_response();
+            if let Some(paid) = &paid {
+                paid.insert_response_headers(response.headers_mut());
+            }
+            Ok(response)
+        }
         Err(CommitError::NoTrustedWorker(job_id)) => Err(ApiError::NoTrustedWorker(job_id)),
         Err(e @ CommitError::QueueFull) => Err(ApiError::Unavailable(e.to_string())),
     }
+}
+
+/// The base URL clients reach us at, for the payment's `resource`: the
+/// configured public URL, else `http://` + the Host header.
+fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
+    if let Some(url) = &c.config().public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && h.len() <= 255)
+        .unwrap_or("localhost");
+    format!("http://{host}")
 }
 
 async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -72,6 +72,32 @@ struct Args {
     claims_per_minute_max: u32,
     /// SQLite database file, created if missing; `:memory:` keeps nothing
     /// across restarts.
+    /// Require an x402 payment on the commit endpoints.
+    #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
+    payment_required: bool,
+    /// Address payments go to (required with --payment-required).
+    #[arg(long, env = "COORDINATOR_PAY_TO")]
+    pay_to: Option<String>,
+    /// The payment token contract; default USDC on Base Sepolia.
+    #[arg(long, env = "COORDINATOR_ASSET", default_value = x402::config::BASE_SEPOLIA_USDC)]
+    asset: String,
+    /// EIP-712 domain name of the asset: `USDC` on Base Sepolia, `USD Coin` on Base.
+    #[arg(long, env = "COORDINATOR_ASSET_NAME", default_value = "USDC")]
+    asset_name: String,
+    /// EIP-712 domain version of the asset.
+    #[arg(long, env = "COORDINATOR_ASSET_VERSION", default_value = "2")]
+    asset_version: String,
+    /// Validity window a payer is offered, in seconds.
+    #[arg(long, env = "COORDINATOR_MAX_TIMEOUT_SECONDS", default_value_t = 300)]
+    max_timeout_seconds: u64,
+    /// x402 facilitator that verifies and settles payments. Without one,
+    /// payments are verified locally and no money moves.
+    #[arg(long, env = "COORDINATOR_FACILITATOR_URL")]
+    facilitator_url: Option<String>,
+    /// Base URL clients reach this instance at (for payment requirements);
+    /// default: taken from each request's Host header.
+    #[arg(long, env = "COORDINATOR_PUBLIC_URL")]
+    public_url: Option<String>,
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
     /// Completed and failed jobs older than this are deleted (checked every
@@ -81,9 +107,36 @@ struct Args {
 }
 
 impl Args {
+    /// The payment settings, or `None` when payments are off.
+    fn payment_config(&self) -> Result<Option<x402::PaymentConfig>, String> {
+        if !self.payment_required {
+            return Ok(None);
+        }
+        let pay_to = self
+            .pay_to
+            .as_deref()
+            .ok_or("--payment-required needs --pay-to ADDRESS")?
+            .parse()
+            .map_err(|e| format!("--pay-to: {e}"))?;
+        let config = x402::PaymentConfig {
+            network: self.network.clone(),
+            pay_to,
+            asset: self.asset.parse().map_err(|e| format!("--asset: {e}"))?,
+            asset_name: self.asset_name.clone(),
+            asset_version: self.asset_version.clone(),
+            max_timeout_seconds: self.max_timeout_seconds,
+            facilitator_url: self.facilitator_url.clone(),
+        };
+        config
+            .validate()
+            .map_err(|e| format!("payment settings: {e}"))?;
+        Ok(Some(config))
+    }
+
     fn config(&self) -> Config {
         let mut config = Config {
             network: self.network.clone(),
+            public_url: self.public_url.clone(),
             ..Config::default()
         };
         config.prices.fast_llm = self.price_fast_llm;
@@ -126,6 +179,13 @@ async fn main() -> ExitCode {
         Some(seed) => ChaCha20Rng::seed_from_u64(seed),
         None => ChaCha20Rng::from_entropy(),
     };
+    let payment_config = match args.payment_config() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let store = match SqliteStore::open(&args.db) {
         Ok(s) => Arc::new(s),
         Err(e) => {
@@ -154,6 +214,28 @@ async fn main() -> ExitCode {
         }
     };
     tracing::info!(db = %args.db, "state restored");
+    if let Some(config) = payment_config {
+        let settler: Arc<dyn x402::Settler> = match &config.facilitator_url {
+            Some(url) => {
+                match x402::FacilitatorSettler::http(url, x402::settle::DEFAULT_FACILITATOR_TIMEOUT)
+                {
+                    Ok(s) => Arc::new(s),
+                    Err(e) => {
+                        eprintln!("error: facilitator {url}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            None => {
+                tracing::warn!("payments are verified locally and settled nowhere: no money moves (set --facilitator-url)");
+                Arc::new(x402::LocalSettler)
+            }
+        };
+        tracing::info!(network = %config.network, pay_to = %config.pay_to, "commits require an x402 payment");
+        // Used nonces live in the same database, so a restart never lets a payment buy a second job.
+        let gate = x402::PaymentGate::new(config, store.clone(), settler);
+        c.enable_payments(gate).expect("payments enabled once");
+    }
     if let Some(hours) = args.retention_hours {
         tokio::spawn(apply_retention(c.clone(), store, hours));
     }

@@ -123,6 +123,13 @@ pub enum Outbound {
     Close(ErrorCode, String),
 }
 
+/// Why a job would not be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    NoTrustedWorker,
+    QueueFull,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommitError {
     #[error("no_trusted_worker")]
@@ -277,8 +284,30 @@ impl Core {
 
     // ---- jobs ----
 
+    /// Whether a job would be accepted now: a PRIVATE job needs a trusted
+    /// worker of its user online with the capability, and the queue needs
+    /// room. Paid commits ask this before settling, so a refusal is free.
+    pub fn admission(&self, submission: &JobSubmission) -> Result<(), Refused> {
+        let private = submission.privacy_class == PrivacyClass::Private;
+        if private
+            && self
+                .trusted_sessions(&submission.user_id, submission.job_type)
+                .next()
+                .is_none()
+        {
+            return Err(Refused::NoTrustedWorker);
+        }
+        if self.pending_count >= self.config.limits.queue_len_max {
+            return Err(Refused::QueueFull);
+        }
+        Ok(())
+    }
+
     /// Accepts a validated job. A PRIVATE job whose user has no trusted
     /// worker online with the capability is recorded as failed and refused.
+    /// A paid job (with a `payment_ref`) was admitted before settlement and
+    /// is never refused: if its trusted worker left in the meantime it waits
+    /// in the queue like any PRIVATE job whose worker is away.
     pub fn commit(
         &mut self,
         submission: JobSubmission,
@@ -286,13 +315,11 @@ impl Core {
         payment_ref: Option<String>,
         now_ms: i64,
     ) -> Result<Uuid, CommitError> {
-        let private = submission.privacy_class == PrivacyClass::Private;
-        let trusted_online = !private
-            || self
-                .trusted_sessions(&submission.user_id, submission.job_type)
-                .next()
-                .is_some();
-        if trusted_online && self.pending_count >= self.config.limits.queue_len_max {
+        let refused = match payment_ref {
+            Some(_) => None,
+            None => self.admission(&submission).err(),
+        };
+        if refused == Some(Refused::QueueFull) {
             return Err(CommitError::QueueFull);
         }
         let id = uuid::Builder::from_random_bytes(self.rng.gen()).into_uuid();
@@ -315,7 +342,7 @@ impl Core {
             worker: None,
             epoch: 0,
         };
-        if !trusted_online {
+        if refused == Some(Refused::NoTrustedWorker) {
             job.status = JobStatus::Failed;
             job.error = Some(FailureReason::NoTrustedWorker);
             self.changes.push(Change::Job(Box::new(job.clone())));

@@ -1,0 +1,71 @@
+//! Interoperability: the official x402 TypeScript client (`@x402/fetch` with
+//! `@x402/evm` and a viem local account, `x402/interop/pay.mjs`) pays a commit
+//! on a gated coordinator with Base Sepolia settings, over real HTTP, and gets
+//! 201. Needs `node` and `npm ci --prefix x402/interop` (scripts/test.sh does it).
+
+use coordinator::config::Config;
+use coordinator::store::MemoryStore;
+use coordinator::{app, Coordinator, SystemClock};
+use rand::SeedableRng;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn interop_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../x402/interop")
+}
+
+async fn pay(url: &str, body: &Value) -> Value {
+    assert!(
+        interop_dir().join("node_modules/@x402/fetch").exists(),
+        "the official x402 client is not installed: run `npm ci --prefix x402/interop`"
+    );
+    let out = tokio::process::Command::new("node")
+        .arg(interop_dir().join("pay.mjs"))
+        .env("X402_URL", url)
+        .env("X402_BODY", body.to_string())
+        .output()
+        .await
+        .expect("node runs (install Node.js)");
+    assert!(
+        out.status.success(),
+        "pay.mjs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("pay.mjs prints one JSON line")
+}
+
+#[tokio::test]
+async fn the_official_client_pays_a_commit_and_gets_201() {
+    let c = Coordinator::new(
+        Config {
+            network: "eip155:84532".into(),
+            ..Config::default()
+        },
+        Arc::new(SystemClock),
+        rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        Arc::new(MemoryStore::default()),
+    );
+    let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+        .parse()
+        .unwrap();
+    c.enable_payments(
+        x402::PaymentGate::from_config(x402::PaymentConfig::base_sepolia_usdc(pay_to)).unwrap(),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
+
+    let body = json!({"job_type": "LLM_INFER", "user_id": "interop", "payload": {"prompt": "hi", "max_tokens": 8}});
+    let result = pay(&format!("http://{addr}/v1/jobs/commit/fast"), &body).await;
+    assert_eq!(result["status"], 201, "{result}");
+    let created: Value = serde_json::from_str(result["body"].as_str().unwrap()).unwrap();
+    let job_id: uuid::Uuid = created["job_id"].as_str().unwrap().parse().unwrap();
+    // The client read our PAYMENT-RESPONSE, and the job carries the payment.
+    assert_eq!(result["paymentResponse"]["success"], true, "{result}");
+    let payment_ref = c.read(|core| core.job(&job_id).unwrap().payment_ref.clone());
+    assert!(payment_ref.is_some_and(|r| r.starts_with("x402:0x")));
+}
