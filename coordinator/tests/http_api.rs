@@ -72,14 +72,24 @@ async fn quote_for_every_job_type_and_policy() {
 #[tokio::test]
 async fn quote_rejects_missing_or_invalid_parameters() {
     let (app, _) = setup();
-    for uri in ["/v1/quote", "/v1/quote?job_type=GPU", "/v1/quote?job_type=llm_infer"] {
+    for uri in [
+        "/v1/quote",
+        "/v1/quote?job_type=GPU",
+        "/v1/quote?job_type=llm_infer",
+    ] {
         let r = call(&app, "GET", uri, None).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
-        assert_eq!(r.body, json!({"error": "job_type must be LLM_INFER or TASK"}));
+        assert_eq!(
+            r.body,
+            json!({"error": "job_type must be LLM_INFER or TASK"})
+        );
     }
     let r = call(&app, "GET", "/v1/quote?job_type=TASK&policy=SLOW", None).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(r.body, json!({"error": "policy must be FAST, CHEAP or AUTO"}));
+    assert_eq!(
+        r.body,
+        json!({"error": "policy must be FAST, CHEAP or AUTO"})
+    );
 }
 
 #[tokio::test]
@@ -119,15 +129,42 @@ async fn commit_names_missing_fields() {
 async fn commit_names_each_invalid_field() {
     let (app, _) = setup();
     let cases = [
-        (json!({"job_type": "GPU", "user_id": "u", "payload": {}}), "job_type must be LLM_INFER or TASK"),
-        (json!({"job_type": "TASK", "user_id": "", "payload": {}}), "user_id must be a non-empty string of at most 256 characters"),
-        (json!({"job_type": "TASK", "user_id": "u", "payload": []}), "payload must be an object"),
-        (json!({"job_type": "TASK", "user_id": "u", "payload": {"task_type": "poem", "input": "x"}}), "payload.task_type must be summarize, classify or extract_json"),
-        (json!({"job_type": "TASK", "user_id": "u", "payload": {"task_type": "classify", "input": 5}}), "payload.input must be a string"),
-        (json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": ""}}), "payload.prompt must be a non-empty string"),
-        (json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": "p", "max_tokens": -1}}), "payload.max_tokens must be an integer from 1 to 32768"),
-        (json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"job_type": "TASK", "prompt": "p"}}), "payload.job_type must match job_type"),
-        (json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": "p"}, "privacy_class": "public"}), "privacy_class must be PUBLIC or PRIVATE"),
+        (
+            json!({"job_type": "GPU", "user_id": "u", "payload": {}}),
+            "job_type must be LLM_INFER or TASK",
+        ),
+        (
+            json!({"job_type": "TASK", "user_id": "", "payload": {}}),
+            "user_id must be a non-empty string of at most 256 characters",
+        ),
+        (
+            json!({"job_type": "TASK", "user_id": "u", "payload": []}),
+            "payload must be an object",
+        ),
+        (
+            json!({"job_type": "TASK", "user_id": "u", "payload": {"task_type": "poem", "input": "x"}}),
+            "payload.task_type must be summarize, classify or extract_json",
+        ),
+        (
+            json!({"job_type": "TASK", "user_id": "u", "payload": {"task_type": "classify", "input": 5}}),
+            "payload.input must be a string",
+        ),
+        (
+            json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": ""}}),
+            "payload.prompt must be a non-empty string",
+        ),
+        (
+            json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": "p", "max_tokens": -1}}),
+            "payload.max_tokens must be an integer from 1 to 32768",
+        ),
+        (
+            json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"job_type": "TASK", "prompt": "p"}}),
+            "payload.job_type must match job_type",
+        ),
+        (
+            json!({"job_type": "LLM_INFER", "user_id": "u", "payload": {"prompt": "p"}, "privacy_class": "public"}),
+            "privacy_class must be PUBLIC or PRIVATE",
+        ),
     ];
     for (body, message) in cases {
         let r = commit(&app, "cheap", body.clone()).await;
@@ -163,7 +200,13 @@ async fn poll_unknown_or_malformed_id_is_404() {
 #[tokio::test]
 async fn pairing_create_claim_list() {
     let (app, clock) = setup();
-    let r = call(&app, "POST", "/v1/trust/create", Some(json!({"user_id": "alice"}))).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/create",
+        Some(json!({"user_id": "alice"})),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let code = r.body["pairing_code"].as_str().unwrap().to_owned();
     assert_eq!(code.len(), 6);
@@ -175,16 +218,27 @@ async fn pairing_create_claim_list() {
     let claim = |code: String, key: String| {
         let app = app.clone();
         async move {
-            call(&app, "POST", "/v1/trust/claim",
-                Some(json!({"pairing_code": code, "provider_pubkey": key}))).await
+            call(
+                &app,
+                "POST",
+                "/v1/trust/claim",
+                Some(json!({"pairing_code": code, "provider_pubkey": key})),
+            )
+            .await
         }
     };
     let r = claim(code.clone(), k.public_key_hex()).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.body, json!({"user_id": "alice", "paired_at": "2026-11-21T10:00:01.500Z"}));
+    assert_eq!(
+        r.body,
+        json!({"user_id": "alice", "paired_at": "2026-11-21T10:00:01.500Z"})
+    );
 
     let r = claim(code.clone(), key(2).public_key_hex()).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "already_claimed"})));
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::BAD_REQUEST, json!({"error": "already_claimed"}))
+    );
 
     let r = call(&app, "GET", "/v1/trust/list?user_id=alice", None).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -200,31 +254,102 @@ async fn pairing_create_claim_list() {
 async fn claim_errors_invalid_and_expired() {
     let (app, clock) = setup();
     let k = key(1).public_key_hex();
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": "abcdef", "provider_pubkey": k}))).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "invalid_code"})));
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": 12, "provider_pubkey": k}))).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "invalid_code"})));
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": "abcdef", "provider_pubkey": k})),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::BAD_REQUEST, json!({"error": "invalid_code"}))
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": 12, "provider_pubkey": k})),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::BAD_REQUEST, json!({"error": "invalid_code"}))
+    );
 
-    let code = call(&app, "POST", "/v1/trust/create", Some(json!({"user_id": "alice"}))).await.body["pairing_code"].clone();
+    let code = call(
+        &app,
+        "POST",
+        "/v1/trust/create",
+        Some(json!({"user_id": "alice"})),
+    )
+    .await
+    .body["pairing_code"]
+        .clone();
     clock.advance(3_600_000);
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": code, "provider_pubkey": k}))).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "expired"})));
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": code, "provider_pubkey": k})),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (StatusCode::BAD_REQUEST, json!({"error": "expired"}))
+    );
 }
 
 #[tokio::test]
 async fn trust_endpoints_name_missing_fields_and_bad_keys() {
     let (app, _) = setup();
     let r = call(&app, "POST", "/v1/trust/create", Some(json!({}))).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "Missing required fields: user_id"})));
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": "abcdef"}))).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "Missing required fields: provider_pubkey"})));
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Missing required fields: user_id"})
+        )
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": "abcdef"})),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Missing required fields: provider_pubkey"})
+        )
+    );
     let r = call(&app, "POST", "/v1/trust/claim", Some(json!({}))).await;
-    assert_eq!(r.body, json!({"error": "Missing required fields: pairing_code, provider_pubkey"}));
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": "abcdef", "provider_pubkey": "0x1234"}))).await;
+    assert_eq!(
+        r.body,
+        json!({"error": "Missing required fields: pairing_code, provider_pubkey"})
+    );
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": "abcdef", "provider_pubkey": "0x1234"})),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.body["error"].as_str().unwrap().starts_with("provider_pubkey must be"));
+    assert!(r.body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("provider_pubkey must be"));
     let r = call(&app, "GET", "/v1/trust/list", None).await;
-    assert_eq!((r.status, r.body), (StatusCode::BAD_REQUEST, json!({"error": "Missing required query parameter: user_id"})));
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Missing required query parameter: user_id"})
+        )
+    );
 }
 
 #[tokio::test]
@@ -232,12 +357,27 @@ async fn claims_are_rate_limited_per_client() {
     let (app, _) = setup();
     let k = key(1).public_key_hex();
     for _ in 0..10 {
-        let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": "000000", "provider_pubkey": k}))).await;
+        let r = call(
+            &app,
+            "POST",
+            "/v1/trust/claim",
+            Some(json!({"pairing_code": "000000", "provider_pubkey": k})),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
     }
-    let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": "000000", "provider_pubkey": k}))).await;
+    let r = call(
+        &app,
+        "POST",
+        "/v1/trust/claim",
+        Some(json!({"pairing_code": "000000", "provider_pubkey": k})),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.body["error"].as_str().unwrap().contains("too many pairing claims"));
+    assert!(r.body["error"]
+        .as_str()
+        .unwrap()
+        .contains("too many pairing claims"));
     assert_eq!(r.headers["retry-after"], "60");
 }
 
@@ -251,29 +391,101 @@ async fn malformed_requests_get_json_errors() {
         }
         b.body(Body::from(body)).unwrap()
     };
-    let r = send(&app, raw("POST", "/v1/jobs/commit/fast", Some("application/json"), b"{nope".to_vec())).await;
+    let r = send(
+        &app,
+        raw(
+            "POST",
+            "/v1/jobs/commit/fast",
+            Some("application/json"),
+            b"{nope".to_vec(),
+        ),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.body["error"].as_str().unwrap().starts_with("request body is not valid JSON"));
-    let r = send(&app, raw("POST", "/v1/jobs/commit/fast", Some("text/plain"), b"{}".to_vec())).await;
-    assert_eq!((r.status, r.body), (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({"error": "Content-Type must be application/json"})));
+    assert!(r.body["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("request body is not valid JSON"));
+    let r = send(
+        &app,
+        raw(
+            "POST",
+            "/v1/jobs/commit/fast",
+            Some("text/plain"),
+            b"{}".to_vec(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            json!({"error": "Content-Type must be application/json"})
+        )
+    );
     let r = send(&app, raw("POST", "/v1/trust/create", None, b"{}".to_vec())).await;
     assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     let big = vec![b' '; 300 * 1024];
-    let r = send(&app, raw("POST", "/v1/jobs/commit/fast", Some("application/json"), big)).await;
-    assert_eq!((r.status, r.body), (StatusCode::PAYLOAD_TOO_LARGE, json!({"error": "request body is larger than 262144 bytes"})));
+    let r = send(
+        &app,
+        raw(
+            "POST",
+            "/v1/jobs/commit/fast",
+            Some("application/json"),
+            big,
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": "request body is larger than 262144 bytes"})
+        )
+    );
     let r = call(&app, "GET", "/v2/health", None).await;
-    assert_eq!((r.status, r.body), (StatusCode::NOT_FOUND, json!({"error": "no route for GET /v2/health"})));
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"error": "no route for GET /v2/health"})
+        )
+    );
     let r = call(&app, "DELETE", "/v1/health", None).await;
-    assert_eq!((r.status, r.body), (StatusCode::METHOD_NOT_ALLOWED, json!({"error": "method not allowed"})));
+    assert_eq!(
+        (r.status, r.body),
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({"error": "method not allowed"})
+        )
+    );
     let r = call(&app, "GET", "/v1/jobs/commit/fast", None).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
     let r = send(&app, raw("GET", "/v1/quote?job_type=%ZZ", None, vec![])).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     // Non-UTF-8 and deeply nested bodies are refused, not crashed on.
-    let r = send(&app, raw("POST", "/v1/jobs/commit/fast", Some("application/json"), vec![0xff, 0xfe, 0x00])).await;
+    let r = send(
+        &app,
+        raw(
+            "POST",
+            "/v1/jobs/commit/fast",
+            Some("application/json"),
+            vec![0xff, 0xfe, 0x00],
+        ),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let deep = "[".repeat(100_000);
-    let r = send(&app, raw("POST", "/v1/jobs/commit/fast", Some("application/json"), deep.into_bytes())).await;
+    let r = send(
+        &app,
+        raw(
+            "POST",
+            "/v1/jobs/commit/fast",
+            Some("application/json"),
+            deep.into_bytes(),
+        ),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 }
 
@@ -281,7 +493,11 @@ async fn malformed_requests_get_json_errors() {
 async fn the_same_seed_gives_the_same_bytes() {
     async fn transcript(seed: u64) -> Vec<u8> {
         let clock = ManualClock::new(EPOCH_MS);
-        let app = app(coordinator(Config::default(), Arc::new(clock.clone()), seed));
+        let app = app(coordinator(
+            Config::default(),
+            Arc::new(clock.clone()),
+            seed,
+        ));
         let mut out = Vec::new();
         let k = key(9).public_key_hex();
         for step in 0..6 {
@@ -289,7 +505,15 @@ async fn the_same_seed_gives_the_same_bytes() {
             let r = match step {
                 0 => commit(&app, "fast", llm_job("alice")).await,
                 1 => commit(&app, "cheap", private(task_job("bob"))).await,
-                2 => call(&app, "POST", "/v1/trust/create", Some(json!({"user_id": "bob"}))).await,
+                2 => {
+                    call(
+                        &app,
+                        "POST",
+                        "/v1/trust/create",
+                        Some(json!({"user_id": "bob"})),
+                    )
+                    .await
+                }
                 3 => call(&app, "GET", "/v1/health", None).await,
                 4 => commit(&app, "cheap", task_job("carol")).await,
                 _ => call(&app, "GET", "/v1/trust/list?user_id=bob", None).await,
@@ -297,9 +521,19 @@ async fn the_same_seed_gives_the_same_bytes() {
             out.extend_from_slice(&r.raw);
             out.push(b'\n');
         }
-        let code = String::from_utf8_lossy(&out).lines().nth(2).unwrap().to_owned();
+        let code = String::from_utf8_lossy(&out)
+            .lines()
+            .nth(2)
+            .unwrap()
+            .to_owned();
         let code: Value = serde_json::from_str(&code).unwrap();
-        let r = call(&app, "POST", "/v1/trust/claim", Some(json!({"pairing_code": code["pairing_code"], "provider_pubkey": k}))).await;
+        let r = call(
+            &app,
+            "POST",
+            "/v1/trust/claim",
+            Some(json!({"pairing_code": code["pairing_code"], "provider_pubkey": k})),
+        )
+        .await;
         out.extend_from_slice(&r.raw);
         out
     }

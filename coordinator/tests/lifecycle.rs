@@ -31,14 +31,20 @@ async fn wait_status(app: &axum::Router, job: &str, status: &str) -> Value {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("job {job} never reached {status}: {}", job_status(app, job).await);
+    panic!(
+        "job {job} never reached {status}: {}",
+        job_status(app, job).await
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_job_runs_to_completion_with_a_verified_receipt() {
     let (c, app) = setup(Config::default());
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER", "TASK"], 2).await;
-    assert_eq!(call(&app, "GET", "/v1/health", None).await.body["workers_online"], 1);
+    assert_eq!(
+        call(&app, "GET", "/v1/health", None).await.body["workers_online"],
+        1
+    );
 
     let job = id(&commit(&app, "fast", llm_job("alice")).await);
     let a = w.expect_assign().await;
@@ -54,15 +60,21 @@ async fn a_job_runs_to_completion_with_a_verified_receipt() {
     tokio::time::sleep(Duration::from_millis(1_234)).await;
     let frame = w.result_frame(&a, "2026-11-21T10:00:01.234Z");
     w.send(frame).await;
-    assert_eq!(w.recv().await, CoordinatorFrame::ResultAccepted { job_id: a.job_id });
+    assert_eq!(
+        w.recv().await,
+        CoordinatorFrame::ResultAccepted { job_id: a.job_id }
+    );
 
     let record = wait_status(&app, &job, "completed").await;
     assert_eq!(record["result"], json!({"output": "echo: Say hi"}));
     assert_eq!(record["completed_at"], "2026-11-21T10:00:01.234Z");
-    let receipt: protocol::receipt::Receipt = serde_json::from_value(record["receipt"].clone()).unwrap();
+    let receipt: protocol::receipt::Receipt =
+        serde_json::from_value(record["receipt"].clone()).unwrap();
     assert_eq!(receipt.provider_pubkey, w.key.public_key_hex());
     assert_eq!(receipt.payment_ref, None);
-    receipt.verify(&record["result"]["output"]).expect("receipt verifies");
+    receipt
+        .verify(&record["result"]["output"])
+        .expect("receipt verifies");
 }
 
 #[tokio::test(start_paused = true)]
@@ -91,7 +103,10 @@ async fn slots_bound_concurrent_jobs_and_capabilities_are_respected() {
     let t3 = id(&commit(&app, "cheap", task_job("u")).await);
     let a1 = w.expect_assign().await;
     let a2 = w.expect_assign().await;
-    assert_eq!([a1.job_id.to_string(), a2.job_id.to_string()], [id(&t1), id(&t2)]);
+    assert_eq!(
+        [a1.job_id.to_string(), a2.job_id.to_string()],
+        [id(&t1), id(&t2)]
+    );
     settle().await;
     assert_eq!(job_status(&app, &t3).await["status"], "pending");
     assert_eq!(job_status(&app, &llm).await["status"], "pending");
@@ -127,7 +142,10 @@ async fn a_disconnected_workers_job_is_completed_elsewhere() {
     assert_eq!(again.job_id, a.job_id);
     w2.complete(&again).await;
     let record = wait_status(&app, &job, "completed").await;
-    assert_eq!(record["receipt"]["provider_pubkey"], w2.key.public_key_hex());
+    assert_eq!(
+        record["receipt"]["provider_pubkey"],
+        w2.key.public_key_hex()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -138,7 +156,8 @@ async fn a_rejected_job_goes_to_another_worker() {
     let job = id(&commit(&app, "fast", task_job("u")).await);
     // The least-loaded, lowest session gets it first.
     let a = w1.expect_assign().await;
-    w1.send(json!({"type": "reject", "job_id": a.job_id, "reason": "busy"})).await;
+    w1.send(json!({"type": "reject", "job_id": a.job_id, "reason": "busy"}))
+        .await;
     let again = w2.expect_assign().await;
     assert_eq!(again.job_id, a.job_id);
     w2.complete(&again).await;
@@ -152,7 +171,8 @@ async fn rejects_until_attempts_run_out_fail_the_job() {
     let job = id(&commit(&app, "fast", task_job("u")).await);
     for _ in 0..3 {
         let a = w.expect_assign().await;
-        w.send(json!({"type": "reject", "job_id": a.job_id, "reason": "no"})).await;
+        w.send(json!({"type": "reject", "job_id": a.job_id, "reason": "no"}))
+            .await;
     }
     let record = wait_status(&app, &job, "failed").await;
     assert_eq!(record["result"], json!({"error": "worker_rejected"}));
@@ -172,7 +192,10 @@ async fn a_silent_worker_loses_the_job_at_the_lease_end() {
     w.send(json!({"type": "heartbeat"})).await;
     assert_eq!(
         w.recv().await,
-        CoordinatorFrame::Cancel { job_id: a.job_id, reason: "lease_expired".into() }
+        CoordinatorFrame::Cancel {
+            job_id: a.job_id,
+            reason: "lease_expired".into()
+        }
     );
     // Requeued and handed out again (the only worker), then the last attempt times out too.
     let again = w.expect_assign().await;
@@ -183,7 +206,13 @@ async fn a_silent_worker_loses_the_job_at_the_lease_end() {
     // A late result for a cancelled job is refused.
     let late = w.result_frame(&a, "2026-11-21T10:00:20.000Z");
     w.send(late).await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Error { code: ErrorCode::NotAssigned, .. }));
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::NotAssigned,
+            ..
+        }
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -195,18 +224,36 @@ async fn a_bad_receipt_never_completes_a_job() {
     let mut forged = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
     forged["output"] = json!("a different output");
     w.send(forged).await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Error { code: ErrorCode::InvalidReceipt, .. }));
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::InvalidReceipt,
+            ..
+        }
+    ));
     // The attempt is spent and the job requeued; with one worker it comes back.
     let again = w.expect_assign().await;
     let mut bad_sig = w.result_frame(&again, "2026-11-21T10:00:01.000Z");
     bad_sig["receipt"]["signature"] = json!(format!("0x{}", "11".repeat(65)));
     w.send(bad_sig).await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Error { code: ErrorCode::InvalidReceipt, .. }));
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::InvalidReceipt,
+            ..
+        }
+    ));
     let third = w.expect_assign().await;
     let mut wrong_shape = w.result_frame(&third, "2026-11-21T10:00:01.000Z");
     wrong_shape["output"] = json!({"not": "a string"});
     w.send(wrong_shape).await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Error { code: ErrorCode::InvalidOutput, .. }));
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::InvalidOutput,
+            ..
+        }
+    ));
     let record = wait_status(&app, &job, "failed").await;
     assert_eq!(record["result"], json!({"error": "invalid_output"}));
     assert_eq!(record["receipt"], Value::Null);
@@ -218,9 +265,18 @@ async fn a_silent_session_is_dropped_at_the_heartbeat_timeout() {
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let _ = w.expect_assign().await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Error { code: ErrorCode::HeartbeatTimeout, .. }));
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::HeartbeatTimeout,
+            ..
+        }
+    ));
     assert!(w.recv_closed().await);
-    assert_eq!(call(&app, "GET", "/v1/health", None).await.body["workers_online"], 0);
+    assert_eq!(
+        call(&app, "GET", "/v1/health", None).await.body["workers_online"],
+        0
+    );
     assert_eq!(job_status(&app, &job).await["status"], "pending");
 }
 
@@ -272,10 +328,19 @@ async fn a_second_session_with_the_same_key_replaces_the_first() {
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = first.expect_assign().await;
     let mut second = TestWorker::connect(Wire::channel(&c), 5, &["TASK"], 1).await;
-    assert!(matches!(first.recv().await, CoordinatorFrame::Error { code: ErrorCode::Replaced, .. }));
+    assert!(matches!(
+        first.recv().await,
+        CoordinatorFrame::Error {
+            code: ErrorCode::Replaced,
+            ..
+        }
+    ));
     let again = second.expect_assign().await;
     assert_eq!(again.job_id, a.job_id);
     second.complete(&again).await;
     wait_status(&app, &job, "completed").await;
-    assert_eq!(call(&app, "GET", "/v1/health", None).await.body["workers_online"], 1);
+    assert_eq!(
+        call(&app, "GET", "/v1/health", None).await.body["workers_online"],
+        1
+    );
 }

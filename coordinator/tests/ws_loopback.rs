@@ -23,7 +23,9 @@ async fn serve(config: Config) -> Server {
     let router = app(c);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let service = router.clone().into_make_service_with_connect_info::<SocketAddr>();
+    let service = router
+        .clone()
+        .into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
     Server {
         app: router,
@@ -43,14 +45,18 @@ async fn a_worker_authenticates_and_completes_a_job_with_a_verified_receipt() {
     let s = serve(Config::default()).await;
     let mut w = TestWorker::connect(Wire::ws(&s.ws_url).await, 1, &["LLM_INFER"], 1).await;
     assert!(w.session_id > 0);
-    assert_eq!(call(&s.app, "GET", "/v1/health", None).await.body["workers_online"], 1);
+    assert_eq!(
+        call(&s.app, "GET", "/v1/health", None).await.body["workers_online"],
+        1
+    );
     let job = commit(&s.app, "fast", llm_job("alice")).await.body["job_id"].clone();
     let a = w.expect_assign().await;
     assert_eq!(json!(a.job_id), job);
     w.complete(&a).await;
     let record = job_status(&s.app, job.as_str().unwrap()).await;
     assert_eq!(record["status"], "completed");
-    let receipt: protocol::receipt::Receipt = serde_json::from_value(record["receipt"].clone()).unwrap();
+    let receipt: protocol::receipt::Receipt =
+        serde_json::from_value(record["receipt"].clone()).unwrap();
     receipt.verify(&record["result"]["output"]).unwrap();
     assert_eq!(receipt.provider_pubkey, w.key.public_key_hex());
 }
@@ -63,15 +69,22 @@ async fn a_wrong_signature_is_refused_and_the_connection_closed() {
         wire: Wire::ws(&s.ws_url).await,
         session_id: 0,
     };
-    w.send(json!({"type": "hello", "protocol_version": 1, "provider_pubkey": w.key.public_key_hex(),
-        "capabilities": ["TASK"], "slots": 1})).await;
+    w.send(
+        json!({"type": "hello", "protocol_version": 1, "provider_pubkey": w.key.public_key_hex(),
+        "capabilities": ["TASK"], "slots": 1}),
+    )
+    .await;
     assert!(matches!(w.recv().await, CoordinatorFrame::Challenge { .. }));
     // Signs something other than the challenge.
     let signature = w.key.personal_sign(b"not the challenge");
-    w.send(json!({"type": "auth", "signature": signature})).await;
+    w.send(json!({"type": "auth", "signature": signature}))
+        .await;
     assert_eq!(error_code(&w.recv().await), Some(ErrorCode::AuthFailed));
     assert!(w.recv_closed().await);
-    assert_eq!(call(&s.app, "GET", "/v1/health", None).await.body["workers_online"], 0);
+    assert_eq!(
+        call(&s.app, "GET", "/v1/health", None).await.body["workers_online"],
+        0
+    );
 }
 
 #[tokio::test]
@@ -79,30 +92,60 @@ async fn a_key_the_worker_does_not_hold_cannot_authenticate() {
     let s = serve(Config::default()).await;
     let victim = protocol::signing::Keypair::from_secret_hex(&"22".repeat(32)).unwrap();
     let thief = protocol::signing::Keypair::from_secret_hex(&"33".repeat(32)).unwrap();
-    let mut w = TestWorker { key: thief, wire: Wire::ws(&s.ws_url).await, session_id: 0 };
-    w.send(json!({"type": "hello", "protocol_version": 1, "provider_pubkey": victim.public_key_hex(),
-        "capabilities": ["TASK"], "slots": 1})).await;
-    let CoordinatorFrame::Challenge { nonce, network } = w.recv().await else { panic!() };
-    let signature = w.key.personal_sign(protocol::worker::challenge_message(&network, &nonce).as_bytes());
-    w.send(json!({"type": "auth", "signature": signature})).await;
+    let mut w = TestWorker {
+        key: thief,
+        wire: Wire::ws(&s.ws_url).await,
+        session_id: 0,
+    };
+    w.send(
+        json!({"type": "hello", "protocol_version": 1, "provider_pubkey": victim.public_key_hex(),
+        "capabilities": ["TASK"], "slots": 1}),
+    )
+    .await;
+    let CoordinatorFrame::Challenge { nonce, network } = w.recv().await else {
+        panic!()
+    };
+    let signature = w
+        .key
+        .personal_sign(protocol::worker::challenge_message(&network, &nonce).as_bytes());
+    w.send(json!({"type": "auth", "signature": signature}))
+        .await;
     assert_eq!(error_code(&w.recv().await), Some(ErrorCode::AuthFailed));
 }
 
 #[tokio::test]
 async fn bad_hellos_are_refused_with_a_reason() {
     let s = serve(Config::default()).await;
-    let key = protocol::signing::Keypair::from_secret_hex(&"44".repeat(32)).unwrap().public_key_hex();
+    let key = protocol::signing::Keypair::from_secret_hex(&"44".repeat(32))
+        .unwrap()
+        .public_key_hex();
     let cases = [
-        (json!({"type": "hello", "protocol_version": 99, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1}), ErrorCode::UnsupportedVersion),
-        (json!({"type": "hello", "protocol_version": 1, "provider_pubkey": "0x12", "capabilities": ["TASK"], "slots": 1}), ErrorCode::InvalidHello),
-        (json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": [], "slots": 1}), ErrorCode::InvalidHello),
-        (json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 0}), ErrorCode::InvalidHello),
-        (json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1000}), ErrorCode::InvalidHello),
+        (
+            json!({"type": "hello", "protocol_version": 99, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1}),
+            ErrorCode::UnsupportedVersion,
+        ),
+        (
+            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": "0x12", "capabilities": ["TASK"], "slots": 1}),
+            ErrorCode::InvalidHello,
+        ),
+        (
+            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": [], "slots": 1}),
+            ErrorCode::InvalidHello,
+        ),
+        (
+            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 0}),
+            ErrorCode::InvalidHello,
+        ),
+        (
+            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1000}),
+            ErrorCode::InvalidHello,
+        ),
     ];
     for (hello, code) in cases {
         let mut wire = Wire::ws(&s.ws_url).await;
         wire.send_text(hello.to_string()).await;
-        let frame: CoordinatorFrame = serde_json::from_str(&wire.recv_text().await.unwrap()).unwrap();
+        let frame: CoordinatorFrame =
+            serde_json::from_str(&wire.recv_text().await.unwrap()).unwrap();
         assert_eq!(error_code(&frame), Some(code), "{hello}");
         assert!(wire.recv_text().await.is_none(), "closed after {hello}");
     }
@@ -112,7 +155,10 @@ async fn bad_hellos_are_refused_with_a_reason() {
 async fn a_result_from_another_session_is_refused() {
     let s = serve(Config::default()).await;
     let mut owner = TestWorker::connect(Wire::ws(&s.ws_url).await, 1, &["TASK"], 1).await;
-    let job = commit(&s.app, "fast", task_job("u")).await.body["job_id"].as_str().unwrap().to_owned();
+    let job = commit(&s.app, "fast", task_job("u")).await.body["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let a = owner.expect_assign().await;
     let mut other = TestWorker::connect(Wire::ws(&s.ws_url).await, 2, &["TASK"], 1).await;
     // A validly signed result, but from a session that does not hold the job.
@@ -120,8 +166,13 @@ async fn a_result_from_another_session_is_refused() {
     other.send(forged).await;
     let frame = other.recv().await;
     assert_eq!(error_code(&frame), Some(ErrorCode::NotAssigned));
-    other.send(json!({"type": "accept", "job_id": a.job_id})).await;
-    assert_eq!(error_code(&other.recv().await), Some(ErrorCode::NotAssigned));
+    other
+        .send(json!({"type": "accept", "job_id": a.job_id}))
+        .await;
+    assert_eq!(
+        error_code(&other.recv().await),
+        Some(ErrorCode::NotAssigned)
+    );
     let unknown = json!({"type": "accept", "job_id": uuid::Uuid::nil()});
     other.send(unknown).await;
     assert_eq!(error_code(&other.recv().await), Some(ErrorCode::UnknownJob));
@@ -150,11 +201,18 @@ async fn malformed_frames_get_error_frames_and_the_connection_survives() {
         assert_eq!(error_code(&w.recv().await), Some(code), "{text}");
     }
     if let Wire::Ws(ws) = &mut w.wire {
-        ws.send(tokio_tungstenite::tungstenite::Message::Binary(vec![1, 2, 3].into())).await.unwrap();
+        ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+            vec![1, 2, 3].into(),
+        ))
+        .await
+        .unwrap();
     }
     assert_eq!(error_code(&w.recv().await), Some(ErrorCode::MalformedFrame));
     // Still connected and still served.
-    assert_eq!(call(&s.app, "GET", "/v1/health", None).await.body["workers_online"], 1);
+    assert_eq!(
+        call(&s.app, "GET", "/v1/health", None).await.body["workers_online"],
+        1
+    );
     commit(&s.app, "fast", task_job("u")).await;
     let a = w.expect_assign().await;
     w.complete(&a).await;

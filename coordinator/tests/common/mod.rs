@@ -60,7 +60,10 @@ pub async fn send(app: &Router, req: Request<Body>) -> Response {
     let headers = res.headers().clone();
     let raw = res.into_body().collect().await.unwrap().to_bytes().to_vec();
     let body = serde_json::from_slice(&raw).unwrap_or_else(|_| {
-        panic!("non-JSON body with {status}: {}", String::from_utf8_lossy(&raw))
+        panic!(
+            "non-JSON body with {status}: {}",
+            String::from_utf8_lossy(&raw)
+        )
     });
     Response {
         status,
@@ -93,7 +96,13 @@ pub async fn job_status(app: &Router, id: &str) -> Value {
 
 /// Creates a pairing code for `user` and claims it for `key`.
 pub async fn pair(app: &Router, user: &str, key: &Keypair) {
-    let code = call(app, "POST", "/v1/trust/create", Some(json!({"user_id": user}))).await;
+    let code = call(
+        app,
+        "POST",
+        "/v1/trust/create",
+        Some(json!({"user_id": user})),
+    )
+    .await;
     assert_eq!(code.status, StatusCode::CREATED);
     let claim = call(
         app,
@@ -111,7 +120,13 @@ pub enum Wire {
         tx: mpsc::Sender<String>,
         rx: mpsc::Receiver<String>,
     },
-    Ws(Box<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>>),
+    Ws(
+        Box<
+            tokio_tungstenite::WebSocketStream<
+                tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+            >,
+        >,
+    ),
 }
 
 impl Wire {
@@ -143,7 +158,9 @@ impl Wire {
                 let _ = tx.send(text).await;
             }
             Wire::Ws(ws) => {
-                let _ = ws.send(tokio_tungstenite::tungstenite::Message::Text(text.into())).await;
+                let _ = ws
+                    .send(tokio_tungstenite::tungstenite::Message::Text(text.into()))
+                    .await;
             }
         }
     }
@@ -154,7 +171,9 @@ impl Wire {
             Wire::Channel { rx, .. } => rx.recv().await,
             Wire::Ws(ws) => loop {
                 match ws.next().await? {
-                    Ok(tokio_tungstenite::tungstenite::Message::Text(t)) => return Some(t.to_string()),
+                    Ok(tokio_tungstenite::tungstenite::Message::Text(t)) => {
+                        return Some(t.to_string())
+                    }
                     Ok(tokio_tungstenite::tungstenite::Message::Close(_)) | Err(_) => return None,
                     Ok(_) => continue,
                 }
@@ -190,8 +209,11 @@ impl TestWorker {
         let CoordinatorFrame::Challenge { nonce, network } = challenge else {
             panic!("expected challenge, got {challenge:?}");
         };
-        let signature = self.key.personal_sign(challenge_message(&network, &nonce).as_bytes());
-        self.send(json!({"type": "auth", "signature": signature})).await;
+        let signature = self
+            .key
+            .personal_sign(challenge_message(&network, &nonce).as_bytes());
+        self.send(json!({"type": "auth", "signature": signature}))
+            .await;
         match self.recv().await {
             CoordinatorFrame::Welcome { session_id, .. } => self.session_id = session_id,
             other => panic!("expected welcome, got {other:?}"),
@@ -250,7 +272,8 @@ impl TestWorker {
 
     /// Accepts and completes an assignment, and waits for the acknowledgement.
     pub async fn complete(&mut self, a: &Assignment) {
-        self.send(json!({"type": "accept", "job_id": a.job_id})).await;
+        self.send(json!({"type": "accept", "job_id": a.job_id}))
+            .await;
         let frame = self.result_frame(a, "2026-11-21T10:00:01.000Z");
         self.send(frame).await;
         match self.recv().await {
