@@ -1,11 +1,13 @@
-//! `OpenAiBackend` over real loopback HTTP against the OpenAI stub, alone and
-//! inside a worker.
+//! `OpenAiBackend` (the router's OpenAI adapter) against the OpenAI stub:
+//! over real loopback HTTP, alone and inside a worker, and in-process under a
+//! paused clock for the retry behaviour.
 
 mod common;
 
 use common::*;
 use protocol::api::{Payload, TaskType};
 use protocol::worker::WorkerFrame;
+use router::RetryPolicy;
 use serde_json::json;
 use std::sync::Arc;
 use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
@@ -28,7 +30,8 @@ async fn serve_stub() -> (ProviderStub, String) {
 #[tokio::test]
 async fn backend_calls_chat_completions_per_job_type() {
     let (stub, base) = serve_stub().await;
-    let backend = OpenAiBackend::new(base.clone(), "llama3.2", Some("sk-local".into()));
+    let backend = OpenAiBackend::new(base.clone(), "llama3.2", Some("sk-local".into()))
+        .with_retry(RetryPolicy::none());
 
     let out = backend
         .execute(&Payload::Llm {
@@ -90,7 +93,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .await
         .unwrap_err();
     assert!(matches!(err, BackendError::BadAnswer(_)));
-    let keyless = OpenAiBackend::new(format!("{base}/"), "m", None);
+    let keyless = OpenAiBackend::new(format!("{base}/"), "m", None).with_retry(RetryPolicy::none());
     let err = keyless
         .execute(&Payload::Llm {
             prompt: "x".into(),
@@ -116,11 +119,10 @@ async fn worker_with_real_backend_answers_and_rejects_on_backend_failure() {
         worker_sim::TokioClock::shared(EPOCH_MS),
     )
     .unwrap()
-    .with_backend(Arc::new(OpenAiBackend::new(
-        base,
-        "llama3.2",
-        Some("sk-local".into()),
-    )));
+    .with_backend(Arc::new(
+        OpenAiBackend::new(base, "llama3.2", Some("sk-local".into()))
+            .with_retry(RetryPolicy::none()),
+    ));
     let pubkey = worker.public_key_hex();
     tokio::spawn(async move { worker.run(connector).await });
     let mut c = FakeCoordinator::accept(&mut acceptor).await;
@@ -146,4 +148,41 @@ async fn worker_with_real_backend_answers_and_rejects_on_backend_failure() {
         c.recv().await,
         Some(WorkerFrame::Reject { reason, .. }) if reason.contains("429")
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limits_are_retried_after_retry_after_in_process() {
+    let stub = ProviderStub::openai(
+        StubConfig {
+            api_key: "sk-sim".into(),
+            ..StubConfig::default()
+        },
+        Arc::new(FixedClock(EPOCH_MS)),
+    );
+    stub.script(0, StubFault::RateLimited { retry_after_s: 3 });
+    stub.script(1, StubFault::ServerError);
+    let transport = router::InProcessTransport::new().with("http://openai.sim", stub.router());
+    let backend = OpenAiBackend::with_transport(
+        Arc::new(transport),
+        "http://openai.sim/v1",
+        "m",
+        Some("sk-sim".into()),
+    );
+    let t0 = tokio::time::Instant::now();
+    let out = backend
+        .execute(&Payload::Task {
+            task_type: TaskType::Summarize,
+            input: "Short. Text.".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, json!("Short."));
+    let statuses: Vec<u16> = stub.calls().iter().map(|c| c.status).collect();
+    assert_eq!(statuses, vec![429, 500, 200]);
+    // 3 s asked by retry-after, then the router's 2 s second backoff step.
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_secs(3),
+        "{:?}",
+        t0.elapsed()
+    );
 }
