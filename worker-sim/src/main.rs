@@ -262,3 +262,55 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent_and_parses_both_modes() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "worker-sim",
+            "--coordinator",
+            "ws://127.0.0.1:9/v1/workers/ws",
+            "--count",
+            "3",
+            "--seed",
+            "7",
+            "--latency-ms",
+            "20..80",
+            "--capabilities",
+            "TASK",
+            "--slots",
+            "2",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.count, 3);
+        assert_eq!(
+            cli.run.latency_ms,
+            Latency::Uniform {
+                min_ms: 20,
+                max_ms: 80
+            }
+        );
+        assert_eq!(cli.run.capabilities, vec![JobType::Task]);
+        assert!(Cli::try_parse_from(["worker-sim", "--capabilities", "GPU"]).is_err());
+
+        let cli = Cli::try_parse_from([
+            "worker-sim",
+            "stub-provider",
+            "--kind",
+            "anthropic",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::StubProvider(args)) => assert_eq!(args.kind, ProviderKind::Anthropic),
+            None => panic!("expected the stub-provider subcommand"),
+        }
+    }
+}
