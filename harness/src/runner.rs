@@ -3,7 +3,7 @@
 //! expectations and invariants, and returns the transcript and its digest.
 
 use crate::matcher::{self, Vars};
-use crate::scenario::{parse_duration, CommitMany, Expect, Scenario, Step};
+use crate::scenario::{parse_duration, CommitMany, Expect, HttpCall, Pay, Scenario, Step};
 use crate::world::World;
 use protocol::api::{JobStatus, PrivacyClass};
 use router::{HttpRequest, HttpTransport, LlmRequest, TaskRequest};
@@ -135,66 +135,7 @@ impl Answer {
 
 async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(), String> {
     let answer: Option<Answer> = if let Some(call) = &step.http {
-        let path = matcher::render_str(&call.path, vars)?;
-        let url = format!("{}{}", world.base_url(&call.instance)?, path);
-        let method: axum::http::Method = call
-            .method
-            .parse()
-            .map_err(|_| format!("bad method {:?}", call.method))?;
-        let mut request = HttpRequest {
-            method: method.clone(),
-            url,
-            headers: Vec::new(),
-            body: Vec::new(),
-        };
-        let mut shown = String::new();
-        if let Some(body) = &call.body {
-            let body = matcher::render(body, vars)?;
-            request.body = protocol::canonical::to_vec(&body);
-            request
-                .headers
-                .push(("content-type".into(), "application/json".into()));
-            shown = String::from_utf8_lossy(&request.body).into_owned();
-        } else if let Some(raw) = &call.raw_body {
-            request.body = raw.as_bytes().to_vec();
-            shown = format!("raw:{raw:?}");
-        }
-        for (k, v) in &call.headers {
-            let v = matcher::render_str(v, vars)?;
-            request
-                .headers
-                .retain(|(name, _)| !name.eq_ignore_ascii_case(k));
-            request.headers.push((k.to_ascii_lowercase(), v));
-        }
-        world
-            .transcript
-            .log(&call.instance, format!("> {method} {path} {shown}"));
-        let response = world.http.send(request).await;
-        match response {
-            Ok(r) => {
-                let body: Value = serde_json::from_slice(&r.body)
-                    .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));
-                world.transcript.log(
-                    &call.instance,
-                    format!(
-                        "< {} {}",
-                        r.status,
-                        String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-                    ),
-                );
-                Some(Answer {
-                    status: Some(r.status),
-                    headers: r.headers,
-                    body,
-                })
-            }
-            Err(e) => {
-                world
-                    .transcript
-                    .log(&call.instance, format!("< transport error: {e}"));
-                Some(Answer::body(json!({"transport_error": e.to_string()})))
-            }
-        }
+        Some(run_http(call, world, vars).await?)
     } else if let Some(call) = &step.router {
         let request = matcher::render(&call.request, vars)?;
         world.transcript.log(
@@ -276,6 +217,21 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    } else if let Some(control) = &step.facilitator {
+        let stub = world
+            .instances
+            .get(&control.instance)
+            .and_then(|i| i.facilitator.as_ref())
+            .ok_or_else(|| format!("instance {:?} has no facilitator", control.instance))?;
+        stub.set_script(crate::world::facilitator_script(&control.script)?);
+        world.transcript.log(
+            "harness",
+            format!(
+                "facilitator of {} now answers {}",
+                control.instance, control.script
+            ),
+        );
+        None
     } else if let Some(many) = &step.commit_many {
         Some(commit_many(many, world, vars).await?)
     } else if let Some(control) = &step.worker {
@@ -341,6 +297,162 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
         return Err("this step has no answer to expect or capture from".into());
     }
     Ok(())
+}
+
+/// One HTTP step: builds the request, sends it, logs both sides; with
+/// `pay`, answers a 402 like a paying client and sends again.
+async fn run_http(call: &HttpCall, world: &mut World, vars: &mut Vars) -> Result<Answer, String> {
+    let path = matcher::render_str(&call.path, vars)?;
+    let url = format!("{}{}", world.base_url(&call.instance)?, path);
+    let method: axum::http::Method = call
+        .method
+        .parse()
+        .map_err(|_| format!("bad method {:?}", call.method))?;
+    let mut request = HttpRequest {
+        method,
+        url,
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    let mut shown = String::new();
+    if let Some(body) = &call.body {
+        let body = matcher::render(body, vars)?;
+        request.body = protocol::canonical::to_vec(&body);
+        request
+            .headers
+            .push(("content-type".into(), "application/json".into()));
+        shown = String::from_utf8_lossy(&request.body).into_owned();
+    } else if let Some(raw) = &call.raw_body {
+        request.body = raw.as_bytes().to_vec();
+        shown = format!("raw:{raw:?}");
+    }
+    for (k, v) in &call.headers {
+        let k = matcher::render_str(k, vars)?;
+        let v = matcher::render_str(v, vars)?;
+        request
+            .headers
+            .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
+        request.headers.push((k.to_ascii_lowercase(), v));
+    }
+    let answer = exchange(world, &call.instance, request.clone(), &path, &shown).await;
+    let Some(pay) = &call.pay else {
+        return Ok(answer);
+    };
+    if answer.status != Some(402) {
+        return Ok(answer);
+    }
+    let (name, value) = sign_payment(world, &answer, pay)?;
+    world.transcript.log(
+        "payer",
+        format!(
+            "pays with {name} ({})",
+            pay.alter.as_deref().unwrap_or("valid")
+        ),
+    );
+    vars.insert("last_payment".into(), json!(value));
+    vars.insert("last_payment_header".into(), json!(name));
+    request.headers.push((name.to_ascii_lowercase(), value));
+    Ok(exchange(world, &call.instance, request, &path, &shown).await)
+}
+
+/// Sends one request and logs it and its answer.
+async fn exchange(
+    world: &World,
+    instance: &str,
+    request: HttpRequest,
+    path: &str,
+    shown: &str,
+) -> Answer {
+    let paid = request
+        .headers
+        .iter()
+        .any(|(k, _)| k == "x-payment" || k == "payment-signature");
+    let note = if paid { " [paid]" } else { "" };
+    world.transcript.log(
+        instance,
+        format!("> {} {path}{note} {shown}", request.method),
+    );
+    match world.http.send(request).await {
+        Ok(r) => {
+            let body: Value = serde_json::from_slice(&r.body)
+                .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));
+            world.transcript.log(
+                instance,
+                format!(
+                    "< {} {}",
+                    r.status,
+                    String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+                ),
+            );
+            Answer {
+                status: Some(r.status),
+                headers: r.headers,
+                body,
+            }
+        }
+        Err(e) => {
+            world
+                .transcript
+                .log(instance, format!("< transport error: {e}"));
+            Answer::body(json!({"transport_error": e.to_string()}))
+        }
+    }
+}
+
+/// Signs a payment for a 402 answer with the scenario payer, altered as asked.
+fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String, String), String> {
+    use base64::Engine;
+    use x402::PaymentSigner;
+    let header = answer
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("payment-required"))
+        .map(|(_, v)| v.as_bytes());
+    let body = serde_json::to_vec(&answer.body).map_err(|e| e.to_string())?;
+    let mut required = x402::PaymentRequired::from_response(header, Some(&body))
+        .map_err(|e| format!("cannot read the 402 answer: {e}"))?;
+    let mut now_seconds =
+        u64::try_from((world.transcript.elapsed_ms() + world.epoch_ms()) / 1000).unwrap_or(0);
+    let alter = pay.alter.as_deref().unwrap_or("none");
+    let entry = required
+        .accepts
+        .first_mut()
+        .ok_or("the 402 answer accepts nothing")?;
+    match alter {
+        "none" | "signature" => {}
+        "recipient" => entry["payTo"] = json!("0x0000000000000000000000000000000000000001"),
+        "amount" => {
+            entry["amount"] = json!("1");
+            entry["maxAmountRequired"] = json!("1");
+        }
+        "window" => entry["maxTimeoutSeconds"] = json!(3),
+        "future" => now_seconds += 1_200,
+        "network" => entry["network"] = json!("eip155:8453"),
+        other => return Err(format!("pay.alter {other:?} is not known")),
+    }
+    let signed = world
+        .payer
+        .pay(&required, now_seconds, &mut world.payer_rng)
+        .map_err(|e| format!("signing the payment: {e}"))?;
+    let mut value = signed.value;
+    if alter == "signature" {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut payload: Value =
+            serde_json::from_slice(&b64.decode(&value).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        let sig = payload["payload"]["signature"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let forged = format!(
+            "{}11{}",
+            &sig[..sig.len().saturating_sub(4)],
+            &sig[sig.len().saturating_sub(2)..]
+        );
+        payload["payload"]["signature"] = json!(forged);
+        value = b64.encode(payload.to_string());
+    }
+    Ok((signed.name.to_owned(), value))
 }
 
 async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Result<Answer, String> {

@@ -58,6 +58,28 @@ pub struct Instance {
     pub timing: TimingOverrides,
     #[serde(default)]
     pub limits: LimitOverrides,
+    /// x402 payment gating of the commit endpoints; absent means off.
+    pub payment: Option<PaymentSpec>,
+}
+
+/// Payments on Base Sepolia USDC settings, paid to `pay_to`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaymentSpec {
+    #[serde(default = "default_pay_to")]
+    pub pay_to: String,
+    /// `local` (verify only, `payment_ref` = `x402:<nonce>`) or a scripted
+    /// in-process facilitator: `success`, `insufficient_funds`, `settle_failure`.
+    #[serde(default = "local")]
+    pub facilitator: String,
+}
+
+fn default_pay_to() -> String {
+    "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into()
+}
+
+fn local() -> String {
+    "local".into()
 }
 
 /// Coordinator timings to override; names as in `coordinator::config::Timing`.
@@ -142,6 +164,9 @@ pub struct RouterSpec {
     /// Providers whose API key the router lacks.
     #[serde(default)]
     pub missing_keys: Vec<String>,
+    /// Give the router an x402 payer on both chains (the scenario payer key).
+    #[serde(default)]
+    pub pay: bool,
 }
 
 /// One step: exactly one action, then optional expectations and captures.
@@ -159,6 +184,7 @@ pub struct Step {
     pub instance: Option<Control>,
     pub stub: Option<StubControl>,
     pub commit_many: Option<CommitMany>,
+    pub facilitator: Option<FacilitatorControl>,
     // checks
     pub expect: Option<Expect>,
     #[serde(default)]
@@ -178,10 +204,34 @@ pub struct HttpCall {
     pub raw_body: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Answer a 402 like a paying client: send, sign the requirements with
+    /// the scenario payer, send again with the payment header. The header
+    /// value is kept in `{{last_payment}}` (its name in `{{last_payment_header}}`).
+    pub pay: Option<Pay>,
+}
+
+/// How the payer treats the 402 answer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pay {
+    /// `none` (a valid payment), `recipient`, `amount` (underpay), `window`
+    /// (expires too soon), `future` (not valid yet), `network`, `signature`.
+    #[serde(default)]
+    pub alter: Option<String>,
 }
 
 fn get() -> String {
     "GET".into()
+}
+
+/// Changes an instance's facilitator script for the following payments.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FacilitatorControl {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    /// `success`, `insufficient_funds` or `settle_failure`.
+    pub script: String,
 }
 
 /// Commits `count` jobs (`{{i}}` in the body is the job's index), then waits
@@ -317,13 +367,14 @@ impl Scenario {
                 step.instance.is_some(),
                 step.stub.is_some(),
                 step.commit_many.is_some(),
+                step.facilitator.is_some(),
             ]
             .iter()
             .filter(|a| **a)
             .count();
             if actions != 1 {
                 return Err(format!(
-                    "step {} must have exactly one of http, router, advance, wait_until, worker, instance, stub, commit_many (has {actions})",
+                    "step {} must have exactly one of http, router, advance, wait_until, worker, instance, stub, commit_many, facilitator (has {actions})",
                     i + 1
                 ));
             }
@@ -341,7 +392,8 @@ impl Scenario {
             let sim_only = step.advance.is_some()
                 || step.worker.is_some()
                 || step.instance.is_some()
-                || step.stub.is_some();
+                || step.stub.is_some()
+                || step.facilitator.is_some();
             if scenario.live && sim_only {
                 return Err(format!(
                     "step {} advances simulated time or injects a fault; set live = false",

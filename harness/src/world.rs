@@ -31,6 +31,8 @@ use worker_sim::{ChannelConnector, Worker, WorkerConfig};
 
 pub struct SimInstance {
     pub coordinator: Coordinator,
+    /// The scripted facilitator, when the instance settles through one.
+    pub facilitator: Option<x402::FacilitatorStub>,
     pub store: Arc<MemoryStore>,
     pub base_url: String,
     app: axum::Router,
@@ -54,6 +56,10 @@ pub struct World {
     pub workers: BTreeMap<String, SimWorker>,
     pub stubs: BTreeMap<String, ProviderStub>,
     pub router: ComputeRouter,
+    /// Pays 402 answers of `pay` steps (and the router's, with `router.pay`).
+    pub payer: x402::LocalEvmSigner,
+    pub payer_rng: ChaCha20Rng,
+    epoch_ms: i64,
     worker_clock: worker_sim::SharedClock,
 }
 
@@ -141,6 +147,16 @@ impl World {
                 ChaCha20Rng::seed_from_u64(master.gen()),
                 store.clone() as Arc<dyn Store>,
             );
+            let facilitator = match &spec.payment {
+                None => None,
+                Some(payment) => {
+                    let (gate, stub) = payment_gate(payment, &spec.network)?;
+                    coordinator
+                        .enable_payments(gate)
+                        .map_err(|e| e.to_string())?;
+                    stub
+                }
+            };
             let app = coordinator::app(coordinator.clone());
             let base_url = sim_url(name);
             http.insert(&base_url, app.clone());
@@ -166,6 +182,7 @@ impl World {
                 name.clone(),
                 SimInstance {
                     coordinator,
+                    facilitator,
                     store,
                     base_url,
                     app,
@@ -227,7 +244,24 @@ impl World {
             }
         }
 
-        let router = build_router(scenario, &http)?;
+        let payer = x402::LocalEvmSigner::from_secret_hex(PAYER_KEY).expect("constant key");
+        let payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
+        let router_payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
+        let mut router_config = router_config(scenario)?;
+        if scenario.router.pay {
+            let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
+                payer.clone(),
+                wall_clock(worker_clock.clone()),
+                router_payer_rng,
+            ));
+            router_config.payment_clients.chain_a = Some(payer.clone());
+            router_config.payment_clients.chain_b = Some(payer);
+        }
+        let traced = Arc::new(TracedTransport {
+            inner: http.clone(),
+            transcript: transcript.clone(),
+        });
+        let router = ComputeRouter::with_transport(router_config, traced);
         let mut world = World {
             transcript,
             http,
@@ -235,6 +269,9 @@ impl World {
             workers,
             stubs,
             router,
+            payer,
+            payer_rng,
+            epoch_ms,
             worker_clock,
         };
         let starting: Vec<String> = world
@@ -321,15 +358,102 @@ impl World {
             .ok_or_else(|| format!("no instance {instance:?}"))
     }
 
+    pub fn epoch_ms(&self) -> i64 {
+        self.epoch_ms
+    }
+
     pub fn transport(&self) -> Arc<dyn HttpTransport> {
         self.http.clone()
     }
 }
 
-fn build_router(
-    scenario: &Scenario,
-    http: &Arc<InProcessTransport>,
-) -> Result<ComputeRouter, String> {
+/// The scenario payer: anvil/hardhat account #0, a public test key.
+pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+/// A payment gate on USDC (Base Sepolia contract and domain) for `network`,
+/// settling locally or through a scripted in-process facilitator.
+fn payment_gate(
+    spec: &crate::scenario::PaymentSpec,
+    network: &str,
+) -> Result<(x402::PaymentGate, Option<x402::FacilitatorStub>), String> {
+    let pay_to = spec
+        .pay_to
+        .parse()
+        .map_err(|e| format!("payment.pay_to: {e}"))?;
+    let mut config = x402::PaymentConfig::base_sepolia_usdc(pay_to);
+    config.network = network.to_owned();
+    let nonces = Arc::new(x402::InMemoryNonceStore::default());
+    if spec.facilitator == "local" {
+        config.validate().map_err(|e| format!("payment: {e}"))?;
+        let gate = x402::PaymentGate::new(config, nonces, Arc::new(x402::LocalSettler));
+        return Ok((gate, None));
+    }
+    let stub = x402::FacilitatorStub::new(network);
+    stub.set_script(facilitator_script(&spec.facilitator)?);
+    // Only named so the settings validate; calls go to the in-process stub.
+    config.facilitator_url = Some(sim_url("facilitator"));
+    config.validate().map_err(|e| format!("payment: {e}"))?;
+    let settler = x402::FacilitatorSettler::new(
+        x402::settle::RouterTransport::new(stub.router()),
+        std::time::Duration::from_secs(30),
+    );
+    let gate = x402::PaymentGate::new(config, nonces, Arc::new(settler));
+    Ok((gate, Some(stub)))
+}
+
+pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
+    match name {
+        "success" => Ok(x402::StubScript::success()),
+        "insufficient_funds" => Ok(x402::StubScript::insufficient_funds()),
+        "settle_failure" => Ok(x402::StubScript::settle_failure("unexpected_settle_error")),
+        other => Err(format!(
+            "facilitator {other:?}: local, success, insufficient_funds or settle_failure"
+        )),
+    }
+}
+
+/// The router's HTTP as the transcript shows it: one line per request and
+/// one per answer (status only; the router step logs the result).
+struct TracedTransport {
+    inner: Arc<InProcessTransport>,
+    transcript: Transcript,
+}
+
+impl HttpTransport for TracedTransport {
+    fn send(
+        &self,
+        request: router::HttpRequest,
+    ) -> futures_util::future::BoxFuture<'_, Result<router::HttpResponse, router::TransportError>>
+    {
+        Box::pin(async move {
+            let paid = request.headers.iter().any(|(k, _)| {
+                k.eq_ignore_ascii_case("x-payment") || k.eq_ignore_ascii_case("payment-signature")
+            });
+            let note = if paid { " [paid]" } else { "" };
+            self.transcript.log(
+                "router",
+                format!("http > {} {}{note}", request.method, request.url),
+            );
+            let answer = self.inner.send(request).await;
+            match &answer {
+                Ok(r) => self
+                    .transcript
+                    .log("router", format!("http < {}", r.status)),
+                Err(e) => self
+                    .transcript
+                    .log("router", format!("http < transport error: {e}")),
+            }
+            answer
+        })
+    }
+}
+
+/// The worker-sim clock as the router's wall clock.
+fn wall_clock(clock: worker_sim::SharedClock) -> router::WallClock {
+    Arc::new(move || clock.now_ms())
+}
+
+fn router_config(scenario: &Scenario) -> Result<RouterConfig, String> {
     let mut config = RouterConfig::new(CoordinatorUrls {
         chain_a: sim_url("chain_a"),
         chain_b: sim_url("chain_b"),
@@ -350,5 +474,5 @@ fn build_router(
     };
     config.hosted.openai = settings("provider_a", "stub-model");
     config.hosted.anthropic = settings("provider_b", "stub-model");
-    Ok(ComputeRouter::with_transport(config, http.clone()))
+    Ok(config)
 }

@@ -7,10 +7,12 @@
 //! ```
 
 use clap::{Parser, Subcommand, ValueEnum};
+use rand::SeedableRng;
 use router::{
     Chain, ComputeRouter, LlmRequest, Policy, PrivacyClass, RouterConfig, TaskRequest, TaskType,
 };
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(about = "Run an LLM_INFER or TASK job through the compute router")]
@@ -75,13 +77,33 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let config = match RouterConfig::from_env() {
+    let mut config = match RouterConfig::from_env() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("configuration error: {e}");
             return ExitCode::from(2);
         }
     };
+    // X402_PAYER_KEY: pay 402 answers on both chains from this key.
+    if let Ok(secret) = std::env::var("X402_PAYER_KEY") {
+        let Some(signer) = x402::LocalEvmSigner::from_secret_hex(&secret) else {
+            eprintln!("error: X402_PAYER_KEY is not a 32-byte hex secret");
+            return ExitCode::from(2);
+        };
+        #[allow(clippy::disallowed_methods)] // the example's one read of wall time
+        let clock: router::WallClock = Arc::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        });
+        let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
+            signer,
+            clock,
+            rand_chacha::ChaCha20Rng::from_entropy(),
+        ));
+        config.payment_clients.chain_a = Some(payer.clone());
+        config.payment_clients.chain_b = Some(payer);
+    }
     let router = ComputeRouter::new(config);
     let policy = cli.policy.map(|p| match p {
         PolicyArg::Auto => Policy::Auto,

@@ -47,7 +47,7 @@ pub use config::{
 };
 pub use error::{AdapterError, RouterError, Stage};
 pub use hosted::{AnthropicClient, OpenAiClient, ProviderSettings, RetryPolicy};
-pub use payment::{PaymentChallenge, PaymentClient};
+pub use payment::{PaymentChallenge, PaymentClient, WallClock, X402Payer};
 pub use request::{ComputeResult, LlmRequest, TaskRequest};
 pub use route::{Chain, HostedProvider, Route};
 pub use transport::{
