@@ -6,7 +6,7 @@ use crate::matcher::{self, Vars};
 use crate::scenario::{parse_duration, CommitMany, Expect, HttpCall, Pay, Scenario, Step};
 use crate::world::World;
 use protocol::api::{JobStatus, PrivacyClass};
-use router::{HttpRequest, HttpTransport, LlmRequest, TaskRequest};
+use router::{HttpRequest, LlmRequest, TaskRequest};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -68,6 +68,77 @@ pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
     // Dropping the runtime cancels every task still running (workers, sessions, timers).
     drop(runtime);
     report
+}
+
+/// Runs `scenario` against live coordinator processes started from `bin`.
+/// Expectations are checked; transcripts are not compared (real time and
+/// real scheduling make them differ from run to run).
+pub fn run_live(scenario: &Scenario, bin: &std::path::Path) -> RunReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let report = runtime.block_on(async {
+        let failed = |message: String| RunReport {
+            name: scenario.name.clone(),
+            seed: scenario.seed,
+            steps_run: 0,
+            sim_ms: 0,
+            transcript: vec![],
+            digest: String::new(),
+            outcome: Outcome::Failed { step: 0, message },
+        };
+        let mut world = match World::build_live(scenario, scenario.seed, bin).await {
+            Ok(w) => w,
+            Err(message) => return failed(message),
+        };
+        // Let workers connect and authenticate over real sockets.
+        if let Err(message) = wait_for_workers(&world).await {
+            return failed(message);
+        }
+        let (steps_run, outcome) = run_steps(scenario, &mut world).await;
+        RunReport {
+            name: scenario.name.clone(),
+            seed: scenario.seed,
+            steps_run,
+            sim_ms: world.transcript.elapsed_ms(),
+            transcript: world.transcript.lines(),
+            digest: world.transcript.digest(),
+            outcome,
+        }
+    });
+    drop(runtime);
+    report
+}
+
+/// Waits until every instance reports the workers the scenario starts on it.
+async fn wait_for_workers(world: &World) -> Result<(), String> {
+    for (name, instance) in &world.instances {
+        let want = world
+            .workers
+            .values()
+            .filter(|w| w.instance == *name && w.starts())
+            .count();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = world
+                .http
+                .send(HttpRequest::get(format!("{}/v1/health", instance.base_url)))
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            let health: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+            if health["workers_online"].as_u64() >= Some(want as u64) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{name}: {want} workers did not connect within 10 s: {health}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
 }
 
 async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
@@ -564,7 +635,11 @@ fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), Str
 fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
     for (name, instance) in &world.instances {
         use coordinator::store::Store;
-        let snapshot = instance.store.load().map_err(|e| e.to_string())?;
+        // A live instance's state is in another process; live runs check expectations only.
+        let crate::world::Driver::Sim { store, .. } = &instance.driver else {
+            continue;
+        };
+        let snapshot = store.load().map_err(|e| e.to_string())?;
         let mut counts = std::collections::BTreeMap::<String, usize>::new();
         for job in &snapshot.jobs {
             *counts.entry(job.status.as_str().to_owned()).or_default() += 1;

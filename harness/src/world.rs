@@ -1,9 +1,11 @@
-//! The peers of a simulated run, all in one current-thread runtime: each
-//! instance is the real coordinator (`Coordinator` + `app()`), reached over
-//! HTTP through the router crate's in-process transport and by workers
-//! through in-memory channels into the real session logic; workers are
-//! worker-sim workers; hosted providers are worker-sim stubs; the router is
-//! the real router crate.
+//! The peers of a run. Simulated (`World::build`), all in one current-thread
+//! runtime: each instance is the real coordinator (`Coordinator` + `app()`),
+//! reached over HTTP through the router crate's in-process transport and by
+//! workers through in-memory channels into the real session logic. Live
+//! (`World::build_live`): each instance is a `coordinator` process on
+//! loopback, reached over real HTTP and real WebSockets. Either way workers
+//! are worker-sim workers, hosted providers are worker-sim stubs, and the
+//! router is the real router crate.
 //!
 //! Randomness: one ChaCha RNG seeded from the scenario seed hands a child
 //! seed to each component in a fixed order (instances by name, workers in
@@ -29,15 +31,27 @@ use tokio::task::JoinHandle;
 use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{ChannelConnector, Worker, WorkerConfig};
 
-pub struct SimInstance {
-    pub coordinator: Coordinator,
+pub struct InstanceHandle {
+    pub base_url: String,
     /// The scripted facilitator, when the instance settles through one.
     pub facilitator: Option<x402::FacilitatorStub>,
-    pub store: Arc<MemoryStore>,
-    pub base_url: String,
-    app: axum::Router,
-    up: Arc<AtomicBool>,
-    connector: ChannelConnector,
+    pub driver: Driver,
+}
+
+/// How an instance runs.
+pub enum Driver {
+    Sim {
+        coordinator: Coordinator,
+        store: Arc<MemoryStore>,
+        app: axum::Router,
+        up: Arc<AtomicBool>,
+        connector: ChannelConnector,
+    },
+    Live {
+        ws_url: String,
+        /// Killed when dropped.
+        _process: tokio::process::Child,
+    },
 }
 
 pub struct SimWorker {
@@ -49,10 +63,19 @@ pub struct SimWorker {
     task: Option<JoinHandle<()>>,
 }
 
+impl SimWorker {
+    /// Whether it connects when the run starts.
+    pub fn starts(&self) -> bool {
+        self.start
+    }
+}
+
 pub struct World {
     pub transcript: Transcript,
-    pub http: Arc<InProcessTransport>,
-    pub instances: BTreeMap<String, SimInstance>,
+    pub http: Arc<dyn HttpTransport>,
+    /// The simulation's transport, to take instances down and up.
+    in_process: Option<Arc<InProcessTransport>>,
+    pub instances: BTreeMap<String, InstanceHandle>,
     pub workers: BTreeMap<String, SimWorker>,
     pub stubs: BTreeMap<String, ProviderStub>,
     pub router: ComputeRouter,
@@ -180,110 +203,179 @@ impl World {
             });
             instances.insert(
                 name.clone(),
-                SimInstance {
-                    coordinator,
-                    facilitator,
-                    store,
+                InstanceHandle {
                     base_url,
-                    app,
-                    up,
-                    connector,
-                },
-            );
-        }
-
-        let mut workers = BTreeMap::new();
-        for spec in &scenario.workers {
-            let mut seeds = || master.gen::<u64>();
-            for config in worker_configs(spec, &mut seeds) {
-                let public_key = Worker::new(config.clone(), worker_clock.clone())
-                    .map_err(|e| e.to_string())?
-                    .public_key_hex();
-                if workers.contains_key(&config.name) {
-                    return Err(format!("two workers are named {}", config.name));
-                }
-                workers.insert(
-                    config.name.clone(),
-                    SimWorker {
-                        config,
-                        instance: spec.instance.clone(),
-                        public_key,
-                        trace: spec.trace,
-                        start: spec.start,
-                        task: None,
+                    facilitator,
+                    driver: Driver::Sim {
+                        coordinator,
+                        store,
+                        app,
+                        up,
+                        connector,
                     },
-                );
-            }
-        }
-
-        let mut stubs = BTreeMap::new();
-        for name in ["provider_a", "provider_b"] {
-            let spec = scenario.stubs.get(name);
-            let kind = if name == "provider_a" {
-                ProviderKind::OpenAi
-            } else {
-                ProviderKind::Anthropic
-            };
-            let stub = ProviderStub::new(
-                kind,
-                StubConfig {
-                    seed: master.gen(),
-                    api_key: stub_key(name),
-                    faults: spec.map(|s| s.faults.clone()).unwrap_or_default(),
-                    default_fault: spec.and_then(|s| s.default_fault.clone()),
-                    ..StubConfig::default()
                 },
-                worker_clock.clone(),
             );
-            http.insert(&sim_url(name), stub.router());
-            stubs.insert(name.to_owned(), stub);
-        }
-        for name in scenario.stubs.keys() {
-            if !stubs.contains_key(name) {
-                return Err(format!("stub {name:?}: must be provider_a or provider_b"));
-            }
         }
 
-        let payer = x402::LocalEvmSigner::from_secret_hex(PAYER_KEY).expect("constant key");
-        let payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
-        let router_payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
-        let mut router_config = router_config(scenario)?;
-        if scenario.router.pay {
-            let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
-                payer.clone(),
-                wall_clock(worker_clock.clone()),
-                router_payer_rng,
-            ));
-            router_config.payment_clients.chain_a = Some(payer.clone());
-            router_config.payment_clients.chain_b = Some(payer);
-        }
-        let traced = Arc::new(TracedTransport {
-            inner: http.clone(),
-            transcript: transcript.clone(),
-        });
-        let router = ComputeRouter::with_transport(router_config, traced);
-        let mut world = World {
-            transcript,
-            http,
-            instances,
-            workers,
-            stubs,
-            router,
-            payer,
-            payer_rng,
-            epoch_ms,
-            worker_clock,
+        let in_process = http.clone();
+        let expose = |name: &str, router: axum::Router| {
+            let url = sim_url(name);
+            in_process.insert(&url, router);
+            Ok(url)
         };
-        let starting: Vec<String> = world
+        let mut world = assemble(
+            scenario,
+            Parts {
+                master,
+                transcript,
+                http: http.clone(),
+                instances,
+                epoch_ms,
+                worker_clock,
+            },
+            expose,
+        )?;
+        world.in_process = Some(http);
+        world.start_workers()?;
+        Ok(world)
+    }
+
+    /// Builds a live run: one `coordinator` process per instance on
+    /// loopback (from `bin`), stubs served on loopback ports, real HTTP and
+    /// real WebSockets. Must run in a runtime with I/O enabled.
+    pub async fn build_live(
+        scenario: &Scenario,
+        seed: u64,
+        bin: &std::path::Path,
+    ) -> Result<Self, String> {
+        let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
+        let clock = Arc::new(TokioClock::new(epoch_ms));
+        let transcript = Transcript::new(clock.clone(), epoch_ms);
+        let mut master = ChaCha20Rng::seed_from_u64(seed);
+        let worker_clock: worker_sim::SharedClock = {
+            let c = clock.clone();
+            Arc::new(move || coordinator::Clock::now_ms(&*c))
+        };
+        let mut instances = BTreeMap::new();
+        for (name, spec) in &scenario.instances {
+            let instance_seed: u64 = master.gen();
+            let mut args: Vec<String> = vec![
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--network".into(),
+                spec.network.clone(),
+                "--db".into(),
+                ":memory:".into(),
+                "--seed".into(),
+                instance_seed.to_string(),
+            ];
+            let t = &spec.timing;
+            let flags: [(&str, Option<String>); 7] = [
+                (
+                    "--pending-timeout-ms",
+                    t.pending_timeout_ms.map(|v| v.to_string()),
+                ),
+                ("--lease-ms", t.lease_ms.map(|v| v.to_string())),
+                ("--attempts-max", t.attempts_max.map(|v| v.to_string())),
+                (
+                    "--heartbeat-interval-ms",
+                    t.heartbeat_interval_ms.map(|v| v.to_string()),
+                ),
+                (
+                    "--heartbeat-timeout-ms",
+                    t.heartbeat_timeout_ms.map(|v| v.to_string()),
+                ),
+                (
+                    "--queue-len-max",
+                    spec.limits.queue_len_max.map(|v| v.to_string()),
+                ),
+                (
+                    "--claims-per-minute-max",
+                    spec.limits.claims_per_minute_max.map(|v| v.to_string()),
+                ),
+            ];
+            for (flag, value) in flags {
+                if let Some(v) = value {
+                    args.push(flag.into());
+                    args.push(v);
+                }
+            }
+            let mut facilitator = None;
+            if let Some(payment) = &spec.payment {
+                args.extend([
+                    "--payment-required".into(),
+                    "--pay-to".into(),
+                    payment.pay_to.clone(),
+                ]);
+                if payment.facilitator != "local" {
+                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    let url = serve_on_loopback(stub.router()).await?;
+                    args.extend(["--facilitator-url".into(), url]);
+                    facilitator = Some(stub);
+                }
+            }
+            let (process, addr) = start_coordinator(bin, &args).await?;
+            transcript.log("harness", format!("started coordinator {name} on {addr}"));
+            instances.insert(
+                name.clone(),
+                InstanceHandle {
+                    base_url: format!("http://{addr}"),
+                    facilitator,
+                    driver: Driver::Live {
+                        ws_url: format!("ws://{addr}/v1/workers/ws"),
+                        _process: process,
+                    },
+                },
+            );
+        }
+        // Stubs get ports before the world exists; `expose` hands out their URLs.
+        let mut stub_urls = BTreeMap::new();
+        for name in ["provider_a", "provider_b"] {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            stub_urls.insert(name.to_owned(), listener);
+        }
+        let http: Arc<dyn HttpTransport> = Arc::new(router::ReqwestTransport::new(30_000));
+        let expose = |name: &str, router: axum::Router| {
+            let listener = stub_urls
+                .remove(name)
+                .ok_or_else(|| format!("no port for {name}"))?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            });
+            Ok(format!("http://{addr}"))
+        };
+        let mut world = assemble(
+            scenario,
+            Parts {
+                master,
+                transcript,
+                http,
+                instances,
+                epoch_ms,
+                worker_clock,
+            },
+            expose,
+        )?;
+        world.start_workers()?;
+        Ok(world)
+    }
+
+    fn start_workers(&mut self) -> Result<(), String> {
+        let starting: Vec<String> = self
             .workers
             .iter()
             .filter(|(_, w)| w.start)
             .map(|(name, _)| name.clone())
             .collect();
         for name in starting {
-            world.start_worker(&name)?;
+            self.start_worker(&name)?;
         }
-        Ok(world)
+        Ok(())
     }
 
     pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
@@ -313,10 +405,20 @@ impl World {
         let mut worker = Worker::new(w.config.clone(), self.worker_clock.clone())
             .map_err(|e| e.to_string())?
             .with_observer(Arc::new(observer));
-        let connector = instance.connector.clone();
-        w.task = Some(tokio::spawn(async move {
-            let _ = worker.run(connector).await;
-        }));
+        w.task = Some(match &instance.driver {
+            Driver::Sim { connector, .. } => {
+                let connector = connector.clone();
+                tokio::spawn(async move {
+                    let _ = worker.run(connector).await;
+                })
+            }
+            Driver::Live { ws_url, .. } => {
+                let connector = worker_sim::WsConnector::new(ws_url.clone());
+                tokio::spawn(async move {
+                    let _ = worker.run(connector).await;
+                })
+            }
+        });
         Ok(())
     }
 
@@ -342,11 +444,14 @@ impl World {
             .instances
             .get(name)
             .ok_or_else(|| format!("no instance {name:?}"))?;
-        i.up.store(up, Ordering::SeqCst);
+        let (Driver::Sim { up: flag, app, .. }, Some(http)) = (&i.driver, &self.in_process) else {
+            return Err("instances can be stopped only in the simulation".into());
+        };
+        flag.store(up, Ordering::SeqCst);
         if up {
-            self.http.insert(&i.base_url, i.app.clone());
+            http.insert(&i.base_url, app.clone());
         } else {
-            self.http.remove(&i.base_url);
+            http.remove(&i.base_url);
         }
         Ok(())
     }
@@ -365,6 +470,127 @@ impl World {
     pub fn transport(&self) -> Arc<dyn HttpTransport> {
         self.http.clone()
     }
+}
+
+/// What both drivers have built before the shared assembly.
+struct Parts {
+    master: ChaCha20Rng,
+    transcript: Transcript,
+    http: Arc<dyn HttpTransport>,
+    instances: BTreeMap<String, InstanceHandle>,
+    epoch_ms: i64,
+    worker_clock: worker_sim::SharedClock,
+}
+
+/// Workers, stubs (exposed by `expose`, which returns their base URL), the
+/// payer and the router, drawing seeds in the documented order.
+fn assemble(
+    scenario: &Scenario,
+    parts: Parts,
+    mut expose: impl FnMut(&str, axum::Router) -> Result<String, String>,
+) -> Result<World, String> {
+    let Parts {
+        mut master,
+        transcript,
+        http,
+        instances,
+        epoch_ms,
+        worker_clock,
+    } = parts;
+    let mut workers = BTreeMap::new();
+    for spec in &scenario.workers {
+        let mut seeds = || master.gen::<u64>();
+        for config in worker_configs(spec, &mut seeds) {
+            let public_key = Worker::new(config.clone(), worker_clock.clone())
+                .map_err(|e| e.to_string())?
+                .public_key_hex();
+            if workers.contains_key(&config.name) {
+                return Err(format!("two workers are named {}", config.name));
+            }
+            workers.insert(
+                config.name.clone(),
+                SimWorker {
+                    config,
+                    instance: spec.instance.clone(),
+                    public_key,
+                    trace: spec.trace,
+                    start: spec.start,
+                    task: None,
+                },
+            );
+        }
+    }
+
+    let mut stubs = BTreeMap::new();
+    let mut stub_bases = BTreeMap::new();
+    for name in ["provider_a", "provider_b"] {
+        let spec = scenario.stubs.get(name);
+        let kind = if name == "provider_a" {
+            ProviderKind::OpenAi
+        } else {
+            ProviderKind::Anthropic
+        };
+        let stub = ProviderStub::new(
+            kind,
+            StubConfig {
+                seed: master.gen(),
+                api_key: stub_key(name),
+                faults: spec.map(|s| s.faults.clone()).unwrap_or_default(),
+                default_fault: spec.and_then(|s| s.default_fault.clone()),
+                ..StubConfig::default()
+            },
+            worker_clock.clone(),
+        );
+        let url = expose(name, stub.router())?;
+        stub_bases.insert(name.to_owned(), url);
+        stubs.insert(name.to_owned(), stub);
+    }
+    for name in scenario.stubs.keys() {
+        if !stubs.contains_key(name) {
+            return Err(format!("stub {name:?}: must be provider_a or provider_b"));
+        }
+    }
+
+    let payer = x402::LocalEvmSigner::from_secret_hex(PAYER_KEY).expect("constant key");
+    let payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
+    let router_payer_rng = ChaCha20Rng::seed_from_u64(master.gen());
+    let coordinator_urls = CoordinatorUrls {
+        chain_a: instances
+            .get("chain_a")
+            .map_or_else(|| sim_url("chain_a"), |i| i.base_url.clone()),
+        chain_b: instances
+            .get("chain_b")
+            .map_or_else(|| sim_url("chain_b"), |i| i.base_url.clone()),
+    };
+    let mut router_config = router_config(scenario, coordinator_urls, &stub_bases)?;
+    if scenario.router.pay {
+        let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
+            payer.clone(),
+            wall_clock(worker_clock.clone()),
+            router_payer_rng,
+        ));
+        router_config.payment_clients.chain_a = Some(payer.clone());
+        router_config.payment_clients.chain_b = Some(payer);
+    }
+    let traced = Arc::new(TracedTransport {
+        inner: http.clone(),
+        transcript: transcript.clone(),
+    });
+    let router = ComputeRouter::with_transport(router_config, traced);
+    let world = World {
+        transcript,
+        http,
+        in_process: None,
+        instances,
+        workers,
+        stubs,
+        router,
+        payer,
+        payer_rng,
+        epoch_ms,
+        worker_clock,
+    };
+    Ok(world)
 }
 
 /// The scenario payer: anvil/hardhat account #0, a public test key.
@@ -415,7 +641,7 @@ pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
 /// The router's HTTP as the transcript shows it: one line per request and
 /// one per answer (status only; the router step logs the result).
 struct TracedTransport {
-    inner: Arc<InProcessTransport>,
+    inner: Arc<dyn HttpTransport>,
     transcript: Transcript,
 }
 
@@ -453,11 +679,12 @@ fn wall_clock(clock: worker_sim::SharedClock) -> router::WallClock {
     Arc::new(move || clock.now_ms())
 }
 
-fn router_config(scenario: &Scenario) -> Result<RouterConfig, String> {
-    let mut config = RouterConfig::new(CoordinatorUrls {
-        chain_a: sim_url("chain_a"),
-        chain_b: sim_url("chain_b"),
-    });
+fn router_config(
+    scenario: &Scenario,
+    coordinator_urls: CoordinatorUrls,
+    stub_bases: &BTreeMap<String, String>,
+) -> Result<RouterConfig, String> {
+    let mut config = RouterConfig::new(coordinator_urls);
     if let Some(p) = &scenario.router.preferred_hosted {
         config.preferred_hosted = p
             .parse::<HostedProvider>()
@@ -465,7 +692,11 @@ fn router_config(scenario: &Scenario) -> Result<RouterConfig, String> {
     }
     config.allow_private_hosted = scenario.router.allow_private_hosted;
     let settings = |name: &str, model: &str| {
-        let s = ProviderSettings::new(sim_url(name), model);
+        let base = stub_bases
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| sim_url(name));
+        let s = ProviderSettings::new(base, model);
         if scenario.router.missing_keys.iter().any(|k| k == name) {
             s
         } else {
@@ -475,4 +706,52 @@ fn router_config(scenario: &Scenario) -> Result<RouterConfig, String> {
     config.hosted.openai = settings("provider_a", "stub-model");
     config.hosted.anthropic = settings("provider_b", "stub-model");
     Ok(config)
+}
+
+/// Serves `router` on a free loopback port; returns its base URL.
+async fn serve_on_loopback(router: axum::Router) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+/// Starts a coordinator process and reads the address it listens on from
+/// its first log line; the process is killed when the handle drops.
+async fn start_coordinator(
+    bin: &std::path::Path,
+    args: &[String],
+) -> Result<(tokio::process::Child, String), String> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "warn,coordinator=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let wait = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                return Some(addr);
+            }
+        }
+        None
+    };
+    let addr = tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+        .await
+        .map_err(|_| "the coordinator did not start within 20 s".to_owned())?
+        .ok_or("the coordinator exited before listening")?;
+    // Keep draining its log so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, addr))
 }
