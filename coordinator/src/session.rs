@@ -187,6 +187,23 @@ async fn parse_frame<C: Connection>(
     }
 }
 
+/// The next frame of the handshake: `Some(None)` for a bad frame already
+/// answered, `None` when the connection closed or the deadline passed.
+async fn handshake_frame<C: Connection>(
+    c: &Coordinator,
+    conn: &mut C,
+    deadline: Instant,
+) -> Option<Option<WorkerFrame>> {
+    tokio::select! {
+        biased;
+        _ = sleep_until(deadline) => {
+            let _ = send_error(conn, ErrorCode::AuthTimeout, "hello and auth must complete in time", None).await;
+            None
+        }
+        incoming = conn.recv() => parse_frame(c, conn, incoming).await.ok(),
+    }
+}
+
 /// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
 async fn handshake<C: Connection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
     let timing = &c.config().timing;
@@ -194,14 +211,7 @@ async fn handshake<C: Connection>(c: &Coordinator, conn: &mut C) -> Option<Peer>
     let network = c.config().network.clone();
 
     let (pubkey, key, capabilities, slots) = loop {
-        let frame = tokio::select! {
-            biased;
-            _ = sleep_until(deadline) => {
-                let _ = send_error(conn, ErrorCode::AuthTimeout, "hello and auth must complete in time", None).await;
-                return None;
-            }
-            incoming = conn.recv() => parse_frame(c, conn, incoming).await.ok()?,
-        };
+        let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Hello {
                 protocol_version,
@@ -246,14 +256,7 @@ async fn handshake<C: Connection>(c: &Coordinator, conn: &mut C) -> Option<Peer>
     let message = challenge_message(&network, &nonce);
 
     loop {
-        let frame = tokio::select! {
-            biased;
-            _ = sleep_until(deadline) => {
-                let _ = send_error(conn, ErrorCode::AuthTimeout, "hello and auth must complete in time", None).await;
-                return None;
-            }
-            incoming = conn.recv() => parse_frame(c, conn, incoming).await.ok()?,
-        };
+        let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Auth { signature }) => {
                 if let Err(e) = signing::verify_personal_sign(&key, message.as_bytes(), &signature)

@@ -27,6 +27,39 @@ pub struct RunReport {
     pub outcome: Outcome,
 }
 
+impl RunReport {
+    /// A run whose world could not be built.
+    fn not_started(scenario: &Scenario, seed: u64, message: String) -> Self {
+        Self {
+            name: scenario.name.clone(),
+            seed,
+            steps_run: 0,
+            sim_ms: 0,
+            transcript: vec![],
+            digest: String::new(),
+            outcome: Outcome::Failed { step: 0, message },
+        }
+    }
+
+    fn finished(
+        scenario: &Scenario,
+        seed: u64,
+        world: &World,
+        steps_run: usize,
+        outcome: Outcome,
+    ) -> Self {
+        Self {
+            name: scenario.name.clone(),
+            seed,
+            steps_run,
+            sim_ms: world.transcript.elapsed_ms(),
+            transcript: world.transcript.lines(),
+            digest: world.transcript.digest(),
+            outcome,
+        }
+    }
+}
+
 /// Runs `scenario` in the simulation with `seed` (the scenario's unless overridden).
 pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
     let seed = seed.unwrap_or(scenario.seed);
@@ -39,31 +72,13 @@ pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
     let report = runtime.block_on(async {
         let mut world = match World::build(scenario, seed) {
             Ok(w) => w,
-            Err(message) => {
-                return RunReport {
-                    name: scenario.name.clone(),
-                    seed,
-                    steps_run: 0,
-                    sim_ms: 0,
-                    transcript: vec![],
-                    digest: String::new(),
-                    outcome: Outcome::Failed { step: 0, message },
-                }
-            }
+            Err(message) => return RunReport::not_started(scenario, seed, message),
         };
         world
             .transcript
             .log("harness", format!("scenario {} seed {seed}", scenario.name));
         let (steps_run, outcome) = run_steps(scenario, &mut world).await;
-        RunReport {
-            name: scenario.name.clone(),
-            seed,
-            steps_run,
-            sim_ms: world.transcript.elapsed_ms(),
-            transcript: world.transcript.lines(),
-            digest: world.transcript.digest(),
-            outcome,
-        }
+        RunReport::finished(scenario, seed, &world, steps_run, outcome)
     });
     // Dropping the runtime cancels every task still running (workers, sessions, timers).
     drop(runtime);
@@ -79,15 +94,7 @@ pub fn run_live(scenario: &Scenario, bin: &std::path::Path) -> RunReport {
         .build()
         .expect("a current-thread runtime");
     let report = runtime.block_on(async {
-        let failed = |message: String| RunReport {
-            name: scenario.name.clone(),
-            seed: scenario.seed,
-            steps_run: 0,
-            sim_ms: 0,
-            transcript: vec![],
-            digest: String::new(),
-            outcome: Outcome::Failed { step: 0, message },
-        };
+        let failed = |message| RunReport::not_started(scenario, scenario.seed, message);
         let mut world = match World::build_live(scenario, scenario.seed, bin).await {
             Ok(w) => w,
             Err(message) => return failed(message),
@@ -97,15 +104,7 @@ pub fn run_live(scenario: &Scenario, bin: &std::path::Path) -> RunReport {
             return failed(message);
         }
         let (steps_run, outcome) = run_steps(scenario, &mut world).await;
-        RunReport {
-            name: scenario.name.clone(),
-            seed: scenario.seed,
-            steps_run,
-            sim_ms: world.transcript.elapsed_ms(),
-            transcript: world.transcript.lines(),
-            digest: world.transcript.digest(),
-            outcome,
-        }
+        RunReport::finished(scenario, scenario.seed, &world, steps_run, outcome)
     });
     drop(runtime);
     report

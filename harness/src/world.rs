@@ -152,14 +152,9 @@ impl World {
     /// Builds every peer; must run inside the simulation runtime.
     pub fn build(scenario: &Scenario, seed: u64) -> Result<Self, String> {
         let epoch_ms = scenario.epoch_ms()?;
-        let clock = Arc::new(TokioClock::new(epoch_ms));
-        let transcript = Transcript::new(clock.clone(), epoch_ms);
+        let (clock, transcript, worker_clock) = clocks(epoch_ms);
         let http = Arc::new(InProcessTransport::new());
         let mut master = ChaCha20Rng::seed_from_u64(seed);
-        let worker_clock: worker_sim::SharedClock = {
-            let c = clock.clone();
-            Arc::new(move || coordinator::Clock::now_ms(&*c))
-        };
 
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
@@ -249,13 +244,8 @@ impl World {
         bin: &std::path::Path,
     ) -> Result<Self, String> {
         let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
-        let clock = Arc::new(TokioClock::new(epoch_ms));
-        let transcript = Transcript::new(clock.clone(), epoch_ms);
+        let (_, transcript, worker_clock) = clocks(epoch_ms);
         let mut master = ChaCha20Rng::seed_from_u64(seed);
-        let worker_clock: worker_sim::SharedClock = {
-            let c = clock.clone();
-            Arc::new(move || coordinator::Clock::now_ms(&*c))
-        };
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
             let instance_seed: u64 = master.gen();
@@ -470,6 +460,16 @@ impl World {
     pub fn transport(&self) -> Arc<dyn HttpTransport> {
         self.http.clone()
     }
+}
+
+/// Every peer's clock reads `epoch_ms` plus tokio's elapsed time: simulated
+/// under a paused runtime, wall time when `epoch_ms` is now and time runs.
+fn clocks(epoch_ms: i64) -> (Arc<TokioClock>, Transcript, worker_sim::SharedClock) {
+    let clock = Arc::new(TokioClock::new(epoch_ms));
+    let transcript = Transcript::new(clock.clone(), epoch_ms);
+    let c = clock.clone();
+    let worker_clock: worker_sim::SharedClock = Arc::new(move || coordinator::Clock::now_ms(&*c));
+    (clock, transcript, worker_clock)
 }
 
 /// What both drivers have built before the shared assembly.
