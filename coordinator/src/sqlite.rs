@@ -23,6 +23,7 @@ use crate::core::{Change, Job};
 use crate::store::{Snapshot, Store, StoreError};
 use crate::trust::{Pairing, TrustEntry};
 use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -323,7 +324,14 @@ fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(
         "INSERT INTO trust (user_id, provider_pubkey, paired_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (user_id, provider_pubkey) DO UPDATE SET paired_at_ms = excluded.paired_at_ms",
     )?;
-    for change in changes {
+    // A batch often holds several versions of one record (a job committed,
+    // assigned, accepted and completed between two commits); only the last
+    // is written. Upserts of distinct keys commute, so the order is free.
+    let mut seen: HashSet<Key<'_>> = HashSet::with_capacity(changes.len());
+    for change in changes.iter().rev() {
+        if !seen.insert(Key::of(change)) {
+            continue;
+        }
         match change {
             Change::Job(job) => {
                 job_stmt.execute(params![
@@ -349,6 +357,24 @@ fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The identity of a stored record.
+#[derive(PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Job(uuid::Uuid),
+    Pairing(&'a str),
+    Trust(&'a str, &'a str),
+}
+
+impl<'a> Key<'a> {
+    fn of(change: &'a Change) -> Self {
+        match change {
+            Change::Job(job) => Key::Job(job.id),
+            Change::Pairing(p) => Key::Pairing(&p.code),
+            Change::Trust(e) => Key::Trust(&e.user_id, &e.provider_pubkey),
+        }
+    }
 }
 
 fn purge(tx: &rusqlite::Transaction<'_>, before_ms: i64) -> Result<(), SqliteError> {
