@@ -32,6 +32,9 @@ const JOBS: u64 = 1_000;
 const CLIENTS: u64 = 64;
 const WORKERS: u64 = 8;
 
+/// Builds the n-th fresh store of a variant.
+type MakeStore<'a> = Box<dyn Fn(u64) -> Arc<dyn Store> + 'a>;
+
 /// Runs `JOBS` jobs end to end against a fresh coordinator on `store`.
 async fn run(store: Arc<dyn Store>) -> Duration {
     let c = Coordinator::new(
@@ -60,10 +63,10 @@ async fn run(store: Arc<dyn Store>) -> Duration {
                         let frame = worker.result_frame(&a, "2026-11-21T10:00:01.000Z");
                         worker.send(frame).await;
                     }
-                    Ok(CoordinatorFrame::ResultAccepted { .. }) => {
-                        if done.fetch_add(1, Ordering::SeqCst) + 1 == JOBS {
-                            all_done.notify_one();
-                        }
+                    Ok(CoordinatorFrame::ResultAccepted { .. })
+                        if done.fetch_add(1, Ordering::SeqCst) + 1 == JOBS =>
+                    {
+                        all_done.notify_one();
                     }
                     _ => {}
                 }
@@ -109,7 +112,7 @@ fn bench(crit: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(10));
     let file = |name: &str| dir.path().join(format!("{name}.db"));
-    let variants: [(&str, Box<dyn Fn(u64) -> Arc<dyn Store>>); 3] = [
+    let variants: [(&str, MakeStore<'_>); 3] = [
         ("memory", Box::new(|_| Arc::new(MemoryStore::default()))),
         (
             "sqlite_per_event",

@@ -258,7 +258,8 @@ async fn killed_coordinator_loses_nothing() {
     let mut rng = ChaCha20Rng::seed_from_u64(SEED);
     for round in 0..KILLS as u64 {
         let mut running = start(&db).await;
-        check(&running.base, &promised.lock().unwrap().clone()).await;
+        let so_far = promised.lock().unwrap().clone();
+        check(&running.base, &so_far).await;
         let mut tasks = Vec::new();
         for w in 0..2 {
             tasks.push(tokio::spawn(work(running.base.clone(), round * 10 + w)));
