@@ -6,11 +6,9 @@
 //! - every job that got a 201 exists;
 //! - every job seen `completed` is still `completed` with the same output and receipt;
 //! - every claimed pairing is listed;
+//! - every payment that bought a job (x402, local settlement) is refused when replayed;
 //! - at the end, with no worker online, every job turns terminal within the
 //!   pending timeout: none is left stuck (deadlines survive, held jobs are requeued).
-//!
-//! Used payment nonces are checked against the same database in the store's
-//! unit tests (`sqlite.rs`); the HTTP payment path is not wired in here.
 
 mod common;
 
@@ -27,10 +25,14 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
+use x402::{LocalEvmSigner, PaymentRequired, PaymentSigner};
 
 const SEED: u64 = 20_261_121;
 const KILLS: usize = 12;
 const PENDING_TIMEOUT_MS: u64 = 3_000;
+const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+/// Anvil account #0: a public test key.
+const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
 /// What clients were told, and so what must survive.
 #[derive(Default, Clone)]
@@ -41,6 +43,8 @@ struct Promised {
     completed: BTreeMap<Uuid, (Value, Value)>,
     /// Claims that got a 200: (user, provider key).
     claimed: Vec<(String, String)>,
+    /// Payments that bought a job: (commit path, job, header name, header value).
+    paid: Vec<(String, Value, &'static str, String)>,
 }
 
 struct Running {
@@ -55,6 +59,7 @@ async fn start(db: &Path) -> Running {
         .args(["--db", db.to_str().unwrap()])
         .args(["--pending-timeout-ms", &PENDING_TIMEOUT_MS.to_string()])
         .args(["--claims-per-minute-max", "100000"])
+        .args(["--payment-required", "--pay-to", PAY_TO])
         .env("RUST_LOG", "info")
         .env_remove("COORDINATOR_LISTEN")
         .stdout(std::process::Stdio::null())
@@ -117,8 +122,15 @@ async fn work(base: String, seed: u64) {
 }
 
 /// Commits jobs and polls them, recording what the answers promised.
-async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64) {
+async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64, seed: u64) {
     let http = client();
+    let signer = LocalEvmSigner::from_secret_hex(PAYER).unwrap();
+    // Nonces must differ across tasks and rounds: a reused one is refused.
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let Some(now_s) = server_time_s(&http, &base).await else {
+        return;
+    };
+    let mut terms: BTreeMap<&str, PaymentRequired> = BTreeMap::new();
     let mut mine: Vec<Uuid> = Vec::new();
     for i in 0u64.. {
         let job = if i % 2 == 0 {
@@ -127,8 +139,17 @@ async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64) {
             common::llm_job(&format!("user-{task}"))
         };
         let tier = if i % 3 == 0 { "fast" } else { "cheap" };
+        let path = format!("/v1/jobs/commit/{tier}");
+        if !terms.contains_key(tier) {
+            let Some(required) = payment_terms(&http, &base, &path, &job).await else {
+                return;
+            };
+            terms.insert(tier, required);
+        }
+        let payment = signer.pay(&terms[tier], now_s, &mut rng).unwrap();
         let Ok(res) = http
-            .post(format!("{base}/v1/jobs/commit/{tier}"))
+            .post(format!("{base}{path}"))
+            .header(payment.name, &payment.value)
             .json(&job)
             .send()
             .await
@@ -136,6 +157,11 @@ async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64) {
             return;
         };
         if res.status() == 201 {
+            promised
+                .lock()
+                .unwrap()
+                .paid
+                .push((path, job.clone(), payment.name, payment.value));
             let Ok(body) = res.json::<Value>().await else {
                 return;
             };
@@ -170,6 +196,39 @@ async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64) {
         // Leave the workers room to finish jobs while we watch.
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
+}
+
+/// The server's clock in Unix seconds, which payments are dated by.
+async fn server_time_s(http: &reqwest::Client, base: &str) -> Option<u64> {
+    let health: Value = http
+        .get(format!("{base}/v1/health"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let ms = protocol::time::parse_ms(health["timestamp"].as_str()?)?;
+    Some((ms / 1000) as u64)
+}
+
+/// The 402 answer of an unpaid commit, as the paying client reads it.
+async fn payment_terms(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    job: &Value,
+) -> Option<PaymentRequired> {
+    let res = http
+        .post(format!("{base}{path}"))
+        .json(job)
+        .send()
+        .await
+        .ok()?;
+    assert_eq!(res.status(), 402, "an unpaid commit is refused");
+    let header = res.headers().get("payment-required").cloned();
+    let raw = res.bytes().await.ok()?;
+    Some(PaymentRequired::from_response(header.as_ref().map(|h| h.as_bytes()), Some(&raw)).unwrap())
 }
 
 /// Creates pairing codes and claims them, recording the claims that got a 200.
@@ -248,6 +307,21 @@ async fn check(base: &str, promised: &Promised) {
             .any(|p| p["provider_pubkey"] == key.as_str());
         assert!(listed, "claimed pairing of {user} with {key} is not listed");
     }
+    for (path, job, name, value) in &promised.paid {
+        let res = http
+            .post(format!("{base}{path}"))
+            .header(*name, value)
+            .json(job)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 402, "a used payment bought a second job");
+        let body: Value = res.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap_or("").contains("nonce"),
+            "refused for the used nonce: {body}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,6 +343,7 @@ async fn killed_coordinator_loses_nothing() {
                 running.base.clone(),
                 promised.clone(),
                 t,
+                round * 100 + t,
             )));
         }
         tasks.push(tokio::spawn(drive_pairings(
@@ -291,6 +366,7 @@ async fn killed_coordinator_loses_nothing() {
     );
     assert!(!p.completed.is_empty(), "no completion was seen");
     assert!(!p.claimed.is_empty(), "no claim went through");
+    assert_eq!(p.paid.len(), p.committed.len(), "every commit was paid");
 
     // Last start, no worker: every job must end within the pending timeout.
     let mut running = start(&db).await;
@@ -314,7 +390,7 @@ async fn killed_coordinator_loses_nothing() {
     }
     running.child.kill().await.unwrap();
     eprintln!(
-        "{KILLS} kills: {} jobs committed, {} seen completed, {} claims; all kept",
+        "{KILLS} kills: {} paid jobs committed, {} seen completed, {} claims; all kept, no payment replayed",
         p.committed.len(),
         p.completed.len(),
         p.claimed.len()
