@@ -734,6 +734,26 @@ mod tests {
         assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
     }
 
+    #[tokio::test]
+    async fn group_purge_is_ordered_after_earlier_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        let changes = changes();
+        store.apply(&changes).unwrap();
+        let Change::Job(job) = &changes[0] else {
+            panic!("a job first")
+        };
+        let mut done = job.clone();
+        done.status = JobStatus::Failed;
+        store.apply(&[Change::Job(done)]).unwrap();
+        store.purge_terminal_jobs(1_001).unwrap();
+        store.flush().await.unwrap();
+        let loaded = store.load().unwrap();
+        assert_eq!(loaded.jobs.len(), 1);
+        assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
+        assert_eq!(loaded.pairings.len(), 1);
+    }
+
     fn key(n: u8) -> NonceKey {
         NonceKey {
             chain_id: 84532,
