@@ -396,3 +396,111 @@ async fn killed_coordinator_loses_nothing() {
         p.claimed.len()
     );
 }
+
+/// The same recovery in process, deterministic (paused tokio time, the
+/// per-event SQLite mode without a thread), as the simulation runs it: the
+/// crash is a copy of the database files taken mid-run, as a power cut
+/// would leave them; a second coordinator opens the copy.
+#[tokio::test(start_paused = true)]
+async fn in_process_restart_from_a_crash_image() {
+    use coordinator::sqlite::{CommitMode, SqliteStore};
+    use coordinator::{app, Config, Coordinator, TokioClock};
+
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live.db");
+    let image = dir.path().join("image.db");
+    let clock = Arc::new(TokioClock::new(common::EPOCH_MS));
+    let open = |path: &Path| Arc::new(SqliteStore::open_with(path, CommitMode::PerEvent).unwrap());
+
+    let c1 = Coordinator::open(
+        Config::default(),
+        clock.clone(),
+        ChaCha20Rng::seed_from_u64(3),
+        open(&live),
+    )
+    .await
+    .unwrap();
+    let app1 = app(c1.clone());
+    let mut w1 = TestWorker::connect(Wire::channel(&c1), 1, &["LLM_INFER", "TASK"], 1).await;
+    let done = common::commit(&app1, "fast", common::llm_job("alice"))
+        .await
+        .body["job_id"]
+        .clone();
+    let a = w1.expect_assign().await;
+    w1.complete(&a).await;
+    let running = common::commit(&app1, "fast", common::llm_job("alice"))
+        .await
+        .body["job_id"]
+        .clone();
+    let a = w1.expect_assign().await;
+    w1.send(json!({"type": "accept", "job_id": a.job_id})).await;
+    common::settle().await;
+    let waiting = common::commit(&app1, "cheap", common::task_job("bob"))
+        .await
+        .body["job_id"]
+        .clone();
+    let worker2 = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(2));
+    common::pair(&app1, "carol", &worker2).await;
+    let done_before = common::job_status(&app1, done.as_str().unwrap()).await;
+    assert_eq!(
+        common::job_status(&app1, running.as_str().unwrap()).await["status"],
+        "running"
+    );
+
+    // The crash: the files as they are now. Every commit above fsynced.
+    std::fs::copy(&live, &image).unwrap();
+    std::fs::copy(
+        live.with_extension("db-wal"),
+        image.with_extension("db-wal"),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let c2 = Coordinator::open(
+        Config::default(),
+        clock.clone(),
+        ChaCha20Rng::seed_from_u64(3),
+        open(&image),
+    )
+    .await
+    .unwrap();
+    let app2 = app(c2.clone());
+    let status = |v: &Value| v["status"].as_str().unwrap().to_owned();
+    assert_eq!(
+        common::job_status(&app2, done.as_str().unwrap()).await,
+        done_before
+    );
+    assert_eq!(
+        status(&common::job_status(&app2, running.as_str().unwrap()).await),
+        "pending"
+    );
+    assert_eq!(
+        status(&common::job_status(&app2, waiting.as_str().unwrap()).await),
+        "pending"
+    );
+    let list = common::call(&app2, "GET", "/v1/trust/list?user_id=carol", None).await;
+    assert_eq!(
+        list.body["providers"][0]["provider_pubkey"],
+        worker2.public_key_hex()
+    );
+
+    // A worker that connects gets the requeued job first, then the waiting one.
+    let mut w2 = TestWorker::connect(Wire::channel(&c2), 2, &["LLM_INFER", "TASK"], 2).await;
+    let first = w2.expect_assign().await;
+    assert_eq!(json!(first.job_id), running);
+    let second = w2.expect_assign().await;
+    assert_eq!(json!(second.job_id), waiting);
+    w2.complete(&first).await;
+    assert_eq!(
+        status(&common::job_status(&app2, running.as_str().unwrap()).await),
+        "completed"
+    );
+    // New ids do not repeat the ones from before the crash.
+    let fresh = common::commit(&app2, "fast", common::llm_job("dave"))
+        .await
+        .body["job_id"]
+        .clone();
+    assert!(![&done, &running, &waiting].contains(&&fresh));
+    c1.shutdown();
+    c2.shutdown();
+}
