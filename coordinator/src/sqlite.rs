@@ -419,11 +419,21 @@ impl Store for SqliteStore {
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
         match self.mode {
             CommitMode::PerEvent => {
-                let mut conn = self.shared.conn();
-                let tx = conn.transaction().map_err(SqliteError::from)?;
-                write_changes(&tx, changes)?;
-                tx.commit().map_err(SqliteError::from)?;
-                Ok(())
+                let written = (|| -> Result<(), SqliteError> {
+                    let mut conn = self.shared.conn();
+                    let tx = conn.transaction()?;
+                    write_changes(&tx, changes)?;
+                    tx.commit()?;
+                    Ok(())
+                })();
+                if let Err(e) = &written {
+                    // Memory now holds what the disk does not: `flush` must
+                    // not claim durability from here on.
+                    self.shared.durable.send_modify(|d| {
+                        d.error.get_or_insert(e.to_string());
+                    });
+                }
+                Ok(written?)
             }
             CommitMode::Group => {
                 let mut pending = self.shared.pending();
@@ -441,7 +451,10 @@ impl Store for SqliteStore {
     fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         Box::pin(async move {
             if self.mode == CommitMode::PerEvent {
-                return Ok(());
+                return match &self.shared.durable.borrow().error {
+                    Some(e) => Err(SqliteError::Failed(e.clone()).into()),
+                    None => Ok(()),
+                };
             }
             let target = self.shared.pending().appended;
             let mut rx = self.shared.durable.subscribe();
@@ -752,6 +765,28 @@ mod tests {
         assert_eq!(loaded.jobs.len(), 1);
         assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
         assert_eq!(loaded.pairings.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_never_reported_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        for store in [
+            SqliteStore::open_in_memory().unwrap(),
+            SqliteStore::open(dir.path().join("c.db")).unwrap(),
+        ] {
+            store.flush().await.unwrap();
+            store
+                .shared
+                .conn()
+                .execute_batch("DROP TABLE jobs")
+                .unwrap();
+            let applied = store.apply(&changes());
+            assert_eq!(applied.is_err(), store.mode() == CommitMode::PerEvent);
+            assert!(store.flush().await.is_err());
+            // And it stays refused: later changes depend on the lost ones.
+            let _ = store.apply(&[]);
+            assert!(store.flush().await.is_err());
+        }
     }
 
     fn key(n: u8) -> NonceKey {
