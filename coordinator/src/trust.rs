@@ -112,6 +112,7 @@ impl Trust {
         claims_per_minute_max: u32,
     ) -> Result<(Pairing, TrustEntry), ClaimError> {
         self.count_claim(client, now_ms, claims_per_minute_max)?;
+        self.forget_old(now_ms);
         let code = code.trim().to_ascii_lowercase();
         let pairing = self.codes.get_mut(&code).ok_or(ClaimError::InvalidCode)?;
         if pairing.claimed_by.is_some() {

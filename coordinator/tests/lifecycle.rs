@@ -344,3 +344,55 @@ async fn a_second_session_with_the_same_key_replaces_the_first() {
         1
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_job_waits_for_a_busy_worker_rather_than_returning_to_the_rejecter() {
+    let (c, app) = setup(Config::default());
+    let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
+    let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
+    let first = id(&commit(&app, "fast", task_job("u")).await);
+    let second = id(&commit(&app, "fast", task_job("u")).await);
+    let a = rejecter.expect_assign().await;
+    let b = busy.expect_assign().await;
+    assert_eq!(
+        [a.job_id.to_string(), b.job_id.to_string()],
+        [first.clone(), second]
+    );
+    rejecter
+        .send(json!({"type": "reject", "job_id": a.job_id, "reason": "no"}))
+        .await;
+    settle().await;
+    // Not handed straight back: it waits for the busy worker.
+    assert_eq!(job_status(&app, &first).await["status"], "pending");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    busy.complete(&b).await;
+    let again = busy.expect_assign().await;
+    assert_eq!(again.job_id, a.job_id);
+    busy.complete(&again).await;
+    assert_eq!(job_status(&app, &first).await["status"], "completed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_job_returns_to_the_rejecter_once_the_other_worker_leaves() {
+    let (c, app) = setup(Config::default());
+    let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
+    let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
+    let first = id(&commit(&app, "fast", task_job("u")).await);
+    commit(&app, "fast", task_job("u")).await;
+    let a = rejecter.expect_assign().await;
+    let _b = busy.expect_assign().await;
+    rejecter
+        .send(json!({"type": "reject", "job_id": a.job_id, "reason": "no"}))
+        .await;
+    settle().await;
+    assert_eq!(job_status(&app, &first).await["status"], "pending");
+    drop(busy);
+    // The only worker left gets the rejected job (older, so first) and then
+    // the one the leaving worker held.
+    let again = rejecter.expect_assign().await;
+    assert_eq!(again.job_id, a.job_id);
+    rejecter.complete(&again).await;
+    let orphan = rejecter.expect_assign().await;
+    rejecter.complete(&orphan).await;
+    assert_eq!(job_status(&app, &first).await["status"], "completed");
+}

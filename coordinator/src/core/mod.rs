@@ -84,6 +84,10 @@ pub struct Job {
     /// Bumped on every change of status, so stale timers and queue entries are ignored.
     #[serde(skip)]
     epoch: u32,
+    /// The session whose attempt last failed; it gets the job again only
+    /// when no other eligible worker is connected.
+    #[serde(skip)]
+    avoid: Option<SessionId>,
 }
 
 impl Job {
@@ -341,6 +345,7 @@ impl Core {
             seq,
             worker: None,
             epoch: 0,
+            avoid: None,
         };
         if refused == Some(Refused::NoTrustedWorker) {
             job.status = JobStatus::Failed;
@@ -409,10 +414,24 @@ impl Core {
                 free
             }
         };
-        if candidates.len() > 1 {
-            candidates.retain(|(_, s)| Some(*s) != avoid);
+        if let Some(avoid) = avoid {
+            if self.has_other_eligible(job, avoid) {
+                candidates.retain(|(_, s)| *s != avoid);
+            }
         }
         candidates.first().map(|(_, s)| *s)
+    }
+
+    /// Whether a worker other than `session` could ever take `job`: connected,
+    /// with the capability, and trusted by the user for a PRIVATE job. Busy counts.
+    fn has_other_eligible(&self, job: &Job, session: SessionId) -> bool {
+        let s = &job.submission;
+        self.workers.iter().any(|(&other, w)| {
+            other != session
+                && w.capabilities.contains(&s.job_type)
+                && (s.privacy_class == PrivacyClass::Public
+                    || self.trust.trusts(&s.user_id, &w.pubkey))
+        })
     }
 
     /// Sessions of connected workers the user trusts that serve `job_type`.
@@ -477,21 +496,47 @@ impl Core {
             let best = keys
                 .into_iter()
                 .filter_map(|key| {
-                    let head = self.queue_head(&key)?;
-                    Some(((tier_of(&key), head.seq), key))
+                    let (index, entry) = self.queue_pick(&key, session)?;
+                    Some(((tier_of(&key), entry.seq), index, key))
                 })
                 .min();
-            let Some((_, key)) = best else {
+            let Some((_, index, key)) = best else {
                 return;
             };
             let entry = self
                 .queues
                 .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-                .expect("head exists");
+                .and_then(|q| q.remove(index))
+                .expect("picked entry exists");
             self.pending_count -= 1;
             self.assign(entry.job, session, now_ms);
         }
+    }
+
+    /// The first entry of a queue that `session` may take: live, and not a
+    /// job this session just failed while another worker could take it.
+    fn queue_pick(&mut self, key: &QueueKey, session: SessionId) -> Option<(usize, QueueEntry)> {
+        // Drops stale entries at the front; `None` when nothing is queued.
+        self.queue_head(key)?;
+        let queue = &self.queues[key];
+        let mut scanned = 0;
+        for (index, entry) in queue.iter().enumerate() {
+            let Some(job) = self.jobs.get(&entry.job) else {
+                continue;
+            };
+            if job.status != JobStatus::Pending || job.epoch != entry.epoch {
+                continue;
+            }
+            if job.avoid != Some(session) || !self.has_other_eligible(job, session) {
+                return Some((index, *entry));
+            }
+            // Jobs a session failed are few; stop looking after a handful.
+            scanned += 1;
+            if scanned > 8 {
+                break;
+            }
+        }
+        None
     }
 
     /// The first live entry of a queue, dropping stale ones on the way.
@@ -520,6 +565,7 @@ impl Core {
         now_ms: i64,
     ) {
         let job = self.jobs.get_mut(&id).expect("retried job exists");
+        job.avoid = avoid;
         if job.attempts >= self.config.timing.attempts_max {
             self.fail(id, reason);
         } else {
@@ -664,6 +710,21 @@ impl Core {
         }
         if self.session_of.get(&worker.pubkey) == Some(&session) {
             self.session_of.remove(&worker.pubkey);
+        }
+        // A job kept from a worker because this one could take it instead is
+        // now that worker's to take; it is older than this worker's jobs, so
+        // it goes first. Idle workers with queued jobs exist only in that case
+        // (and for PRIVATE jobs), so this is rarely any work.
+        if self.pending_count > 0 {
+            let idle: Vec<SessionId> = self
+                .workers
+                .iter()
+                .filter(|(_, w)| w.load() < w.slots)
+                .map(|(s, _)| *s)
+                .collect();
+            for s in idle {
+                self.fill(s, now_ms);
+            }
         }
         for id in worker.jobs {
             self.retry_or_fail(id, FailureReason::WorkerDisconnected, None, now_ms);
