@@ -144,6 +144,10 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
     // Let workers connect and authenticate before the first step.
     tokio::time::sleep(Duration::from_millis(1)).await;
     let mut vars = Vars::new();
+    // Worker keys derive from the seed; scenarios name them as {{pubkey.NAME}}.
+    for (name, worker) in &world.workers {
+        vars.insert(format!("pubkey.{name}"), json!(worker.public_key));
+    }
     for (i, step) in scenario.steps.iter().enumerate() {
         let number = i + 1;
         if let Some(name) = &step.name {
@@ -632,6 +636,17 @@ fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), Str
 /// output, and every completed PRIVATE job was done by a worker its user
 /// trusts. Liveness (when asked): all jobs terminal / completed, exact counts.
 fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
+    for (name, want) in &scenario.invariants.stub_calls {
+        let got = world
+            .stubs
+            .get(name)
+            .ok_or_else(|| format!("stub_calls: no stub {name:?}"))?
+            .calls()
+            .len();
+        if got != *want {
+            return Err(format!("stub {name} got {got} calls, expected {want}"));
+        }
+    }
     for (name, instance) in &world.instances {
         use coordinator::store::Store;
         // A live instance's state is in another process; live runs check expectations only.

@@ -327,6 +327,9 @@ pub struct Invariants {
     /// Exact count of jobs per instance, by status.
     #[serde(default)]
     pub job_counts: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Exact count of calls each hosted-provider stub received.
+    #[serde(default)]
+    pub stub_calls: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
