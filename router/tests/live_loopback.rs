@@ -1,0 +1,239 @@
+//! The router against live peers over real loopback HTTP: two real
+//! coordinators (one per chain, the first payment-gated), worker-sim workers
+//! on real WebSockets, and the hosted-provider stubs on their own ports.
+
+use coordinator::config::Config;
+use coordinator::store::MemoryStore;
+use coordinator::{Coordinator, SystemClock};
+use rand::SeedableRng;
+use router::{
+    AdapterError, Chain, ComputeRouter, CoordinatorUrls, HostedProvider, LlmRequest, PaymentClient,
+    PrivacyClass, ProviderSettings, ReqwestTransport, RetryPolicy, Route, RouterConfig,
+    RouterError, TaskRequest, TaskType, WallClock, X402Payer,
+};
+use std::sync::Arc;
+use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig, StubFault};
+use worker_sim::{Worker, WorkerConfig, WsConnector};
+
+const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+#[allow(clippy::disallowed_methods)] // real sockets, real time: the payment window is checked against it
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A coordinator on loopback with `workers` worker-sim workers connected.
+async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
+    let c = Coordinator::new(
+        Config {
+            network: network.into(),
+            ..Config::default()
+        },
+        Arc::new(SystemClock),
+        rand_chacha::ChaCha20Rng::seed_from_u64(workers as u64),
+        Arc::new(MemoryStore::default()),
+    );
+    if gated {
+        let config = x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap());
+        c.enable_payments(x402::PaymentGate::from_config(config).unwrap())
+            .unwrap();
+    }
+    let base = serve(coordinator::app(c.clone())).await;
+    let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
+    let clock: worker_sim::SharedClock = Arc::new(wall_ms);
+    for i in 0..workers {
+        let mut worker = Worker::new(WorkerConfig::for_index(7, i), clock.clone()).unwrap();
+        let connector = WsConnector::new(ws.clone());
+        tokio::spawn(async move {
+            let _ = worker.run(connector).await;
+        });
+    }
+    for _ in 0..200 {
+        if c.read(|core| core.workers_online()) == workers as usize {
+            return base;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("workers did not connect");
+}
+
+struct Stubs {
+    openai: ProviderStub,
+    anthropic: ProviderStub,
+    openai_url: String,
+    anthropic_url: String,
+}
+
+async fn stubs() -> Stubs {
+    let clock: worker_sim::SharedClock = Arc::new(wall_ms);
+    let config = |key: &str| StubConfig {
+        api_key: key.into(),
+        ..StubConfig::default()
+    };
+    let openai = ProviderStub::new(ProviderKind::OpenAi, config("sk-a"), clock.clone());
+    let anthropic = ProviderStub::new(ProviderKind::Anthropic, config("sk-b"), clock);
+    let openai_url = serve(openai.router()).await;
+    let anthropic_url = serve(anthropic.router()).await;
+    Stubs {
+        openai,
+        anthropic,
+        openai_url,
+        anthropic_url,
+    }
+}
+
+fn router_for(
+    chain_a: &str,
+    chain_b: &str,
+    stubs: &Stubs,
+    preferred: HostedProvider,
+) -> ComputeRouter {
+    let mut config = RouterConfig::new(CoordinatorUrls {
+        chain_a: chain_a.into(),
+        chain_b: chain_b.into(),
+    });
+    config.preferred_hosted = preferred;
+    config.hosted.openai =
+        ProviderSettings::new(&stubs.openai_url, "stub-model").with_api_key("sk-a");
+    config.hosted.anthropic =
+        ProviderSettings::new(&stubs.anthropic_url, "stub-model").with_api_key("sk-b");
+    config.hosted.retry = RetryPolicy {
+        max_retries: 1,
+        backoff_ms: 10,
+        max_wait_ms: 50,
+    };
+    let clock: WallClock = Arc::new(wall_ms);
+    let signer = x402::LocalEvmSigner::from_secret_hex(PAYER).unwrap();
+    let payer: Arc<dyn PaymentClient> = Arc::new(X402Payer::new(
+        signer,
+        clock,
+        rand_chacha::ChaCha20Rng::seed_from_u64(9),
+    ));
+    config.payment_clients.chain_a = Some(payer);
+    ComputeRouter::with_transport(config, Arc::new(ReqwestTransport::new(10_000)))
+}
+
+/// A base URL where nothing listens.
+fn closed_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn decentralized_on_each_chain_with_verified_receipts_and_a_paid_402() {
+    let a = coordinator("eip155:84532", true, 2).await;
+    let b = coordinator("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1", false, 2).await;
+    let stubs = stubs().await;
+    let router = router_for(&a, &b, &stubs, HostedProvider::ProviderA);
+
+    // chain_a is gated: the router gets 402, pays with its x402 payer, retries once.
+    let r = router
+        .run_llm(LlmRequest::new("Say hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(r.route, Route::Decentralized(Chain::ChainA));
+    assert_eq!(r.price.as_deref(), Some("$0.010"));
+    let receipt = r.receipt.expect("a receipt");
+    receipt.verify(&r.output).unwrap();
+    assert!(receipt
+        .payment_ref
+        .is_some_and(|p| p.starts_with("x402:0x")));
+
+    let mut task = TaskRequest::new(
+        TaskType::Classify,
+        "Great product, would buy again.",
+        "alice",
+    );
+    task.chain_preference = Some(Chain::ChainB);
+    let r = router.run_task(task).await.unwrap();
+    assert_eq!(r.route, Route::Decentralized(Chain::ChainB));
+    assert_eq!(r.price.as_deref(), Some("$0.001"));
+    let receipt = r.receipt.expect("a receipt");
+    receipt.verify(&r.output).unwrap();
+    assert_eq!(receipt.payment_ref, None);
+    assert!(stubs.openai.calls().is_empty() && stubs.anthropic.calls().is_empty());
+}
+
+#[tokio::test]
+async fn private_without_trusted_worker_is_422_and_never_goes_hosted() {
+    let b = coordinator("eip155:10143", false, 1).await;
+    let stubs = stubs().await;
+    let router = router_for(&closed_port(), &b, &stubs, HostedProvider::ProviderA);
+    let mut req = LlmRequest::new("my secret", "alice");
+    req.privacy = Some(PrivacyClass::Private);
+    req.chain_preference = Some(Chain::ChainB);
+    let RouterError::AllAdaptersFailed { failures } = router.run_llm(req).await.unwrap_err();
+    assert!(matches!(
+        failures[0],
+        (
+            Route::Decentralized(Chain::ChainB),
+            AdapterError::NoTrustedWorker { .. }
+        )
+    ));
+    assert!(failures[1..]
+        .iter()
+        .all(|(_, e)| matches!(e, AdapterError::PrivateNotAllowed)));
+    assert!(stubs.openai.calls().is_empty() && stubs.anthropic.calls().is_empty());
+}
+
+#[tokio::test]
+async fn coordinator_down_then_preferred_provider_failing_then_the_other_answers() {
+    let stubs = stubs().await;
+    stubs
+        .openai
+        .set_default_fault(Some(StubFault::RateLimited { retry_after_s: 0 }));
+    let router = router_for(
+        &closed_port(),
+        &closed_port(),
+        &stubs,
+        HostedProvider::ProviderA,
+    );
+    let r = router
+        .run_llm(LlmRequest::new("Say hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(r.route, Route::Hosted(HostedProvider::ProviderB));
+    assert_eq!((r.price, r.receipt), (None, None));
+    assert_eq!(stubs.openai.calls().len(), 2, "one retry after the 429");
+
+    // Now both providers fail (500 and 401): the typed error names every reason.
+    stubs.openai.set_default_fault(Some(StubFault::ServerError));
+    stubs
+        .anthropic
+        .set_default_fault(Some(StubFault::Unauthorized));
+    let err = router
+        .run_llm(LlmRequest::new("Say hi", "alice"))
+        .await
+        .unwrap_err();
+    let RouterError::AllAdaptersFailed { failures } = &err;
+    let routes: Vec<Route> = failures.iter().map(|(r, _)| *r).collect();
+    assert_eq!(
+        routes,
+        [
+            Route::Decentralized(Chain::ChainA),
+            Route::Hosted(HostedProvider::ProviderA),
+            Route::Hosted(HostedProvider::ProviderB)
+        ]
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("all compute adapters failed"),
+        "{message}"
+    );
+    assert!(
+        message.contains("500") && message.contains("401"),
+        "{message}"
+    );
+}
