@@ -44,6 +44,23 @@ fn receipts(c: &mut Criterion) {
             b.iter(|| receipt.verify(black_box(output)).expect("valid"))
         });
     }
+    // What the receipt check costs in signature work alone: recovering the
+    // key from the signature (what `verify_personal_sign` does; k256's
+    // recovery also re-verifies), against a plain verify with the key the
+    // session already knows.
+    let output = fixtures::string_output(64);
+    let receipt = fixtures::receipt(&key, Uuid::from_u128(42), &output);
+    let digest = signing::eip191_hash(&receipt.body().signing_bytes());
+    let sig_bytes = hex::decode(&receipt.signature[2..]).expect("hex");
+    let sig = k256::ecdsa::Signature::from_slice(&sig_bytes[..64]).expect("sig");
+    let known = signing::parse_public_key(&key.public_key_hex()).expect("key");
+    group.bench_function(BenchmarkId::new("recover_prehash", 64), |b| {
+        b.iter(|| signing::recover_prehash(black_box(&digest), &receipt.signature).expect("ok"))
+    });
+    group.bench_function(BenchmarkId::new("verify_prehash_known_key", 64), |b| {
+        use k256::ecdsa::signature::hazmat::PrehashVerifier;
+        b.iter(|| known.verify_prehash(black_box(&digest), &sig).expect("ok"))
+    });
     group.finish();
 
     let mut group = c.benchmark_group("worker_auth");

@@ -9,7 +9,7 @@ use std::time::Duration;
 fn simulation(c: &mut Criterion) {
     let mut group = c.benchmark_group("simulation");
     group.sample_size(10);
-    for (jobs, workers) in [(1_000usize, 50u32)] {
+    for (jobs, workers) in [(1_000usize, 50u32), (200, 10)] {
         group.throughput(Throughput::Elements(jobs as u64));
         group.bench_with_input(
             BenchmarkId::new("jobs_workers", format!("{jobs}x{workers}")),

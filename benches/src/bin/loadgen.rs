@@ -972,8 +972,8 @@ async fn run(args: &Args) -> Result<(), String> {
     }
 
     // 2. The coordinator.
-    let fresh_db = (args.db == "fresh")
-        .then(|| log_dir.join(format!("loadgen-{}.db", std::process::id())));
+    let fresh_db =
+        (args.db == "fresh").then(|| log_dir.join(format!("loadgen-{}.db", std::process::id())));
     let mut server = match &args.target {
         Some(url) => Server {
             child: None,
