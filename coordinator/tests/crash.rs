@@ -157,16 +157,14 @@ async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64, see
             return;
         };
         if res.status() == 201 {
-            promised
-                .lock()
-                .unwrap()
-                .paid
-                .push((path, job.clone(), payment.name, payment.value));
             let Ok(body) = res.json::<Value>().await else {
                 return;
             };
             let id: Uuid = body["job_id"].as_str().unwrap().parse().unwrap();
-            promised.lock().unwrap().committed.push(id);
+            let mut p = promised.lock().unwrap();
+            p.committed.push(id);
+            p.paid
+                .push((path, job.clone(), payment.name, payment.value));
             mine.push(id);
         }
         // Poll the oldest jobs not yet seen terminal.
