@@ -467,9 +467,8 @@ impl World {
 fn clocks(epoch_ms: i64) -> (Arc<TokioClock>, Transcript, worker_sim::SharedClock) {
     let clock = Arc::new(TokioClock::new(epoch_ms));
     let transcript = Transcript::new(clock.clone(), epoch_ms);
-    let c = clock.clone();
-    let worker_clock: worker_sim::SharedClock = Arc::new(move || coordinator::Clock::now_ms(&*c));
-    (clock, transcript, worker_clock)
+    let shared: worker_sim::SharedClock = clock.clone();
+    (clock, transcript, shared)
 }
 
 /// What both drivers have built before the shared assembly.
@@ -566,7 +565,7 @@ fn assemble(
     if scenario.router.pay {
         let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
             payer.clone(),
-            wall_clock(worker_clock.clone()),
+            worker_clock.clone(),
             router_payer_rng,
         ));
         router_config.payment_clients.chain_a = Some(payer.clone());
@@ -672,11 +671,6 @@ impl HttpTransport for TracedTransport {
             answer
         })
     }
-}
-
-/// The worker-sim clock as the router's wall clock.
-fn wall_clock(clock: worker_sim::SharedClock) -> router::WallClock {
-    Arc::new(move || clock.now_ms())
 }
 
 fn router_config(

@@ -8,9 +8,11 @@
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON and the `sha256:` output hash.
 //! - [`money`]: USD prices held as integer micro-dollars, never floats.
 //! - [`time`]: the one timestamp format of the API.
+//! - [`clock`]: the injected source of wall-clock time (`Clock`).
 
 pub mod api;
 pub mod canonical;
+pub mod clock;
 pub mod money;
 pub mod receipt;
 pub mod signing;

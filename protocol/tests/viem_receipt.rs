@@ -22,7 +22,11 @@ fn verify_with_viem(receipt: &serde_json::Value, output: &serde_json::Value) -> 
         .env("OUTPUT", output.to_string())
         .output()
         .expect("node runs (install Node.js)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

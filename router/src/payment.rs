@@ -5,7 +5,7 @@
 use crate::route::Chain;
 use crate::transport::find_header;
 use rand_chacha::ChaCha20Rng;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use x402::{LocalEvmSigner, PaymentRequired, PaymentSigner};
 
 /// Everything the coordinator said in its 402 answer.
@@ -51,7 +51,8 @@ pub trait PaymentClient: Send + Sync {
 }
 
 /// Unix milliseconds; injected so the simulation controls payment times.
-pub type WallClock = Arc<dyn Fn() -> i64 + Send + Sync>;
+/// Any `Fn() -> i64` closure is one.
+pub type WallClock = protocol::clock::SharedClock;
 
 /// Pays x402 challenges (scheme `exact`, EIP-3009) from a local key, like
 /// the official client: the v2 `PAYMENT-REQUIRED` header when present, else
@@ -120,7 +121,7 @@ impl PaymentClient for X402Payer {
                 ));
             }
         }
-        let now_seconds = u64::try_from((self.clock)() / 1000).unwrap_or(0);
+        let now_seconds = u64::try_from(self.clock.now_ms() / 1000).unwrap_or(0);
         let mut rng = self
             .rng
             .lock()
