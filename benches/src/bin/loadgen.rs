@@ -994,13 +994,17 @@ async fn run(args: &Args) -> Result<(), String> {
                     bin.display()
                 ));
             }
-            spawn_server(
-                &bin,
-                &args.coordinator_args,
-                &log_dir.join("coordinator.log"),
-                &client,
-            )
-            .await?
+            let mut coord_args = args.coordinator_args.clone();
+            match args.db.as_str() {
+                "none" => {}
+                "fresh" => {
+                    let path = fresh_db.clone().expect("fresh db path");
+                    remove_db(&path);
+                    coord_args.push(format!("--db={}", path.display()));
+                }
+                other => coord_args.push(format!("--db={other}")),
+            }
+            spawn_server(&bin, &coord_args, &log_dir.join("coordinator.log"), &client).await?
         }
     };
     let base = server.base.clone();
