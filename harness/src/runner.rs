@@ -332,9 +332,10 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
         match control.action.as_str() {
             "stop" => world.set_instance_up(&control.name, false)?,
             "start" => world.set_instance_up(&control.name, true)?,
+            "restart" => world.restart_instance(&control.name).await?,
             other => {
                 return Err(format!(
-                    "instance action must be stop or start, not {other:?}"
+                    "instance action must be stop, start or restart, not {other:?}"
                 ))
             }
         }
@@ -648,12 +649,11 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
         }
     }
     for (name, instance) in &world.instances {
-        use coordinator::store::Store;
         // A live instance's state is in another process; live runs check expectations only.
-        let crate::world::Driver::Sim { store, .. } = &instance.driver else {
+        let crate::world::Driver::Sim(sim) = &instance.driver else {
             continue;
         };
-        let snapshot = store.load().map_err(|e| e.to_string())?;
+        let snapshot = sim.store.load().map_err(|e| e.to_string())?;
         let mut counts = std::collections::BTreeMap::<String, usize>::new();
         for job in &snapshot.jobs {
             *counts.entry(job.status.as_str().to_owned()).or_default() += 1;

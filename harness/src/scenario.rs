@@ -60,6 +60,14 @@ pub struct Instance {
     pub limits: LimitOverrides,
     /// x402 payment gating of the commit endpoints; absent means off.
     pub payment: Option<PaymentSpec>,
+    /// `sqlite` (the real SQLite store on an in-memory database, the
+    /// default) or `memory`. A `restart` recovers from it.
+    #[serde(default = "sqlite")]
+    pub store: String,
+}
+
+fn sqlite() -> String {
+    "sqlite".into()
 }
 
 /// Payments on Base Sepolia USDC settings, paid to `pay_to`.
@@ -291,7 +299,7 @@ fn default_within() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Control {
     pub name: String,
-    /// `stop` or `start`.
+    /// `stop` or `start`; for instances also `restart` (crash and recover from the store).
     pub action: String,
 }
 
@@ -402,6 +410,11 @@ impl Scenario {
                     "step {} advances simulated time or injects a fault; set live = false",
                     i + 1
                 ));
+            }
+        }
+        for (name, i) in &scenario.instances {
+            if !matches!(i.store.as_str(), "sqlite" | "memory") {
+                return Err(format!("instance {name}: store must be sqlite or memory"));
             }
         }
         for w in &scenario.workers {

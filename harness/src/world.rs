@@ -40,17 +40,11 @@ pub struct InstanceHandle {
 
 /// How an instance runs.
 pub enum Driver {
-    Sim {
-        coordinator: Coordinator,
-        store: Arc<MemoryStore>,
-        app: axum::Router,
-        up: Arc<AtomicBool>,
-        connector: ChannelConnector,
-    },
+    Sim(Box<SimInstance>),
     Live {
         ws_url: String,
         /// Killed when dropped.
-        _process: tokio::process::Child,
+        _process: Box<tokio::process::Child>,
     },
 }
 
@@ -158,36 +152,59 @@ impl World {
 
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
-            let store = Arc::new(MemoryStore::default());
-            let coordinator = Coordinator::new(
-                coordinator_config(spec),
-                clock.clone(),
-                ChaCha20Rng::seed_from_u64(master.gen()),
-                store.clone() as Arc<dyn Store>,
-            );
+            let seed: u64 = master.gen();
+            let (store, nonces): (Arc<dyn Store>, Arc<dyn x402::NonceStore>) =
+                match spec.store.as_str() {
+                    "memory" => (
+                        Arc::new(MemoryStore::default()),
+                        Arc::new(x402::InMemoryNonceStore::default()),
+                    ),
+                    _ => {
+                        let db = Arc::new(
+                            coordinator::sqlite::SqliteStore::open_in_memory()
+                                .map_err(|e| format!("{name}: {e}"))?,
+                        );
+                        (db.clone(), db)
+                    }
+                };
             let facilitator = match &spec.payment {
-                None => None,
-                Some(payment) => {
-                    let (gate, stub) = payment_gate(payment, &spec.network)?;
-                    coordinator
-                        .enable_payments(gate)
-                        .map_err(|e| e.to_string())?;
-                    stub
+                Some(payment) if payment.facilitator != "local" => {
+                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    Some(stub)
                 }
+                _ => None,
             };
+            let fence = Arc::new(Fenced::new(store.clone()));
+            let config = coordinator_config(spec);
+            let coordinator = Coordinator::new(
+                config.clone(),
+                clock.clone(),
+                ChaCha20Rng::seed_from_u64(seed),
+                fence.clone(),
+            );
+            if let Some(payment) = &spec.payment {
+                let gate =
+                    payment_gate(payment, &spec.network, nonces.clone(), facilitator.as_ref())?;
+                coordinator
+                    .enable_payments(gate)
+                    .map_err(|e| e.to_string())?;
+            }
             let app = coordinator::app(coordinator.clone());
             let base_url = sim_url(name);
             http.insert(&base_url, app.clone());
             let (connector, mut acceptor) = worker_sim::channel_connector();
             let up = Arc::new(AtomicBool::new(true));
-            let (c, accepting) = (coordinator.clone(), up.clone());
+            let current = Arc::new(std::sync::Mutex::new(coordinator));
+            let (serving, accepting) = (current.clone(), up.clone());
             tokio::spawn(async move {
                 while let Some(peer) = acceptor.accept().await {
                     // A stopped instance refuses connections: dropping the
                     // peer closes it as the worker sees it.
                     if accepting.load(Ordering::SeqCst) {
+                        let c = serving.lock().expect("instance lock").clone();
                         tokio::spawn(coordinator::session::run(
-                            c.clone(),
+                            c,
                             ChannelConnection {
                                 from_worker: peer.from_worker,
                                 to_worker: peer.to_worker,
@@ -201,13 +218,20 @@ impl World {
                 InstanceHandle {
                     base_url,
                     facilitator,
-                    driver: Driver::Sim {
-                        coordinator,
+                    driver: Driver::Sim(Box::new(SimInstance {
+                        config,
+                        payment: spec.payment.clone(),
+                        seed,
+                        generation: 0,
+                        clock: clock.clone(),
                         store,
+                        nonces,
+                        fence,
+                        current,
                         app,
                         up,
                         connector,
-                    },
+                    })),
                 },
             );
         }
@@ -314,7 +338,7 @@ impl World {
                     facilitator,
                     driver: Driver::Live {
                         ws_url: format!("ws://{addr}/v1/workers/ws"),
-                        _process: process,
+                        _process: Box::new(process),
                     },
                 },
             );
@@ -396,8 +420,8 @@ impl World {
             .map_err(|e| e.to_string())?
             .with_observer(Arc::new(observer));
         w.task = Some(match &instance.driver {
-            Driver::Sim { connector, .. } => {
-                let connector = connector.clone();
+            Driver::Sim(sim) => {
+                let connector = sim.connector.clone();
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
                 })
@@ -434,14 +458,33 @@ impl World {
             .instances
             .get(name)
             .ok_or_else(|| format!("no instance {name:?}"))?;
-        let (Driver::Sim { up: flag, app, .. }, Some(http)) = (&i.driver, &self.in_process) else {
+        let (Driver::Sim(sim), Some(http)) = (&i.driver, &self.in_process) else {
             return Err("instances can be stopped only in the simulation".into());
         };
-        flag.store(up, Ordering::SeqCst);
+        sim.up.store(up, Ordering::SeqCst);
         if up {
-            http.insert(&i.base_url, app.clone());
+            http.insert(&i.base_url, sim.app.clone());
         } else {
             http.remove(&i.base_url);
+        }
+        Ok(())
+    }
+
+    /// Crashes and restarts a simulated instance on the same store: the old
+    /// coordinator writes nothing more (as a killed process), its worker
+    /// sessions close, and a new one recovers from the store. Workers
+    /// reconnect by themselves.
+    pub async fn restart_instance(&mut self, name: &str) -> Result<(), String> {
+        let i = self
+            .instances
+            .get_mut(name)
+            .ok_or_else(|| format!("no instance {name:?}"))?;
+        let Driver::Sim(sim) = &mut i.driver else {
+            return Err("instances can be restarted only in the simulation".into());
+        };
+        let app = sim.restart(i.facilitator.as_ref()).await?;
+        if let (true, Some(http)) = (sim.up.load(Ordering::SeqCst), &self.in_process) {
+            http.insert(&i.base_url, app);
         }
         Ok(())
     }
@@ -596,34 +639,127 @@ fn assemble(
 pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
 /// A payment gate on USDC (Base Sepolia contract and domain) for `network`,
-/// settling locally or through a scripted in-process facilitator.
+/// settling locally or through the scripted in-process facilitator `stub`.
 fn payment_gate(
     spec: &crate::scenario::PaymentSpec,
     network: &str,
-) -> Result<(x402::PaymentGate, Option<x402::FacilitatorStub>), String> {
+    nonces: Arc<dyn x402::NonceStore>,
+    stub: Option<&x402::FacilitatorStub>,
+) -> Result<x402::PaymentGate, String> {
     let pay_to = spec
         .pay_to
         .parse()
         .map_err(|e| format!("payment.pay_to: {e}"))?;
     let mut config = x402::PaymentConfig::base_sepolia_usdc(pay_to);
     config.network = network.to_owned();
-    let nonces = Arc::new(x402::InMemoryNonceStore::default());
-    if spec.facilitator == "local" {
-        config.validate().map_err(|e| format!("payment: {e}"))?;
-        let gate = x402::PaymentGate::new(config, nonces, Arc::new(x402::LocalSettler));
-        return Ok((gate, None));
-    }
-    let stub = x402::FacilitatorStub::new(network);
-    stub.set_script(facilitator_script(&spec.facilitator)?);
-    // Only named so the settings validate; calls go to the in-process stub.
-    config.facilitator_url = Some(sim_url("facilitator"));
+    let settler: Arc<dyn x402::Settler> = match stub {
+        None => Arc::new(x402::LocalSettler),
+        Some(stub) => {
+            // Only named so the settings validate; calls go to the in-process stub.
+            config.facilitator_url = Some(sim_url("facilitator"));
+            Arc::new(x402::FacilitatorSettler::new(
+                x402::settle::RouterTransport::new(stub.router()),
+                std::time::Duration::from_secs(30),
+            ))
+        }
+    };
     config.validate().map_err(|e| format!("payment: {e}"))?;
-    let settler = x402::FacilitatorSettler::new(
-        x402::settle::RouterTransport::new(stub.router()),
-        std::time::Duration::from_secs(30),
-    );
-    let gate = x402::PaymentGate::new(config, nonces, Arc::new(settler));
-    Ok((gate, Some(stub)))
+    Ok(x402::PaymentGate::new(config, nonces, settler))
+}
+
+/// A simulated instance: the real coordinator over a store that outlives
+/// it, so a restart recovers what the crashed generation made durable.
+pub struct SimInstance {
+    config: Config,
+    payment: Option<crate::scenario::PaymentSpec>,
+    seed: u64,
+    generation: u64,
+    clock: Arc<TokioClock>,
+    /// What every generation opens (SQLite in memory unless `store = "memory"`).
+    pub store: Arc<dyn Store>,
+    nonces: Arc<dyn x402::NonceStore>,
+    /// The current generation's way to the store.
+    fence: Arc<Fenced>,
+    current: Arc<std::sync::Mutex<Coordinator>>,
+    app: axum::Router,
+    up: Arc<AtomicBool>,
+    connector: ChannelConnector,
+}
+
+impl SimInstance {
+    async fn restart(
+        &mut self,
+        facilitator: Option<&x402::FacilitatorStub>,
+    ) -> Result<axum::Router, String> {
+        // A killed process writes nothing more; its sessions' clean-up is lost with it.
+        self.fence.alive.store(false, Ordering::SeqCst);
+        let old = self.current.lock().expect("instance lock").clone();
+        old.shutdown();
+        self.generation += 1;
+        let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
+        rng.set_stream(self.generation);
+        let fence = Arc::new(Fenced::new(self.store.clone()));
+        let new = Coordinator::open(self.config.clone(), self.clock.clone(), rng, fence.clone())
+            .await
+            .map_err(|e| format!("restart: {e}"))?;
+        if let Some(payment) = &self.payment {
+            let gate = payment_gate(
+                payment,
+                &self.config.network,
+                self.nonces.clone(),
+                facilitator,
+            )?;
+            new.enable_payments(gate).map_err(|e| e.to_string())?;
+        }
+        self.fence = fence;
+        *self.current.lock().expect("instance lock") = new.clone();
+        self.app = coordinator::app(new);
+        Ok(self.app.clone())
+    }
+}
+
+/// A store that stops writing when its coordinator generation crashes.
+struct Fenced {
+    inner: Arc<dyn Store>,
+    alive: AtomicBool,
+}
+
+impl Fenced {
+    fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            alive: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Store for Fenced {
+    fn apply(
+        &self,
+        changes: &[coordinator::core::Change],
+    ) -> Result<(), coordinator::store::StoreError> {
+        if self.alive.load(Ordering::SeqCst) {
+            self.inner.apply(changes)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn flush(
+        &self,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<(), coordinator::store::StoreError>>
+                + Send
+                + '_,
+        >,
+    > {
+        self.inner.flush()
+    }
+
+    fn load(&self) -> Result<coordinator::store::Snapshot, coordinator::store::StoreError> {
+        self.inner.load()
+    }
 }
 
 pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
