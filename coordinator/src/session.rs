@@ -51,7 +51,12 @@ pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Resp
     // that the WebSocket layer refuses the message and the connection ends,
     // so no worker can make the coordinator buffer unbounded input.
     let hard_limit = c.config().limits.frame_bytes_max.saturating_mul(4);
-    ws.max_message_size(hard_limit)
+    // Most frames are well under 1 KiB; tungstenite's default 128 KiB read
+    // buffer per connection (zeroed per read) would dominate the memory and
+    // heartbeat CPU of many idle workers. Larger messages still assemble.
+    ws.read_buffer_size(8 * 1024)
+        .write_buffer_size(8 * 1024)
+        .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| run(c, WsConnection(socket)))
 }

@@ -146,6 +146,13 @@ pub fn checksum_address(addr: &[u8]) -> String {
 
 /// Recovers the public key that produced `signature` over `digest`.
 pub fn recover_prehash(digest: &[u8; 32], signature: &str) -> Result<VerifyingKey, SignatureError> {
+    let (sig, recid) = parse_signature(signature)?;
+    VerifyingKey::recover_from_prehash(digest, &sig, recid)
+        .map_err(|_| SignatureError::MalformedSignature)
+}
+
+/// Parses `0x` + r||s||v: rejects high `s`, accepts `v` in {0, 1, 27, 28}.
+fn parse_signature(signature: &str) -> Result<(Signature, RecoveryId), SignatureError> {
     let hex_part = signature
         .strip_prefix("0x")
         .ok_or(SignatureError::MalformedSignature)?;
@@ -164,11 +171,14 @@ pub fn recover_prehash(digest: &[u8; 32], signature: &str) -> Result<VerifyingKe
         _ => return Err(SignatureError::MalformedSignature),
     };
     let recid = RecoveryId::from_byte(v).ok_or(SignatureError::MalformedSignature)?;
-    VerifyingKey::recover_from_prehash(digest, &sig, recid)
-        .map_err(|_| SignatureError::MalformedSignature)
+    Ok((sig, recid))
 }
 
-/// Checks that `signature` is an EIP-191 `personal_sign` of `message` by `public_key`.
+/// Checks that `signature` is an EIP-191 `personal_sign` of `message` by
+/// `public_key`, the way Ethereum tooling checks it: the key recovered with
+/// the signature's `v` must be `public_key`. A plain ECDSA verification
+/// against the known key would be twice as fast but would accept a wrong
+/// `v`, and such a receipt recovers to another address in ethers or viem.
 pub fn verify_personal_sign(
     public_key: &VerifyingKey,
     message: &[u8],
@@ -221,6 +231,17 @@ mod tests {
             verify_personal_sign(&pk, b"message", "0x1234"),
             Err(SignatureError::MalformedSignature)
         );
+    }
+
+    #[test]
+    fn a_wrong_recovery_byte_is_refused() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(9);
+        let k = Keypair::generate(&mut rng);
+        let pk = parse_public_key(&k.public_key_hex()).unwrap();
+        let sig = k.personal_sign(b"m");
+        let flipped = if sig.ends_with("1b") { "1c" } else { "1b" };
+        let twin = format!("{}{flipped}", &sig[..sig.len() - 2]);
+        assert!(verify_personal_sign(&pk, b"m", &twin).is_err());
     }
 
     #[test]

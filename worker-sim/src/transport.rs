@@ -222,15 +222,16 @@ pub struct WsConnector {
 }
 
 impl WsConnector {
-    /// Nagle's algorithm stays on, as `connect_async` leaves it.
+    /// With `TCP_NODELAY`: frames are small and a result must not wait for
+    /// a delayed ACK.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
-            nodelay: false,
+            nodelay: true,
         }
     }
 
-    /// Sets `TCP_NODELAY` on each connection (what the binary uses).
+    /// Turns `TCP_NODELAY` off or on for each connection.
     pub fn with_nodelay(mut self, nodelay: bool) -> Self {
         self.nodelay = nodelay;
         self

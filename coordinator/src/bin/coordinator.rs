@@ -240,6 +240,11 @@ async fn main() -> ExitCode {
         tokio::spawn(apply_retention(c.clone(), store, hours));
     }
     let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    // Frames are small and latency matters: without TCP_NODELAY, an assign
+    // written right after a result_accepted waits for the worker's delayed ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let served = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal(c))
         .await;
