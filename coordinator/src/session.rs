@@ -54,8 +54,8 @@ pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Resp
     // Most frames are well under 1 KiB; tungstenite's default 128 KiB read
     // buffer per connection (zeroed per read) would dominate the memory and
     // heartbeat CPU of many idle workers. Larger messages still assemble.
-    ws.read_buffer_size(8 * 1024)
-        .write_buffer_size(8 * 1024)
+    ws.read_buffer_size(1024)
+        .write_buffer_size(1024)
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
         .on_upgrade(move |socket| run(c, WsConnection(socket)))
