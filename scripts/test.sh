@@ -16,3 +16,5 @@ fi
 
 echo "== cargo test --workspace"
 cargo test --workspace --all-targets "$@"
+# --all-targets leaves out doctests (the x402 commit-handler and router examples).
+cargo test --workspace --doc "$@"
