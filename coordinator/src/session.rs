@@ -412,12 +412,21 @@ async fn handle<C: Connection>(
                 }
                 Some(assignment) => {
                     match check_result(peer, &assignment, &output, &receipt) {
-                        Ok(()) => c
-                            .with(|core, now_ms| {
+                        Ok(()) => {
+                            let completed = c.with(|core, now_ms| {
                                 core.complete(session, job_id, output, receipt, now_ms)
-                            })
-                            .err()
-                            .map(|e| (e.code(), e.to_string(), Some(job_id))),
+                            });
+                            if completed.is_ok() {
+                                // `result_accepted` waits in the outbox until the
+                                // completion is on disk: a worker told its job is
+                                // done never sees it rerun after a crash. A failed
+                                // write makes every later answer fail too.
+                                let _ = c.durable().await;
+                            }
+                            completed
+                                .err()
+                                .map(|e| (e.code(), e.to_string(), Some(job_id)))
+                        }
                         Err((reason, code, message)) => {
                             // The attempt is spent either way; the job goes elsewhere.
                             let _ = c.with(|core, now_ms| {
