@@ -77,6 +77,8 @@ pub struct Limits {
     /// Most concurrent jobs one worker session may ask for.
     pub slots_max: u32,
     pub workers_max: usize,
+    /// WebSocket connections still in hello/auth at once; more get 503.
+    pub handshakes_max: usize,
     /// Pairing codes kept at once (live or recently expired).
     pub pairing_codes_max: usize,
     /// Claims one client address may try per minute.
@@ -94,6 +96,7 @@ impl Default for Limits {
             user_id_chars_max: 256,
             slots_max: 64,
             workers_max: 100_000,
+            handshakes_max: 1_024,
             pairing_codes_max: 100_000,
             claims_per_minute_max: 10,
         }

@@ -32,6 +32,8 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     /// Set once, before serving, when the deployment gates commits on payment.
     payments: std::sync::OnceLock<x402::PaymentGate>,
+    /// Bounds connections that have not authenticated yet.
+    handshakes: Arc<tokio::sync::Semaphore>,
 }
 
 struct State {
@@ -51,6 +53,7 @@ impl Coordinator {
         store: Arc<dyn Store>,
     ) -> Self {
         let (shutdown, _) = watch::channel(false);
+        let handshakes_max = config.limits.handshakes_max;
         let inner = Arc::new(Inner {
             config: config.clone(),
             clock,
@@ -62,6 +65,7 @@ impl Coordinator {
             timer_wake: Notify::new(),
             shutdown,
             payments: std::sync::OnceLock::new(),
+            handshakes: Arc::new(tokio::sync::Semaphore::new(handshakes_max)),
         });
         let coordinator = Self { inner };
         tokio::spawn(run_timers(coordinator.clone()));
@@ -101,6 +105,11 @@ impl Coordinator {
             .payments
             .set(gate)
             .map_err(|_| PaymentsAlreadyEnabled)
+    }
+
+    /// A place for one more unauthenticated connection, if there is one.
+    pub fn handshake_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.inner.handshakes.clone().try_acquire_owned().ok()
     }
 
     /// The payment gate, when commits must be paid.

@@ -9,10 +9,11 @@
 
 use crate::coordinator::Coordinator;
 use crate::core::{FailureReason, Outbound, SessionId};
+use crate::error::ApiError;
 use crate::validate;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use protocol::api::JobType;
 use protocol::signing;
 use protocol::worker::{
@@ -47,6 +48,12 @@ pub trait Connection: Send {
 
 /// `GET /v1/workers/ws`.
 pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Response {
+    // Unauthenticated connections each hold a session for up to the auth
+    // timeout; past the limit, refuse before upgrading.
+    let Some(permit) = c.handshake_permit() else {
+        return ApiError::Unavailable("too many workers are connecting; retry later".into())
+            .into_response();
+    };
     // Frames up to `frame_bytes_max` get a normal answer; beyond four times
     // that the WebSocket layer refuses the message and the connection ends,
     // so no worker can make the coordinator buffer unbounded input.
@@ -58,7 +65,7 @@ pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Resp
         .write_buffer_size(1024)
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run(c, WsConnection(socket)))
+        .on_upgrade(move |socket| run_admitted(c, WsConnection(socket), Some(permit)))
 }
 
 /// An axum WebSocket as a [`Connection`].
@@ -120,8 +127,19 @@ struct Peer {
 }
 
 /// Runs a worker session to its end.
-pub async fn run<C: Connection>(c: Coordinator, mut conn: C) {
-    let Some(mut peer) = handshake(&c, &mut conn).await else {
+pub async fn run<C: Connection>(c: Coordinator, conn: C) {
+    run_admitted(c, conn, None).await;
+}
+
+/// Runs a session whose handshake holds `permit` until it completes.
+async fn run_admitted<C: Connection>(
+    c: Coordinator,
+    mut conn: C,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
+    let handshaken = handshake(&c, &mut conn).await;
+    drop(permit);
+    let Some(mut peer) = handshaken else {
         conn.close().await;
         return;
     };

@@ -217,3 +217,34 @@ async fn malformed_frames_get_error_frames_and_the_connection_survives() {
     let a = w.expect_assign().await;
     w.complete(&a).await;
 }
+
+#[tokio::test]
+async fn connections_still_authenticating_are_bounded() {
+    let mut config = Config::default();
+    config.limits.handshakes_max = 1;
+    let s = serve(config).await;
+    // One connection that never says hello holds the only place.
+    let mut silent = Wire::ws(&s.ws_url).await;
+    let refused = tokio_tungstenite::connect_async(&s.ws_url).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+        }
+        other => panic!("expected a 503, got {other:?}"),
+    }
+    // A frame other than hello does not get it through the handshake.
+    silent.send_text("{\"type\":\"heartbeat\"}".into()).await;
+    let _ = silent.recv_text().await; // unexpected_frame
+    assert!(tokio_tungstenite::connect_async(&s.ws_url).await.is_err());
+    // When it goes away the place is free again.
+    drop(silent);
+    for _ in 0..100 {
+        if let Ok((stream, _)) = tokio_tungstenite::connect_async(&s.ws_url).await {
+            let w = TestWorker::connect(Wire::Ws(Box::new(stream)), 1, &["TASK"], 1).await;
+            assert!(w.session_id > 0);
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the place was not freed");
+}

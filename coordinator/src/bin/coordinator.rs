@@ -67,6 +67,9 @@ struct Args {
     /// Most pending jobs held at once.
     #[arg(long, env = "COORDINATOR_QUEUE_LEN_MAX", default_value_t = 100_000)]
     queue_len_max: usize,
+    /// WebSocket connections allowed to be mid-handshake at once; more get 503.
+    #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
+    handshakes_max: usize,
     /// Pairing claims allowed per client address per minute.
     #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
     claims_per_minute_max: u32,
@@ -153,6 +156,7 @@ impl Args {
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
         l.claims_per_minute_max = self.claims_per_minute_max;
+        l.handshakes_max = self.handshakes_max.max(1);
         config
     }
 }
