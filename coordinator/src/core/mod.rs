@@ -88,6 +88,10 @@ pub struct Job {
     /// when no other eligible worker is connected.
     #[serde(skip)]
     avoid: Option<SessionId>,
+    /// The job's live timer, removed when a newer one replaces it or the job
+    /// ends, so the timer set holds no dead entries.
+    #[serde(skip)]
+    timer: Option<Timer>,
 }
 
 impl Job {
@@ -346,6 +350,7 @@ impl Core {
             worker: None,
             epoch: 0,
             avoid: None,
+            timer: None,
         };
         if refused == Some(Refused::NoTrustedWorker) {
             job.status = JobStatus::Failed;
@@ -574,6 +579,7 @@ impl Core {
     }
 
     fn fail(&mut self, id: Uuid, reason: FailureReason) {
+        self.clear_timer(&id);
         let job = self.jobs.get_mut(&id).expect("failed job exists");
         job.status = JobStatus::Failed;
         job.error = Some(reason);
@@ -617,6 +623,7 @@ impl Core {
         self.set_load(session, |jobs| {
             jobs.remove(&id);
         });
+        self.clear_timer(&id);
         let job = self.jobs.get_mut(&id).expect("held job exists");
         job.status = JobStatus::Completed;
         job.output = Some(output);
@@ -754,13 +761,25 @@ impl Core {
     fn add_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid, epoch: u32) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.timers.insert(Timer {
+        let timer = Timer {
             at_ms,
             seq,
             kind,
             job,
             epoch,
-        });
+        };
+        self.clear_timer(&job);
+        self.timers.insert(timer);
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.timer = Some(timer);
+        }
+    }
+
+    /// Drops a job's live timer, if it has one.
+    fn clear_timer(&mut self, job: &Uuid) {
+        if let Some(timer) = self.jobs.get_mut(job).and_then(|j| j.timer.take()) {
+            self.timers.remove(&timer);
+        }
     }
 
     /// Fires every timer due at `now_ms`.
