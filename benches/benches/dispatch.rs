@@ -18,18 +18,52 @@ fn now() -> std::time::Instant {
     std::time::Instant::now()
 }
 
-fn core_dispatch(c: &mut Criterion) {
-    let mut group = c.benchmark_group("dispatch_core");
+/// What the two rigs share: built for a worker count, run one
+/// commit → assign → accept → complete cycle at a time.
+trait Rig {
+    fn build(workers: u32) -> Self;
+    fn jobs(&self) -> usize;
+    fn cycle(&mut self);
+}
+
+impl Rig for CoreRig {
+    fn build(workers: u32) -> Self {
+        CoreRig::new(workers, SLOTS, QUEUE_DEPTH)
+    }
+    fn jobs(&self) -> usize {
+        CoreRig::jobs(self)
+    }
+    fn cycle(&mut self) {
+        CoreRig::cycle(self)
+    }
+}
+
+impl Rig for ShellRig {
+    fn build(workers: u32) -> Self {
+        ShellRig::new(workers, SLOTS, QUEUE_DEPTH)
+    }
+    fn jobs(&self) -> usize {
+        ShellRig::jobs(self)
+    }
+    fn cycle(&mut self) {
+        ShellRig::cycle(self)
+    }
+}
+
+/// Times cycles in batches, rebuilding the rig before its job map grows
+/// past `JOBS_BEFORE_REBUILD` (outside the timed part).
+fn bench_rig<R: Rig>(c: &mut Criterion, name: &str) {
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     for workers in WORKERS {
-        let mut rig = CoreRig::new(workers, SLOTS, QUEUE_DEPTH);
+        let mut rig = R::build(workers);
         group.bench_with_input(BenchmarkId::from_parameter(workers), &workers, |b, &w| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 let mut left = iters;
                 while left > 0 {
                     if rig.jobs() > JOBS_BEFORE_REBUILD {
-                        rig = CoreRig::new(w, SLOTS, QUEUE_DEPTH);
+                        rig = R::build(w);
                     }
                     let batch = left.min(50_000);
                     let start = now();
@@ -46,37 +80,17 @@ fn core_dispatch(c: &mut Criterion) {
     group.finish();
 }
 
+fn core_dispatch(c: &mut Criterion) {
+    bench_rig::<CoreRig>(c, "dispatch_core");
+}
+
 fn shell_dispatch(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let _guard = rt.enter();
-    let mut group = c.benchmark_group("dispatch_shell");
-    group.throughput(Throughput::Elements(1));
-    for workers in WORKERS {
-        let mut rig = ShellRig::new(workers, SLOTS, QUEUE_DEPTH);
-        group.bench_with_input(BenchmarkId::from_parameter(workers), &workers, |b, &w| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    if rig.jobs() > JOBS_BEFORE_REBUILD {
-                        rig = ShellRig::new(w, SLOTS, QUEUE_DEPTH);
-                    }
-                    let batch = left.min(50_000);
-                    let start = now();
-                    for _ in 0..batch {
-                        rig.cycle();
-                    }
-                    total += start.elapsed();
-                    left -= batch;
-                }
-                total
-            })
-        });
-    }
-    group.finish();
+    bench_rig::<ShellRig>(c, "dispatch_shell");
 }
 
 criterion_group! {

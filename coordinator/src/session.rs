@@ -424,8 +424,12 @@ async fn handle<C: Connection>(
         } => {
             match held.remove(&job_id) {
                 None => {
-                    let e = c.with(|core, _| core.accept(session, job_id)).err();
-                    let e = e.unwrap_or(crate::core::FrameError::NotAssigned);
+                    // Not a job this session holds: say whether it exists at all.
+                    let e = if c.read(|core| core.job(&job_id).is_some()) {
+                        crate::core::FrameError::NotAssigned
+                    } else {
+                        crate::core::FrameError::UnknownJob
+                    };
                     Some((e.code(), e.to_string(), Some(job_id)))
                 }
                 Some(assignment) => {

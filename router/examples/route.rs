@@ -90,12 +90,7 @@ async fn main() -> ExitCode {
             eprintln!("error: X402_PAYER_KEY is not a 32-byte hex secret");
             return ExitCode::from(2);
         };
-        #[allow(clippy::disallowed_methods)] // the example's one read of wall time
-        let clock: router::WallClock = Arc::new(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
-        });
+        let clock: router::WallClock = Arc::new(protocol::clock::SystemClock);
         let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
             signer,
             clock,

@@ -18,13 +18,6 @@ use worker_sim::{Worker, WorkerConfig, WsConnector};
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
-#[allow(clippy::disallowed_methods)] // real sockets, real time: the payment window is checked against it
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 async fn serve(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -50,7 +43,7 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     }
     let base = serve(coordinator::app(c.clone())).await;
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
-    let clock: worker_sim::SharedClock = Arc::new(wall_ms);
+    let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     for i in 0..workers {
         let mut worker = Worker::new(WorkerConfig::for_index(7, i), clock.clone()).unwrap();
         let connector = WsConnector::new(ws.clone());
@@ -75,7 +68,7 @@ struct Stubs {
 }
 
 async fn stubs() -> Stubs {
-    let clock: worker_sim::SharedClock = Arc::new(wall_ms);
+    let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     let config = |key: &str| StubConfig {
         api_key: key.into(),
         ..StubConfig::default()
@@ -112,7 +105,7 @@ fn router_for(
         backoff_ms: 10,
         max_wait_ms: 50,
     };
-    let clock: WallClock = Arc::new(wall_ms);
+    let clock: WallClock = Arc::new(protocol::clock::SystemClock);
     let signer = x402::LocalEvmSigner::from_secret_hex(PAYER).unwrap();
     let payer: Arc<dyn PaymentClient> = Arc::new(X402Payer::new(
         signer,

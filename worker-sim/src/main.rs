@@ -9,8 +9,8 @@ use std::sync::Arc;
 use worker_sim::event::TracingObserver;
 use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{
-    Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock, SimBackend,
-    TokioClock, Worker, WorkerConfig, WsConnector,
+    Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock, SimBackend, Worker,
+    WorkerConfig, WsConnector,
 };
 
 #[derive(Parser, Debug)]
@@ -119,15 +119,9 @@ fn parse_kind(text: &str) -> Result<ProviderKind, String> {
     text.parse()
 }
 
-/// The one place this program reads the wall clock: the epoch of the
-/// tokio-driven clock every worker and stub uses.
-#[allow(clippy::disallowed_methods)]
+/// The real clock every worker and stub of this program uses.
 fn real_clock() -> SharedClock {
-    let epoch_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    TokioClock::shared(epoch_ms)
+    Arc::new(protocol::clock::SystemClock)
 }
 
 #[tokio::main]

@@ -37,12 +37,9 @@ struct App {
 
 /// The node client signs with its own clock, so verification must use the
 /// real one. This is test-only; the crate itself never reads the clock.
-#[allow(clippy::disallowed_methods)]
 fn wall_clock_seconds() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs()
+    use protocol::clock::Clock;
+    u64::try_from(protocol::clock::SystemClock.now_ms() / 1000).expect("clock after 1970")
 }
 
 async fn commit(State(app): State<App>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
