@@ -8,9 +8,10 @@ use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use benches::fixtures;
-use coordinator::store::MemoryStore;
+use coordinator::server::{self, Parts, Settings};
 use coordinator::{app, Config, Coordinator, SystemClock};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -20,15 +21,23 @@ use std::time::Duration;
 use tower::ServiceExt;
 use uuid::Uuid;
 
+/// Needs a tokio runtime entered (the timer task is spawned on it).
 fn coordinator() -> Coordinator {
     let mut config = Config::default();
     config.limits.queue_len_max = usize::MAX;
-    Coordinator::new(
+    let settings = Settings {
         config,
-        Arc::new(SystemClock),
-        ChaCha20Rng::seed_from_u64(1),
-        Arc::new(MemoryStore::default()),
-    )
+        db: server::NO_STORE.into(),
+        ..Settings::default()
+    };
+    let parts = Parts::new(Arc::new(SystemClock), ChaCha20Rng::seed_from_u64(1));
+    // Nothing in `start` waits with no database: one poll finishes it.
+    server::start(settings, parts)
+        .now_or_never()
+        .expect("starts without waiting")
+        .expect("starts")
+        .coordinator()
+        .clone()
 }
 
 /// The ceiling: what axum itself costs for a GET with a small JSON answer

@@ -8,8 +8,9 @@
 use crate::fixtures;
 use coordinator::config::Config;
 use coordinator::core::{Core, Outbound, SessionId};
-use coordinator::store::MemoryStore;
+use coordinator::server::{self, Parts, Settings};
 use coordinator::{Coordinator, ManualClock};
+use futures_util::FutureExt;
 use protocol::api::{JobSubmission, JobType, Tier};
 use protocol::receipt::Receipt;
 use protocol::worker::CoordinatorFrame;
@@ -113,7 +114,7 @@ impl CoreRig {
 }
 
 /// The same cycle through the coordinator shell: each event takes the lock,
-/// writes its changes to a `MemoryStore` and delivers frames to the session
+/// writes its changes to a plain in-memory store (`server::NO_STORE`) and delivers frames to the session
 /// outboxes, as the HTTP handlers and worker sessions do.
 pub struct ShellRig {
     c: Coordinator,
@@ -132,12 +133,19 @@ impl ShellRig {
     /// rig moves).
     pub fn new(workers: u32, slots: u32, queue_depth: usize) -> Self {
         let clock = ManualClock::new(fixtures::EPOCH_MS);
-        let c = Coordinator::new(
-            config(),
-            Arc::new(clock.clone()),
-            ChaCha20Rng::seed_from_u64(1),
-            Arc::new(MemoryStore::default()),
-        );
+        let settings = Settings {
+            config: config(),
+            db: server::NO_STORE.into(),
+            ..Settings::default()
+        };
+        let parts = Parts::new(Arc::new(clock.clone()), ChaCha20Rng::seed_from_u64(1));
+        // Nothing in `start` waits with no database: one poll finishes it.
+        let c = server::start(settings, parts)
+            .now_or_never()
+            .expect("starts without waiting")
+            .expect("starts")
+            .coordinator()
+            .clone();
         let submission = fixtures::task_submission("bench");
         let key = fixtures::keypair(7);
         let output = Value::String("summary".into());

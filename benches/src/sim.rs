@@ -1,24 +1,20 @@
-//! The simulation, built directly from the coordinator and worker-sim: the
-//! real router, the real worker sessions over in-memory channels, simulated
-//! workers that sign real receipts (which the sessions verify), all on one
-//! paused current-thread tokio runtime, so simulated time runs as fast as
-//! the CPU allows.
+//! The simulation as the harness runs it: the coordinator started through
+//! its composition root on an in-memory SQLite database with its writer
+//! task, served on the simulated network (real HTTP, real WebSocket
+//! upgrades), simulated workers that sign real receipts (which the sessions
+//! verify), all on one paused current-thread tokio runtime, so simulated
+//! time runs as fast as the CPU allows.
 
 use crate::fixtures::{self, EPOCH_MS};
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use coordinator::session::ChannelConnection;
-use coordinator::store::MemoryStore;
-use coordinator::{Config, Coordinator};
-use http_body_util::BodyExt;
+use coordinator::server::{self, Parts, Runtime, Settings};
 use protocol::api::JobStatus;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
+use router::{HttpRequest, HttpTransport};
 use std::sync::Arc;
 use std::time::Duration;
-use tower::ServiceExt;
 use uuid::Uuid;
-use worker_sim::{channel_connector, worker_seed, Latency, ReconnectPolicy, Worker, WorkerConfig};
+use worker_sim::{worker_seed, Latency, ReconnectPolicy, Worker, WorkerConfig};
 
 /// What a run did.
 #[derive(Debug, Clone)]
@@ -43,25 +39,22 @@ pub fn run(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
 }
 
 async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
-    let c = Coordinator::new(
-        Config::default(),
-        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
-        ChaCha20Rng::seed_from_u64(seed),
-        Arc::new(MemoryStore::default()),
-    );
-    let (connector, mut acceptor) = channel_connector();
-    let sessions = c.clone();
-    tokio::spawn(async move {
-        while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::session::run(
-                sessions.clone(),
-                ChannelConnection {
-                    from_worker: peer.from_worker,
-                    to_worker: peer.to_worker,
-                },
-            ));
-        }
-    });
+    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let settings = Settings {
+        db: format!("file:/bench-sim-{run}?vfs=memdb"),
+        ..Settings::default()
+    };
+    let parts = Parts {
+        clock: Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
+        rng: ChaCha20Rng::seed_from_u64(seed),
+        runtime: Runtime::Simulation,
+        settler: None,
+    };
+    let net = simnet::Net::new();
+    let mut server = server::start(settings, parts).await.expect("start");
+    server.serve(net.listen("coordinator.sim"), |_| {});
+    let c = server.coordinator().clone();
     for i in 0..workers {
         let config = WorkerConfig {
             name: format!("w{i}"),
@@ -79,29 +72,29 @@ async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
         };
         let mut worker =
             Worker::new(config, worker_sim::TokioClock::shared(EPOCH_MS)).expect("worker");
-        let connector = connector.clone();
+        let connector = simnet::SimWsConnector::new(
+            &net,
+            &format!("w{i}"),
+            "ws://coordinator.sim/v1/workers/ws",
+        );
         tokio::spawn(async move { worker.run(connector).await });
     }
     while c.read(|core| core.workers_online()) < workers as usize {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
-    let app = coordinator::app(c.clone());
-    let body = serde_json::to_vec(&fixtures::task_body("sim")).expect("json");
+    let http = simnet::SimHttp::new(&net, "client");
+    let body = fixtures::task_body("sim");
     // Wall time of the job phase is what the bench reports.
     #[allow(clippy::disallowed_methods)]
     let wall_start = std::time::Instant::now();
     let start_ms = c.now_ms();
     let mut ids = Vec::with_capacity(jobs);
     for _ in 0..jobs {
-        let req = Request::post("/v1/jobs/commit/cheap")
-            .header("content-type", "application/json")
-            .body(Body::from(body.clone()))
-            .expect("request");
-        let res = app.clone().oneshot(req).await.expect("infallible");
-        assert_eq!(res.status(), StatusCode::CREATED);
-        let bytes = res.into_body().collect().await.expect("body").to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        let req = HttpRequest::post_json("http://coordinator.sim/v1/jobs/commit/cheap", &body);
+        let res = http.send(req).await.expect("answer");
+        assert_eq!(res.status, 201);
+        let v: serde_json::Value = res.json().expect("json");
         let id: Uuid = v["job_id"]
             .as_str()
             .and_then(|s| s.parse().ok())
@@ -129,7 +122,7 @@ async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
             .unwrap_or(start_ms)
     });
     let wall = wall_start.elapsed();
-    c.shutdown();
+    server.crash();
     SimOutcome {
         completed,
         failed,

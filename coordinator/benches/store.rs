@@ -4,10 +4,10 @@
 //! them. One iteration is `JOBS` jobs from the first commit to the last
 //! `result_accepted`.
 //!
-//! Stores compared, on a file in the target directory (a real disk):
-//! - `memory`: `MemoryStore`, nothing durable;
-//! - `sqlite_per_event`: one transaction and fsync per event, under the lock;
-//! - `sqlite_group`: group commit (the binary's default).
+//! Stores compared, both started through the composition root:
+//! - `sqlite_memory`: `--db :memory:`, one in-memory transaction per event;
+//! - `sqlite_group`: a file in the target directory (a real disk), group
+//!   commit on the writer thread (the binary's default).
 //!
 //! Run: `cargo bench -p coordinator --bench store`
 
@@ -15,9 +15,8 @@
 mod common;
 
 use common::{TestWorker, Wire};
-use coordinator::sqlite::{CommitMode, SqliteStore};
-use coordinator::store::{MemoryStore, Store};
-use coordinator::{app, Config, Coordinator, SystemClock};
+use coordinator::server::{self, Parts, Settings};
+use coordinator::SystemClock;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use protocol::worker::CoordinatorFrame;
 use rand::SeedableRng;
@@ -32,21 +31,21 @@ const JOBS: u64 = 1_000;
 const CLIENTS: u64 = 64;
 const WORKERS: u64 = 8;
 
-/// Builds the n-th fresh store of a variant.
-type MakeStore<'a> = Box<dyn Fn(u64) -> Arc<dyn Store> + 'a>;
+/// The n-th fresh database of a variant.
+type MakeDb<'a> = Box<dyn Fn(u64) -> String + 'a>;
 
-/// Runs `JOBS` jobs end to end against a fresh coordinator on `store`.
-async fn run(store: Arc<dyn Store>) -> Duration {
-    let c = Coordinator::new(
-        Config::default(),
-        Arc::new(SystemClock),
-        ChaCha20Rng::seed_from_u64(1),
-        store,
-    );
+/// Runs `JOBS` jobs end to end against a fresh coordinator on `db`.
+async fn run(db: String) -> Duration {
+    let settings = Settings {
+        db,
+        ..Settings::default()
+    };
+    let parts = Parts::new(Arc::new(SystemClock), ChaCha20Rng::seed_from_u64(1));
+    let mut server = server::start(settings, parts).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = app(c.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    server.serve_tcp(listener);
+    let c = server.coordinator().clone();
     let done = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
     for w in 0..WORKERS {
@@ -96,8 +95,7 @@ async fn run(store: Arc<dyn Store>) -> Duration {
     }
     all_done.notified().await;
     let elapsed = start.elapsed();
-    c.shutdown();
-    server.abort();
+    server.shutdown().await;
     elapsed
 }
 
@@ -111,23 +109,10 @@ fn bench(crit: &mut Criterion) {
     group.throughput(Throughput::Elements(JOBS));
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(10));
-    let file = |name: &str| dir.path().join(format!("{name}.db"));
-    let variants: [(&str, MakeStore<'_>); 3] = [
-        ("memory", Box::new(|_| Arc::new(MemoryStore::default()))),
-        (
-            "sqlite_per_event",
-            Box::new(|n| {
-                Arc::new(
-                    SqliteStore::open_with(file(&format!("pe{n}")), CommitMode::PerEvent).unwrap(),
-                )
-            }),
-        ),
-        (
-            "sqlite_group",
-            Box::new(|n| {
-                Arc::new(SqliteStore::open_with(file(&format!("g{n}")), CommitMode::Group).unwrap())
-            }),
-        ),
+    let file = |name: &str| dir.path().join(format!("{name}.db")).display().to_string();
+    let variants: [(&str, MakeDb<'_>); 2] = [
+        ("sqlite_memory", Box::new(|_| ":memory:".to_owned())),
+        ("sqlite_group", Box::new(|n| file(&format!("g{n}")))),
     ];
     let runs = AtomicU64::new(0);
     for (name, make) in &variants {
@@ -135,8 +120,8 @@ fn bench(crit: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let store = make(runs.fetch_add(1, Ordering::Relaxed));
-                    total += rt.block_on(run(store));
+                    let db = make(runs.fetch_add(1, Ordering::Relaxed));
+                    total += rt.block_on(run(db));
                 }
                 let per_s = (iters * JOBS) as f64 / total.as_secs_f64();
                 eprintln!("{name}: {per_s:.0} jobs/s over {iters} x {JOBS} jobs");

@@ -15,6 +15,9 @@ pub struct Config {
     /// Base URL clients use (e.g. `https://coordinator.example`), for the
     /// `resource` of payment requirements; by default taken from `Host`.
     pub public_url: Option<String>,
+    /// Run the core's invariant check after every event (always on in
+    /// debug builds and in the simulation).
+    pub check_invariants: bool,
 }
 
 impl Default for Config {
@@ -25,6 +28,7 @@ impl Default for Config {
             limits: Limits::default(),
             timing: Timing::default(),
             public_url: None,
+            check_invariants: false,
         }
     }
 }

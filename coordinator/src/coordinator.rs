@@ -9,13 +9,23 @@ use crate::config::Config;
 use crate::core::{Core, Outbound, SessionId};
 use crate::store::{Store, StoreError};
 use rand_chacha::ChaCha20Rng;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payments are already enabled")]
 pub struct PaymentsAlreadyEnabled;
+
+/// Why a worker session was not registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error(transparent)]
+    TooManyWorkers(#[from] crate::core::TooManyWorkers),
+    #[error("coordinator is shutting down")]
+    ShuttingDown,
+}
 
 /// Cheap to clone handle on a running coordinator.
 #[derive(Clone)]
@@ -29,7 +39,9 @@ struct Inner {
     store: Arc<dyn Store>,
     state: Mutex<State>,
     timer_wake: Notify,
-    shutdown: watch::Sender<bool>,
+    /// Set once by `shutdown`; `stopped` waits on `stop`.
+    stopping: AtomicBool,
+    stop: Notify,
     /// Set once, before serving, when the deployment gates commits on payment.
     payments: std::sync::OnceLock<x402::PaymentGate>,
     /// Bounds connections that have not authenticated yet.
@@ -41,18 +53,13 @@ struct State {
     /// Unbounded because the core sends at most `slots` assigns and cancels
     /// per session between two reads of the session, plus one result ack per
     /// result the worker sent: the worker itself bounds the backlog.
-    outboxes: HashMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+    outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Outbound>>,
 }
 
 impl Coordinator {
-    /// Starts a coordinator and its timer task on the current tokio runtime.
-    pub fn new(
-        config: Config,
-        clock: Arc<dyn Clock>,
-        rng: ChaCha20Rng,
-        store: Arc<dyn Store>,
-    ) -> Self {
-        let (shutdown, _) = watch::channel(false);
+    /// A coordinator over an empty core; the composition root
+    /// (`crate::server`) starts its timer task.
+    fn new(config: Config, clock: Arc<dyn Clock>, rng: ChaCha20Rng, store: Arc<dyn Store>) -> Self {
         let handshakes_max = config.limits.handshakes_max;
         let inner = Arc::new(Inner {
             config: config.clone(),
@@ -60,22 +67,21 @@ impl Coordinator {
             store,
             state: Mutex::new(State {
                 core: Core::new(config, rng),
-                outboxes: HashMap::new(),
+                outboxes: BTreeMap::new(),
             }),
             timer_wake: Notify::new(),
-            shutdown,
+            stopping: AtomicBool::new(false),
+            stop: Notify::new(),
             payments: std::sync::OnceLock::new(),
             handshakes: Arc::new(tokio::sync::Semaphore::new(handshakes_max)),
         });
-        let coordinator = Self { inner };
-        tokio::spawn(run_timers(coordinator.clone()));
-        coordinator
+        Self { inner }
     }
 
     /// Starts a coordinator on the state `store` holds: loads it and
     /// restores the core (see `core/restore.rs` for the rules), then writes
     /// back what recovery changed before serving anything.
-    pub async fn open(
+    pub(crate) async fn open(
         config: Config,
         clock: Arc<dyn Clock>,
         rng: ChaCha20Rng,
@@ -170,9 +176,12 @@ impl Coordinator {
         pubkey: &str,
         capabilities: Vec<protocol::api::JobType>,
         slots: u32,
-    ) -> Result<(SessionId, mpsc::UnboundedReceiver<Outbound>), crate::core::TooManyWorkers> {
+    ) -> Result<(SessionId, mpsc::UnboundedReceiver<Outbound>), RegisterError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = self.lock();
+        if self.is_stopping() {
+            return Err(RegisterError::ShuttingDown);
+        }
         let now_ms = self.inner.clock.now_ms();
         // The outbox must exist before the core fills the new worker's slots.
         let next = state.core.peek_next_session();
@@ -187,7 +196,7 @@ impl Coordinator {
             Err(e) => {
                 state.outboxes.remove(&next);
                 self.flush(&mut state);
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -201,21 +210,46 @@ impl Coordinator {
         self.inner.timer_wake.notify_one();
     }
 
-    /// Asks every worker session to close; used on graceful shutdown.
+    /// Graceful shutdown: no new sessions, and every session is asked to
+    /// close, in session order. Serving stops once `stopped` resolves.
     pub fn shutdown(&self) {
-        let _ = self.inner.shutdown.send(true);
+        let state = self.lock();
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        for out in state.outboxes.values() {
+            let close = Outbound::Close(
+                protocol::worker::ErrorCode::ShuttingDown,
+                "coordinator is shutting down".into(),
+            );
+            // A closed outbox means the session is ending anyway.
+            let _ = out.send(close);
+        }
+        drop(state);
+        self.inner.stop.notify_waiters();
     }
 
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.inner.shutdown.subscribe()
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once `shutdown` has been called.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let c = self.clone();
+        async move {
+            loop {
+                let notified = c.inner.stop.notified();
+                if c.is_stopping() {
+                    return;
+                }
+                notified.await;
+            }
+        }
     }
 }
 
 /// Sleeps until the core's next deadline, fires due timers, repeats; ends
 /// on shutdown. A `notify_one` that arrives while no one waits is kept as a
 /// permit, so a deadline added between the read and the wait is not missed.
-async fn run_timers(c: Coordinator) {
-    let mut shutdown = c.shutdown_signal();
+pub(crate) async fn run_timers(c: Coordinator) {
     loop {
         let wait_ms = c
             .read(|core| core.next_deadline_ms())
@@ -234,7 +268,6 @@ async fn run_timers(c: Coordinator) {
         };
         tokio::select! {
             biased;
-            _ = shutdown.changed() => return,
             _ = c.inner.timer_wake.notified() => {}
             _ = sleep => {}
         }

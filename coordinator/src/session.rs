@@ -342,16 +342,11 @@ fn check_hello(
 async fn serve<C: Connection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
     let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
     let mut silent_until = Instant::now() + heartbeat_timeout;
-    let mut shutdown = c.shutdown_signal();
     // Jobs this session holds, as they were assigned, to check results against.
     let mut held: HashMap<Uuid, Assignment> = HashMap::new();
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.changed() => {
-                let _ = send_error(conn, ErrorCode::ShuttingDown, "coordinator is shutting down", None).await;
-                return "shutdown";
-            }
             out = peer.outbox.recv() => {
                 let frame = match out {
                     Some(Outbound::Frame(frame)) => frame,

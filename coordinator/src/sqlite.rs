@@ -23,12 +23,13 @@ use crate::core::{Change, Job};
 use crate::store::{Snapshot, Store, StoreError};
 use crate::trust::{Pairing, TrustEntry};
 use rusqlite::{params, Connection, OptionalExtension};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, Notify};
 use x402::replay::{NonceKey, NonceState, NonceStore, NonceUsed};
 
 /// Schema steps, applied in order at open; `schema_version` records how many ran.
@@ -90,22 +91,57 @@ impl From<SqliteError> for StoreError {
 pub enum CommitMode {
     /// In `apply`, one transaction per event.
     PerEvent,
-    /// On the writer thread, one transaction for all pending events; await `flush`.
+    /// On the writer, one transaction for all pending events; await `flush`.
     Group,
 }
+
+/// Where the group-commit writer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterRuntime {
+    /// An OS thread: fsync blocks, and a dedicated writer keeps it off the
+    /// async workers. A real process.
+    Thread,
+    /// A task of the current tokio runtime: the simulation, where the
+    /// writer's batches and the flush waits interleave with every other
+    /// task under the seeded schedule.
+    Task,
+}
+
+/// A write the store makes, for [`SqliteStore::crash_after`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreWrite {
+    NonceReserved,
+    NonceSpent,
+    NonceReleased,
+    /// One group (or per-event) commit of jobs, pairings and trust.
+    Commit,
+}
+
+/// What runs at an armed crash point (see [`SqliteStore::crash_after`]).
+type CrashHook = Box<dyn FnOnce() + Send>;
 
 pub struct SqliteStore {
     shared: Arc<Shared>,
     mode: CommitMode,
-    writer: Option<std::thread::JoinHandle<()>>,
+    writer: Option<Writer>,
+}
+
+enum Writer {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
 }
 
 struct Shared {
     conn: Mutex<Connection>,
     pending: Mutex<Pending>,
-    /// Wakes the writer thread when changes are appended or the store closes.
+    /// Wakes the writer when changes are appended or the store closes.
     wake: Condvar,
-    durable: watch::Sender<Durable>,
+    wake_task: Notify,
+    durable: Mutex<Durable>,
+    /// Set by `halt`: the process is dead, nothing more is written.
+    halted: AtomicBool,
+    /// A crash armed by `crash_after`.
+    crash_point: Mutex<Option<(StoreWrite, CrashHook)>>,
 }
 
 #[derive(Default)]
@@ -118,33 +154,52 @@ struct Pending {
     closed: bool,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Default)]
 struct Durable {
     /// Every `apply` up to this number is committed.
     upto: u64,
     /// Set once a commit fails; the store then refuses to claim durability.
     error: Option<String>,
+    /// `flush` calls waiting for `upto` to reach their target, in call
+    /// order; they are answered in that order, so the tasks they wake run
+    /// in an order that does not depend on the runtime's internals.
+    waiters: VecDeque<(u64, oneshot::Sender<Result<(), String>>)>,
 }
 
 impl SqliteStore {
     /// Opens (or creates) the database at `path`, `:memory:` for a private
-    /// in-memory one. Files use group commit, `:memory:` commits per event.
+    /// in-memory one. Files use group commit on a writer thread, `:memory:`
+    /// commits per event.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SqliteError> {
-        let path = path.as_ref();
-        let mode = if path == Path::new(":memory:") {
+        Self::open_on(path, WriterRuntime::Thread)
+    }
+
+    /// Like [`SqliteStore::open`], with the group-commit writer on `writer`.
+    /// A SQLite URI works too: `file:/name?vfs=memdb` is an in-memory
+    /// database that a later open in the same process finds again.
+    pub fn open_on(path: impl AsRef<Path>, writer: WriterRuntime) -> Result<Self, SqliteError> {
+        let mode = if path.as_ref() == Path::new(":memory:") {
             CommitMode::PerEvent
         } else {
             CommitMode::Group
         };
-        Self::open_with(path, mode)
+        Self::open_inner(path.as_ref(), mode, writer)
     }
 
     pub fn open_in_memory() -> Result<Self, SqliteError> {
         Self::open_with(":memory:", CommitMode::PerEvent)
     }
 
+    /// With a chosen commit mode (group commit on a writer thread).
     pub fn open_with(path: impl AsRef<Path>, mode: CommitMode) -> Result<Self, SqliteError> {
-        let path = path.as_ref();
+        Self::open_inner(path.as_ref(), mode, WriterRuntime::Thread)
+    }
+
+    fn open_inner(
+        path: &Path,
+        mode: CommitMode,
+        writer: WriterRuntime,
+    ) -> Result<Self, SqliteError> {
         let conn = if path == Path::new(":memory:") {
             Connection::open_in_memory()?
         } else {
@@ -157,26 +212,29 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate(&conn)?;
-        let (durable, _) = watch::channel(Durable::default());
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
-            durable,
+            wake_task: Notify::new(),
+            durable: Mutex::new(Durable::default()),
+            halted: AtomicBool::new(false),
+            crash_point: Mutex::new(None),
         });
-        let writer = match mode {
-            CommitMode::PerEvent => None,
-            CommitMode::Group => {
+        let writer = match (mode, writer) {
+            (CommitMode::PerEvent, _) => None,
+            (CommitMode::Group, WriterRuntime::Task) => {
+                Some(Writer::Task(tokio::spawn(run_writer_task(shared.clone()))))
+            }
+            (CommitMode::Group, WriterRuntime::Thread) => {
                 let shared = shared.clone();
-                // The one OS thread of the coordinator: fsync blocks, and a
-                // dedicated writer keeps it off the async workers. Only file
-                // databases use it; the simulation runs `:memory:` per event.
+                // The one OS thread of the coordinator (see `WriterRuntime`).
                 #[allow(clippy::disallowed_methods)]
                 let handle = std::thread::Builder::new()
                     .name("sqlite-writer".into())
                     .spawn(move || run_writer(&shared))
                     .map_err(|e| SqliteError::Failed(format!("cannot start the writer: {e}")))?;
-                Some(handle)
+                Some(Writer::Thread(handle))
             }
         };
         Ok(Self {
@@ -200,6 +258,9 @@ impl SqliteStore {
     /// creation (pending timeout plus bounded leases), so creation time is
     /// the age that matters. Ordered after every change appended so far.
     pub fn purge_terminal_jobs(&self, before_ms: i64) -> Result<(), StoreError> {
+        if self.shared.is_halted() {
+            return Ok(());
+        }
         match self.mode {
             CommitMode::PerEvent => {
                 let mut conn = self.shared.conn();
@@ -212,11 +273,33 @@ impl SqliteStore {
                 let mut pending = self.shared.pending();
                 pending.purge_before_ms = Some(before_ms);
                 pending.appended += 1;
-                self.shared.wake.notify_one();
+                self.shared.wake_writer();
                 Ok(())
             }
         }
     }
+
+    /// Stops the store as a killed process stops: what is not committed
+    /// yet is dropped, nothing more is written, waiting flushes never
+    /// succeed. For the simulation's crashes (and tests of recovery).
+    pub fn halt(&self) {
+        self.shared.halt();
+        if let Some(Writer::Task(task)) = &self.writer {
+            task.abort();
+        }
+    }
+
+    /// Arms a crash: right after the next write of kind `write`, the store
+    /// halts (as [`SqliteStore::halt`]) and runs `then` within the write,
+    /// so the simulation can kill the rest of the process at exactly that
+    /// point, e.g. between a payment's nonce and its job.
+    pub fn crash_after(&self, write: StoreWrite, then: impl FnOnce() + Send + 'static) {
+        *lock(&self.shared.crash_point) = Some((write, Box::new(then)));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {
@@ -224,37 +307,77 @@ impl Shared {
         // Every use of the connection is a whole transaction or a single
         // statement; SQLite rolls back an unfinished one, so a panic
         // elsewhere leaves nothing half-written to recover from.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.conn)
     }
 
     fn pending(&self) -> MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
-}
 
-impl Drop for SqliteStore {
-    /// Commits what is pending and stops the writer.
-    fn drop(&mut self) {
-        if let Some(writer) = self.writer.take() {
-            self.shared.pending().closed = true;
-            self.shared.wake.notify_one();
-            let _ = writer.join();
+    fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::SeqCst)
+    }
+
+    fn wake_writer(&self) {
+        self.wake.notify_one();
+        self.wake_task.notify_one();
+    }
+
+    fn halt(&self) {
+        self.halted.store(true, Ordering::SeqCst);
+        {
+            let mut pending = self.pending();
+            *pending = Pending::default();
+            pending.closed = true;
+        }
+        lock(&self.durable).waiters.clear();
+        self.wake_writer();
+    }
+
+    /// Called after each write: fires an armed crash of this kind.
+    fn wrote(&self, write: StoreWrite) {
+        let mut point = lock(&self.crash_point);
+        if point.as_ref().is_some_and(|(kind, _)| *kind == write) {
+            let (_, then) = point.take().expect("checked above");
+            drop(point);
+            self.halt();
+            then();
         }
     }
-}
 
-/// The writer thread: commits all pending changes in one transaction, publishes
-/// how far it got, and sleeps until more arrive.
-fn run_writer(shared: &Shared) {
-    loop {
-        let (changes, purge_before_ms, upto) = {
-            let mut pending = shared.pending();
-            while pending.changes.is_empty() && pending.purge_before_ms.is_none() && !pending.closed
-            {
-                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+    /// Records a commit's outcome and answers the flushes it satisfies.
+    fn publish(&self, result: Result<u64, String>) {
+        let mut d = lock(&self.durable);
+        match result {
+            Ok(upto) => d.upto = d.upto.max(upto),
+            Err(e) => {
+                d.error.get_or_insert(e);
             }
-            if pending.closed && pending.changes.is_empty() && pending.purge_before_ms.is_none() {
-                return;
+        }
+        let (upto, error) = (d.upto, d.error.clone());
+        let waiters = std::mem::take(&mut d.waiters);
+        for (target, tx) in waiters {
+            match &error {
+                Some(e) => {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                None if target <= upto => {
+                    let _ = tx.send(Ok(()));
+                }
+                None => d.waiters.push_back((target, tx)),
+            }
+        }
+    }
+
+    /// Commits everything pending in one transaction; `false` once closed.
+    fn commit_pending(&self) -> bool {
+        let (changes, purge_before_ms, upto) = {
+            let mut pending = self.pending();
+            if self.is_halted() {
+                return false;
+            }
+            if pending.changes.is_empty() && pending.purge_before_ms.is_none() {
+                return !pending.closed;
             }
             (
                 std::mem::take(&mut pending.changes),
@@ -263,7 +386,7 @@ fn run_writer(shared: &Shared) {
             )
         };
         let result = (|| -> Result<(), SqliteError> {
-            let mut conn = shared.conn();
+            let mut conn = self.conn();
             let tx = conn.transaction()?;
             write_changes(&tx, &changes)?;
             if let Some(before_ms) = purge_before_ms {
@@ -272,13 +395,67 @@ fn run_writer(shared: &Shared) {
             tx.commit()?;
             Ok(())
         })();
-        shared.durable.send_modify(|d| match result {
-            Ok(()) => d.upto = upto,
-            Err(e) => {
-                tracing::error!(error = %e, "group commit failed");
-                d.error.get_or_insert(e.to_string());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "group commit failed");
+        }
+        self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
+        self.wrote(StoreWrite::Commit);
+        true
+    }
+
+    fn has_work(&self) -> bool {
+        let pending = self.pending();
+        pending.closed || !pending.changes.is_empty() || pending.purge_before_ms.is_some()
+    }
+}
+
+impl Drop for SqliteStore {
+    /// Commits what is pending and stops the writer.
+    fn drop(&mut self) {
+        self.shared.pending().closed = true;
+        self.shared.wake_writer();
+        match self.writer.take() {
+            Some(Writer::Thread(writer)) => {
+                let _ = writer.join();
             }
-        });
+            // A task cannot be joined from `drop`: commit here what it has
+            // not, unless the store was halted.
+            Some(Writer::Task(task)) => {
+                task.abort();
+                self.shared.commit_pending();
+            }
+            None => {}
+        }
+    }
+}
+
+/// The writer thread: commits all pending changes in one transaction,
+/// publishes how far it got, and sleeps until more arrive.
+fn run_writer(shared: &Shared) {
+    loop {
+        {
+            let mut pending = shared.pending();
+            while pending.changes.is_empty() && pending.purge_before_ms.is_none() && !pending.closed
+            {
+                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        if !shared.commit_pending() {
+            return;
+        }
+    }
+}
+
+/// The writer as a task: the same commits, woken through a `Notify` (a
+/// wake-up that comes while it commits is kept as a permit, never lost).
+async fn run_writer_task(shared: Arc<Shared>) {
+    loop {
+        while !shared.has_work() {
+            shared.wake_task.notified().await;
+        }
+        if !shared.commit_pending() {
+            return;
+        }
     }
 }
 
@@ -417,6 +594,10 @@ fn load_all(conn: &Connection) -> Result<Snapshot, SqliteError> {
 
 impl Store for SqliteStore {
     fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
+        if self.shared.is_halted() {
+            // A killed process writes nothing; its memory is about to go.
+            return Ok(());
+        }
         match self.mode {
             CommitMode::PerEvent => {
                 let written = (|| -> Result<(), SqliteError> {
@@ -426,13 +607,19 @@ impl Store for SqliteStore {
                     tx.commit()?;
                     Ok(())
                 })();
-                if let Err(e) = &written {
-                    // Memory now holds what the disk does not: `flush` must
-                    // not claim durability from here on.
-                    self.shared.durable.send_modify(|d| {
-                        d.error.get_or_insert(e.to_string());
-                    });
-                }
+                // Memory now holds what the disk does not: on failure
+                // `flush` must not claim durability from here on.
+                let appended = {
+                    let mut pending = self.shared.pending();
+                    pending.appended += 1;
+                    pending.appended
+                };
+                let outcome = match &written {
+                    Ok(()) => Ok(appended),
+                    Err(e) => Err(e.to_string()),
+                };
+                self.shared.publish(outcome);
+                self.shared.wrote(StoreWrite::Commit);
                 Ok(written?)
             }
             // Nothing to wait for: the writer only wakes for changes.
@@ -444,7 +631,7 @@ impl Store for SqliteStore {
                 }
                 pending.changes.extend_from_slice(changes);
                 pending.appended += 1;
-                self.shared.wake.notify_one();
+                self.shared.wake_writer();
                 Ok(())
             }
         }
@@ -452,28 +639,27 @@ impl Store for SqliteStore {
 
     fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         Box::pin(async move {
-            if self.mode == CommitMode::PerEvent {
-                return match &self.shared.durable.borrow().error {
-                    Some(e) => Err(SqliteError::Failed(e.clone()).into()),
-                    None => Ok(()),
-                };
-            }
+            let closed = || StoreError::from(SqliteError::Failed("store closed".into()));
             let target = self.shared.pending().appended;
-            let mut rx = self.shared.durable.subscribe();
-            loop {
-                {
-                    let d = rx.borrow_and_update();
-                    if let Some(e) = &d.error {
-                        return Err(SqliteError::Failed(e.clone()).into());
-                    }
-                    if d.upto >= target {
-                        return Ok(());
-                    }
+            let answer = {
+                let mut d = lock(&self.shared.durable);
+                if let Some(e) = &d.error {
+                    return Err(SqliteError::Failed(e.clone()).into());
                 }
-                // The sender lives in `shared`, which `self` keeps alive.
-                if rx.changed().await.is_err() {
-                    return Err(SqliteError::Failed("store closed".into()).into());
+                if d.upto >= target {
+                    return Ok(());
                 }
+                if self.shared.is_halted() {
+                    return Err(closed());
+                }
+                let (tx, rx) = oneshot::channel();
+                d.waiters.push_back((target, tx));
+                rx
+            };
+            match answer.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(SqliteError::Failed(e).into()),
+                Err(_) => Err(closed()),
             }
         })
     }
@@ -490,6 +676,9 @@ impl Store for SqliteStore {
 /// disk; payments are one per commit and the fsync is short.
 impl NonceStore for SqliteStore {
     fn check_and_mark(&self, key: NonceKey, valid_before: u64) -> Result<(), NonceUsed> {
+        if self.shared.is_halted() {
+            return Err(NonceUsed);
+        }
         let conn = self.shared.conn();
         // The primary key makes this atomic: of two inserts of one key, one
         // changes nothing.
@@ -504,8 +693,12 @@ impl NonceStore for SqliteStore {
                 valid_before.min(i64::MAX as u64) as i64
             ],
         );
+        drop(conn);
         match inserted {
-            Ok(1) => Ok(()),
+            Ok(1) => {
+                self.shared.wrote(StoreWrite::NonceReserved);
+                Ok(())
+            }
             Ok(_) => Err(NonceUsed),
             Err(e) => {
                 // Refusing is the safe answer when the store cannot record the nonce.
@@ -516,6 +709,9 @@ impl NonceStore for SqliteStore {
     }
 
     fn mark_spent(&self, key: &NonceKey) {
+        if self.shared.is_halted() {
+            return;
+        }
         let r = self.shared.conn().execute(
             "UPDATE payment_nonces SET state = 'spent'
              WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
@@ -529,9 +725,13 @@ impl NonceStore for SqliteStore {
         if let Err(e) = r {
             tracing::error!(error = %e, "payment nonce store write failed");
         }
+        self.shared.wrote(StoreWrite::NonceSpent);
     }
 
     fn release(&self, key: &NonceKey) {
+        if self.shared.is_halted() {
+            return;
+        }
         let r = self.shared.conn().execute(
             "DELETE FROM payment_nonces WHERE state = 'reserved'
              AND chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
@@ -545,6 +745,7 @@ impl NonceStore for SqliteStore {
         if let Err(e) = r {
             tracing::error!(error = %e, "payment nonce store write failed");
         }
+        self.shared.wrote(StoreWrite::NonceReleased);
     }
 
     fn purge_expired(&self, now_seconds: u64) {

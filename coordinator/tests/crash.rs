@@ -401,23 +401,28 @@ async fn killed_coordinator_loses_nothing() {
 /// would leave them; a second coordinator opens the copy.
 #[tokio::test(start_paused = true)]
 async fn in_process_restart_from_a_crash_image() {
-    use coordinator::sqlite::{CommitMode, SqliteStore};
-    use coordinator::{app, Config, Coordinator, TokioClock};
+    use coordinator::server::{self, Parts, Runtime, Settings};
+    use coordinator::{app, TokioClock};
 
     let dir = tempfile::tempdir().unwrap();
     let live = dir.path().join("live.db");
     let image = dir.path().join("image.db");
     let clock = Arc::new(TokioClock::new(common::EPOCH_MS));
-    let open = |path: &Path| Arc::new(SqliteStore::open_with(path, CommitMode::PerEvent).unwrap());
+    let open = |path: &Path| {
+        let settings = Settings {
+            db: path.to_str().unwrap().to_owned(),
+            ..Settings::default()
+        };
+        // Paused time: the writer must be a task of this runtime (a thread
+        // would let time jump ahead while a commit waits on the disk).
+        let parts = Parts {
+            runtime: Runtime::Simulation,
+            ..Parts::new(clock.clone(), ChaCha20Rng::seed_from_u64(3))
+        };
+        server::start(settings, parts)
+    };
 
-    let c1 = Coordinator::open(
-        Config::default(),
-        clock.clone(),
-        ChaCha20Rng::seed_from_u64(3),
-        open(&live),
-    )
-    .await
-    .unwrap();
+    let c1 = open(&live).await.unwrap().coordinator().clone();
     let app1 = app(c1.clone());
     let mut w1 = TestWorker::connect(Wire::channel(&c1), 1, &["LLM_INFER", "TASK"], 1).await;
     let done = common::commit(&app1, "fast", common::llm_job("alice"))
@@ -454,14 +459,7 @@ async fn in_process_restart_from_a_crash_image() {
     .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let c2 = Coordinator::open(
-        Config::default(),
-        clock.clone(),
-        ChaCha20Rng::seed_from_u64(3),
-        open(&image),
-    )
-    .await
-    .unwrap();
+    let c2 = open(&image).await.unwrap().coordinator().clone();
     let app2 = app(c2.clone());
     let status = |v: &Value| v["status"].as_str().unwrap().to_owned();
     assert_eq!(

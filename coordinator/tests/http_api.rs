@@ -13,9 +13,9 @@ use rand::SeedableRng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-fn setup() -> (axum::Router, ManualClock) {
+async fn setup() -> (axum::Router, ManualClock) {
     let clock = ManualClock::new(EPOCH_MS);
-    let c = coordinator(Config::default(), Arc::new(clock.clone()), 7);
+    let c = coordinator(Config::default(), Arc::new(clock.clone()), 7).await;
     (app(c), clock)
 }
 
@@ -29,7 +29,7 @@ fn is_uuid(v: &Value) -> bool {
 
 #[tokio::test]
 async fn health_reports_status_workers_network_and_time() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let r = call(&app, "GET", "/v1/health", None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(
@@ -41,7 +41,7 @@ async fn health_reports_status_workers_network_and_time() {
 
 #[tokio::test]
 async fn quote_for_every_job_type_and_policy() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let cases = [
         ("LLM_INFER", None, "$0.010", "FAST"),
         ("LLM_INFER", Some("AUTO"), "$0.010", "FAST"),
@@ -71,7 +71,7 @@ async fn quote_for_every_job_type_and_policy() {
 
 #[tokio::test]
 async fn quote_rejects_missing_or_invalid_parameters() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     for uri in [
         "/v1/quote",
         "/v1/quote?job_type=GPU",
@@ -94,7 +94,7 @@ async fn quote_rejects_missing_or_invalid_parameters() {
 
 #[tokio::test]
 async fn commit_accepts_on_both_tiers_and_poll_shows_pending() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     for tier in ["fast", "cheap"] {
         let r = commit(&app, tier, task_job("alice")).await;
         assert_eq!(r.status, StatusCode::CREATED);
@@ -111,7 +111,7 @@ async fn commit_accepts_on_both_tiers_and_poll_shows_pending() {
 
 #[tokio::test]
 async fn commit_names_missing_fields() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let full = llm_job("alice");
     for field in ["job_type", "payload", "user_id"] {
         let mut body = full.clone();
@@ -127,7 +127,7 @@ async fn commit_names_missing_fields() {
 
 #[tokio::test]
 async fn commit_names_each_invalid_field() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let cases = [
         (
             json!({"job_type": "GPU", "user_id": "u", "payload": {}}),
@@ -175,7 +175,7 @@ async fn commit_names_each_invalid_field() {
 
 #[tokio::test]
 async fn private_commit_without_trusted_worker_is_422_and_a_failed_job() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let r = commit(&app, "fast", private(llm_job("alice"))).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(r.body["error"], "no_trusted_worker");
@@ -189,7 +189,7 @@ async fn private_commit_without_trusted_worker_is_422_and_a_failed_job() {
 
 #[tokio::test]
 async fn poll_unknown_or_malformed_id_is_404() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     for id in ["6f1c1c0e-3a4b-4c5d-8e9f-000000000000", "not-a-uuid", "%00"] {
         let r = call(&app, "GET", &format!("/v1/jobs/{id}"), None).await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{id}");
@@ -199,7 +199,7 @@ async fn poll_unknown_or_malformed_id_is_404() {
 
 #[tokio::test]
 async fn pairing_create_claim_list() {
-    let (app, clock) = setup();
+    let (app, clock) = setup().await;
     let r = call(
         &app,
         "POST",
@@ -252,7 +252,7 @@ async fn pairing_create_claim_list() {
 
 #[tokio::test]
 async fn claim_errors_invalid_and_expired() {
-    let (app, clock) = setup();
+    let (app, clock) = setup().await;
     let k = key(1).public_key_hex();
     let r = call(
         &app,
@@ -302,7 +302,7 @@ async fn claim_errors_invalid_and_expired() {
 
 #[tokio::test]
 async fn trust_endpoints_name_missing_fields_and_bad_keys() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let r = call(&app, "POST", "/v1/trust/create", Some(json!({}))).await;
     assert_eq!(
         (r.status, r.body),
@@ -354,7 +354,7 @@ async fn trust_endpoints_name_missing_fields_and_bad_keys() {
 
 #[tokio::test]
 async fn claims_are_rate_limited_per_client() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let k = key(1).public_key_hex();
     for _ in 0..10 {
         let r = call(
@@ -383,7 +383,7 @@ async fn claims_are_rate_limited_per_client() {
 
 #[tokio::test]
 async fn malformed_requests_get_json_errors() {
-    let (app, _) = setup();
+    let (app, _) = setup().await;
     let raw = |method: &str, uri: &str, ct: Option<&str>, body: Vec<u8>| {
         let mut b = Request::builder().method(method).uri(uri);
         if let Some(ct) = ct {
@@ -493,11 +493,7 @@ async fn malformed_requests_get_json_errors() {
 async fn the_same_seed_gives_the_same_bytes() {
     async fn transcript(seed: u64) -> Vec<u8> {
         let clock = ManualClock::new(EPOCH_MS);
-        let app = app(coordinator(
-            Config::default(),
-            Arc::new(clock.clone()),
-            seed,
-        ));
+        let app = app(coordinator(Config::default(), Arc::new(clock.clone()), seed).await);
         let mut out = Vec::new();
         let k = key(9).public_key_hex();
         for step in 0..6 {

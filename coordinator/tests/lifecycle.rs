@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn setup(config: Config) -> (coordinator::Coordinator, axum::Router) {
-    let c = coordinator(config, Arc::new(TokioClock::new(EPOCH_MS)), 11);
+async fn setup(config: Config) -> (coordinator::Coordinator, axum::Router) {
+    let c = coordinator(config, Arc::new(TokioClock::new(EPOCH_MS)), 11).await;
     (c.clone(), app(c))
 }
 
@@ -39,7 +39,7 @@ async fn wait_status(app: &axum::Router, job: &str, status: &str) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_runs_to_completion_with_a_verified_receipt() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER", "TASK"], 2).await;
     assert_eq!(
         call(&app, "GET", "/v1/health", None).await.body["workers_online"],
@@ -79,7 +79,7 @@ async fn a_job_runs_to_completion_with_a_verified_receipt() {
 
 #[tokio::test(start_paused = true)]
 async fn fast_jobs_are_served_before_cheap_ones() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let cheap1 = id(&commit(&app, "cheap", task_job("u")).await);
     let cheap2 = id(&commit(&app, "cheap", task_job("u")).await);
     let fast = id(&commit(&app, "fast", task_job("u")).await);
@@ -95,7 +95,7 @@ async fn fast_jobs_are_served_before_cheap_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn slots_bound_concurrent_jobs_and_capabilities_are_respected() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 2).await;
     let llm = id(&commit(&app, "fast", llm_job("u")).await);
     let t1 = commit(&app, "cheap", task_job("u")).await;
@@ -116,7 +116,7 @@ async fn slots_bound_concurrent_jobs_and_capabilities_are_respected() {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_nobody_can_take_fails_with_no_eligible_worker() {
-    let (_c, app) = setup(Config::default());
+    let (_c, app) = setup(Config::default()).await;
     let job = id(&commit(&app, "fast", llm_job("u")).await);
     tokio::time::sleep(Duration::from_millis(29_999)).await;
     assert_eq!(job_status(&app, &job).await["status"], "pending");
@@ -129,7 +129,7 @@ async fn a_job_nobody_can_take_fails_with_no_eligible_worker() {
 
 #[tokio::test(start_paused = true)]
 async fn a_disconnected_workers_job_is_completed_elsewhere() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w1 = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = w1.expect_assign().await;
@@ -150,7 +150,7 @@ async fn a_disconnected_workers_job_is_completed_elsewhere() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_goes_to_another_worker() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w1 = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut w2 = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
@@ -166,7 +166,7 @@ async fn a_rejected_job_goes_to_another_worker() {
 
 #[tokio::test(start_paused = true)]
 async fn rejects_until_attempts_run_out_fail_the_job() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     for _ in 0..3 {
@@ -183,7 +183,7 @@ async fn a_silent_worker_loses_the_job_at_the_lease_end() {
     let mut config = Config::default();
     config.timing.lease_ms = 5_000;
     config.timing.attempts_max = 2;
-    let (c, app) = setup(config);
+    let (c, app) = setup(config).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = w.expect_assign().await;
@@ -217,7 +217,7 @@ async fn a_silent_worker_loses_the_job_at_the_lease_end() {
 
 #[tokio::test(start_paused = true)]
 async fn a_bad_receipt_never_completes_a_job() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = w.expect_assign().await;
@@ -261,7 +261,7 @@ async fn a_bad_receipt_never_completes_a_job() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_session_is_dropped_at_the_heartbeat_timeout() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let _ = w.expect_assign().await;
@@ -282,7 +282,7 @@ async fn a_silent_session_is_dropped_at_the_heartbeat_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn private_jobs_go_only_to_trusted_workers() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut stranger = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 4).await;
     let mut trusted = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     pair(&app, "alice", &trusted.key).await;
@@ -306,7 +306,7 @@ async fn private_jobs_go_only_to_trusted_workers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_private_job_waits_for_its_trusted_worker_to_come_back() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut trusted = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     pair(&app, "alice", &trusted.key).await;
     let p = id(&commit(&app, "fast", private(task_job("alice"))).await);
@@ -323,7 +323,7 @@ async fn a_private_job_waits_for_its_trusted_worker_to_come_back() {
 
 #[tokio::test(start_paused = true)]
 async fn a_second_session_with_the_same_key_replaces_the_first() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut first = TestWorker::connect(Wire::channel(&c), 5, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = first.expect_assign().await;
@@ -347,7 +347,7 @@ async fn a_second_session_with_the_same_key_replaces_the_first() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_waits_for_a_busy_worker_rather_than_returning_to_the_rejecter() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let first = id(&commit(&app, "fast", task_job("u")).await);
@@ -374,7 +374,7 @@ async fn a_rejected_job_waits_for_a_busy_worker_rather_than_returning_to_the_rej
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_returns_to_the_rejecter_once_the_other_worker_leaves() {
-    let (c, app) = setup(Config::default());
+    let (c, app) = setup(Config::default()).await;
     let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let first = id(&commit(&app, "fast", task_job("u")).await);

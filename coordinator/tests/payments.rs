@@ -29,7 +29,7 @@ fn payment_config() -> x402::PaymentConfig {
 
 /// A gated coordinator on Base Sepolia settings; with `stub`, settlement
 /// goes through that in-process facilitator, else it is local.
-fn gated(
+async fn gated(
     clock: Arc<dyn coordinator::Clock>,
     stub: Option<&FacilitatorStub>,
 ) -> (Coordinator, axum::Router) {
@@ -37,7 +37,7 @@ fn gated(
         network: "eip155:84532".into(),
         ..Config::default()
     };
-    let c = coordinator(config, clock, 5);
+    let c = coordinator(config, clock, 5).await;
     let settler: Arc<dyn x402::Settler> = match stub {
         Some(stub) => Arc::new(x402::FacilitatorSettler::new(
             x402::settle::RouterTransport::new(stub.router()),
@@ -89,7 +89,7 @@ fn tamper(value: &str, change: impl FnOnce(&mut Value)) -> String {
 
 #[tokio::test]
 async fn no_payment_header_gives_402_with_the_accepts_list_and_header() {
-    let (_, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), None);
+    let (_, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), None).await;
     let r = post(&app, "/v1/jobs/commit/fast", &llm_job("alice"), None).await;
     assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED);
     assert!(r.body["error"]
@@ -128,7 +128,7 @@ async fn no_payment_header_gives_402_with_the_accepts_list_and_header() {
 
 #[tokio::test(start_paused = true)]
 async fn a_valid_payment_buys_exactly_one_job_and_lands_in_the_receipt() {
-    let (c, app) = gated(Arc::new(TokioClock::new(EPOCH_MS)), None);
+    let (c, app) = gated(Arc::new(TokioClock::new(EPOCH_MS)), None).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER"], 1).await;
     let challenge = post(&app, "/v1/jobs/commit/fast", &llm_job("alice"), None).await;
     let (name, value) = pay(&challenge, 1);
@@ -193,7 +193,7 @@ fn pay_altered(
 #[tokio::test]
 async fn each_bad_payment_is_refused_with_its_reason() {
     let clock = ManualClock::new(EPOCH_MS);
-    let (c, app) = gated(Arc::new(clock.clone()), None);
+    let (c, app) = gated(Arc::new(clock.clone()), None).await;
     let challenge = post(&app, "/v1/jobs/commit/fast", &llm_job("alice"), None).await;
     type Change = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, u64, Change)> = vec![
@@ -315,7 +315,7 @@ async fn each_bad_payment_is_refused_with_its_reason() {
 #[tokio::test]
 async fn a_failed_settlement_creates_no_job_and_frees_the_payment() {
     let stub = FacilitatorStub::new("eip155:84532");
-    let (c, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub));
+    let (c, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
     stub.set_script(StubScript::insufficient_funds());
     let challenge = post(&app, "/v1/jobs/commit/fast", &task_job("alice"), None).await;
     let (name, value) = pay(&challenge, 3);
@@ -347,7 +347,7 @@ async fn a_failed_settlement_creates_no_job_and_frees_the_payment() {
 #[tokio::test]
 async fn bad_requests_and_422s_are_never_charged() {
     let stub = FacilitatorStub::new("eip155:84532");
-    let (_, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub));
+    let (_, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
     let challenge = post(&app, "/v1/jobs/commit/fast", &task_job("alice"), None).await;
     let (name, value) = pay(&challenge, 4);
     // A 400 is answered before payment is even looked at.
@@ -381,7 +381,7 @@ async fn bad_requests_and_422s_are_never_charged() {
 
 #[tokio::test]
 async fn with_gating_off_no_header_is_needed_and_payment_ref_is_null() {
-    let c = coordinator(Config::default(), Arc::new(ManualClock::new(EPOCH_MS)), 5);
+    let c = coordinator(Config::default(), Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
     assert!(c.payments().is_none());
     let app = app(c);
     let r = commit(&app, "fast", llm_job("alice")).await;

@@ -111,7 +111,7 @@ fn mutate(v: &mut Value, rng: &mut ChaCha20Rng) {
 
 #[tokio::test(start_paused = true)]
 async fn random_requests_never_get_a_500() {
-    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 1);
+    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
     // A worker, so commits also dispatch.
     let _w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER", "TASK"], 4).await;
@@ -184,7 +184,7 @@ async fn random_requests_never_get_a_500() {
 
 #[tokio::test(start_paused = true)]
 async fn random_frames_get_error_frames_and_the_session_survives() {
-    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 1);
+    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut rng = ChaCha20Rng::seed_from_u64(7);

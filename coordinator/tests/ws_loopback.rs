@@ -19,7 +19,7 @@ struct Server {
 }
 
 async fn serve(config: Config) -> Server {
-    let c = coordinator(config, Arc::new(SystemClock), 3);
+    let c = coordinator(config, Arc::new(SystemClock), 3).await;
     let router = app(c);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -4,11 +4,10 @@
 //! 201. Needs `node` and `npm ci --prefix x402/interop` (scripts/test.sh does it).
 
 use coordinator::config::Config;
-use coordinator::store::MemoryStore;
-use coordinator::{app, Coordinator, SystemClock};
+use coordinator::server::{self, Parts, Settings};
+use coordinator::SystemClock;
 use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,26 +37,26 @@ async fn pay(url: &str, body: &Value) -> Value {
 
 #[tokio::test]
 async fn the_official_client_pays_a_commit_and_gets_201() {
-    let c = Coordinator::new(
-        Config {
-            network: "eip155:84532".into(),
-            ..Config::default()
-        },
-        Arc::new(SystemClock),
-        rand_chacha::ChaCha20Rng::seed_from_u64(1),
-        Arc::new(MemoryStore::default()),
-    );
     let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
         .parse()
         .unwrap();
-    c.enable_payments(
-        x402::PaymentGate::from_config(x402::PaymentConfig::base_sepolia_usdc(pay_to)).unwrap(),
-    )
-    .unwrap();
+    let settings = Settings {
+        config: Config {
+            network: "eip155:84532".into(),
+            ..Config::default()
+        },
+        payment: Some(x402::PaymentConfig::base_sepolia_usdc(pay_to)),
+        ..Settings::default()
+    };
+    let parts = Parts::new(
+        Arc::new(SystemClock),
+        rand_chacha::ChaCha20Rng::seed_from_u64(1),
+    );
+    let mut server = server::start(settings, parts).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
+    server.serve_tcp(listener);
+    let c = server.coordinator().clone();
 
     let body = json!({"job_type": "LLM_INFER", "user_id": "interop", "payload": {"prompt": "hi", "max_tokens": 8}});
     let result = pay(&format!("http://{addr}/v1/jobs/commit/fast"), &body).await;

@@ -70,7 +70,7 @@ pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
         .build()
         .expect("a current-thread runtime");
     let report = runtime.block_on(async {
-        let mut world = match World::build(scenario, seed) {
+        let mut world = match World::build(scenario, seed).await {
             Ok(w) => w,
             Err(message) => return RunReport::not_started(scenario, seed, message),
         };
@@ -168,8 +168,9 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
             );
         }
     }
-    // Let in-flight frames land before the end-of-run checks.
+    // Let in-flight frames land and stores commit before the end-of-run checks.
     tokio::time::sleep(Duration::from_millis(1)).await;
+    world.settle().await;
     match check_invariants(scenario, world) {
         Ok(()) => {
             world.transcript.log("harness", "invariants hold");
@@ -653,7 +654,10 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
         let crate::world::Driver::Sim(sim) = &instance.driver else {
             continue;
         };
-        let snapshot = sim.store.load().map_err(|e| e.to_string())?;
+        let Some(store) = sim.store() else {
+            return Err(format!("{name} is not running at the end of the run"));
+        };
+        let snapshot = coordinator::store::Store::load(&*store).map_err(|e| e.to_string())?;
         let mut counts = std::collections::BTreeMap::<String, usize>::new();
         for job in &snapshot.jobs {
             *counts.entry(job.status.as_str().to_owned()).or_default() += 1;

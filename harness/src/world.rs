@@ -15,21 +15,20 @@
 use crate::scenario::{Instance, Scenario, WorkerSpec};
 use crate::transcript::Transcript;
 use coordinator::config::Config;
-use coordinator::session::ChannelConnection;
-use coordinator::store::{MemoryStore, Store};
-use coordinator::{Coordinator, TokioClock};
+use coordinator::server::{self, Server, Settings};
+use coordinator::sqlite::{SqliteStore, StoreWrite};
+use coordinator::TokioClock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use router::{
-    ComputeRouter, CoordinatorUrls, HostedProvider, HttpTransport, InProcessTransport,
-    ProviderSettings, RouterConfig,
+    ComputeRouter, CoordinatorUrls, HostedProvider, HttpTransport, ProviderSettings, RouterConfig,
 };
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
-use worker_sim::{ChannelConnector, Worker, WorkerConfig};
+use worker_sim::{Worker, WorkerConfig};
 
 pub struct InstanceHandle {
     pub base_url: String,
@@ -67,8 +66,8 @@ impl SimWorker {
 pub struct World {
     pub transcript: Transcript,
     pub http: Arc<dyn HttpTransport>,
-    /// The simulation's transport, to take instances down and up.
-    in_process: Option<Arc<InProcessTransport>>,
+    /// The simulated network (`None` in live runs).
+    net: Option<simnet::Net>,
     pub instances: BTreeMap<String, InstanceHandle>,
     pub workers: BTreeMap<String, SimWorker>,
     pub stubs: BTreeMap<String, ProviderStub>,
@@ -80,9 +79,14 @@ pub struct World {
     worker_clock: worker_sim::SharedClock,
 }
 
+/// `chain_a` -> `chain-a.sim`, its host name on the simulated network.
+pub fn sim_host(name: &str) -> String {
+    format!("{}.sim", name.replace('_', "-"))
+}
+
 /// `chain_a` -> `http://chain-a.sim`.
 pub fn sim_url(name: &str) -> String {
-    format!("http://{}.sim", name.replace('_', "-"))
+    format!("http://{}", sim_host(name))
 }
 
 pub fn coordinator_config(instance: &Instance) -> Config {
@@ -144,29 +148,15 @@ pub fn stub_key(name: &str) -> String {
 
 impl World {
     /// Builds every peer; must run inside the simulation runtime.
-    pub fn build(scenario: &Scenario, seed: u64) -> Result<Self, String> {
+    pub async fn build(scenario: &Scenario, seed: u64) -> Result<Self, String> {
         let epoch_ms = scenario.epoch_ms()?;
         let (clock, transcript, worker_clock) = clocks(epoch_ms);
-        let http = Arc::new(InProcessTransport::new());
+        let net = simnet::Net::new();
         let mut master = ChaCha20Rng::seed_from_u64(seed);
 
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
             let seed: u64 = master.gen();
-            let (store, nonces): (Arc<dyn Store>, Arc<dyn x402::NonceStore>) =
-                match spec.store.as_str() {
-                    "memory" => (
-                        Arc::new(MemoryStore::default()),
-                        Arc::new(x402::InMemoryNonceStore::default()),
-                    ),
-                    _ => {
-                        let db = Arc::new(
-                            coordinator::sqlite::SqliteStore::open_in_memory()
-                                .map_err(|e| format!("{name}: {e}"))?,
-                        );
-                        (db.clone(), db)
-                    }
-                };
             let facilitator = match &spec.payment {
                 Some(payment) if payment.facilitator != "local" => {
                     let stub = x402::FacilitatorStub::new(&spec.network);
@@ -175,86 +165,60 @@ impl World {
                 }
                 _ => None,
             };
-            let fence = Arc::new(Fenced::new(store.clone()));
-            let config = coordinator_config(spec);
-            let coordinator = Coordinator::new(
-                config.clone(),
-                clock.clone(),
-                ChaCha20Rng::seed_from_u64(seed),
-                fence.clone(),
-            );
+            let mut settings = Settings {
+                config: coordinator_config(spec),
+                db: memdb_path(name),
+                payment: None,
+                retention_hours: None,
+            };
+            let mut settler = None;
             if let Some(payment) = &spec.payment {
-                let gate =
-                    payment_gate(payment, &spec.network, nonces.clone(), facilitator.as_ref())?;
-                coordinator
-                    .enable_payments(gate)
-                    .map_err(|e| e.to_string())?;
+                let (config, s) = payment_settings(payment, &spec.network, facilitator.as_ref())?;
+                settings.payment = Some(config);
+                settler = Some(s);
             }
-            let app = coordinator::app(coordinator.clone());
-            let base_url = sim_url(name);
-            http.insert(&base_url, app.clone());
-            let (connector, mut acceptor) = worker_sim::channel_connector();
-            let up = Arc::new(AtomicBool::new(true));
-            let current = Arc::new(std::sync::Mutex::new(coordinator));
-            let (serving, accepting) = (current.clone(), up.clone());
-            tokio::spawn(async move {
-                while let Some(peer) = acceptor.accept().await {
-                    // A stopped instance refuses connections: dropping the
-                    // peer closes it as the worker sees it.
-                    if accepting.load(Ordering::SeqCst) {
-                        let c = serving.lock().expect("instance lock").clone();
-                        tokio::spawn(coordinator::session::run(
-                            c,
-                            ChannelConnection {
-                                from_worker: peer.from_worker,
-                                to_worker: peer.to_worker,
-                            },
-                        ));
-                    }
-                }
-            });
+            let mut sim = SimInstance {
+                settings,
+                settler,
+                seed,
+                generation: 0,
+                clock: clock.clone(),
+                host: sim_host(name),
+                net: net.clone(),
+                server: None,
+                crashed: Arc::new(AtomicBool::new(false)),
+                keeper: None,
+            };
+            sim.start().await?;
             instances.insert(
                 name.clone(),
                 InstanceHandle {
-                    base_url,
+                    base_url: sim_url(name),
                     facilitator,
-                    driver: Driver::Sim(Box::new(SimInstance {
-                        config,
-                        payment: spec.payment.clone(),
-                        seed,
-                        generation: 0,
-                        clock: clock.clone(),
-                        store,
-                        nonces,
-                        fence,
-                        current,
-                        app,
-                        up,
-                        connector,
-                    })),
+                    driver: Driver::Sim(Box::new(sim)),
                 },
             );
         }
 
-        let in_process = http.clone();
+        let serving = net.clone();
         let expose = |name: &str, router: axum::Router| {
-            let url = sim_url(name);
-            in_process.insert(&url, router);
-            Ok(url)
+            simnet::serve(&serving, &sim_host(name), router);
+            Ok(sim_url(name))
         };
+        let http: Arc<dyn HttpTransport> = Arc::new(simnet::SimHttp::new(&net, "router"));
         let mut world = assemble(
             scenario,
             Parts {
                 master,
                 transcript,
-                http: http.clone(),
+                http,
                 instances,
                 epoch_ms,
                 worker_clock,
             },
             expose,
         )?;
-        world.in_process = Some(http);
+        world.net = Some(net);
         world.start_workers()?;
         Ok(world)
     }
@@ -421,7 +385,8 @@ impl World {
             .with_observer(Arc::new(observer));
         w.task = Some(match &instance.driver {
             Driver::Sim(sim) => {
-                let connector = sim.connector.clone();
+                let url = format!("ws://{}/v1/workers/ws", sim.host);
+                let connector = simnet::SimWsConnector::new(&sim.net, name, url);
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
                 })
@@ -452,41 +417,93 @@ impl World {
     }
 
     /// A stopped instance answers no HTTP (connection refused) and refuses
-    /// new worker connections; sessions already open stay open.
+    /// new worker connections; connections already open stay open.
     pub fn set_instance_up(&mut self, name: &str, up: bool) -> Result<(), String> {
-        let i = self
+        let sim = self.sim_instance(name)?;
+        sim.net.set_refusing(&sim.host, !up);
+        Ok(())
+    }
+
+    /// Crashes and restarts a simulated instance on the same database: the
+    /// old process writes nothing more and its connections end (as with
+    /// `kill -9`), and a new one recovers from what was committed. Workers
+    /// reconnect by themselves.
+    pub async fn restart_instance(&mut self, name: &str) -> Result<(), String> {
+        let sim = self.sim_instance(name)?;
+        sim.crash();
+        sim.start().await
+    }
+
+    /// Arms a crash of `name` right after its store's next write of kind
+    /// `write`; the instance is restarted at the next step boundary
+    /// ([`World::restart_crashed`]), as a supervisor would restart it.
+    pub fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), String> {
+        let sim = self.sim_instance(name)?;
+        let (net, host, crashed) = (sim.net.clone(), sim.host.clone(), sim.crashed.clone());
+        let server = sim.server.as_ref().ok_or("instance is not running")?;
+        let store = server.store().ok_or("instance has no database")?;
+        store.crash_after(write, move || {
+            // Within the write itself: nothing the process does after it
+            // reaches a peer.
+            net.crash(&host);
+            crashed.store(true, Ordering::SeqCst);
+        });
+        Ok(())
+    }
+
+    /// Restarts the instances whose armed crash has fired.
+    pub async fn restart_crashed(&mut self) -> Result<(), String> {
+        let names: Vec<String> = self
             .instances
-            .get(name)
-            .ok_or_else(|| format!("no instance {name:?}"))?;
-        let (Driver::Sim(sim), Some(http)) = (&i.driver, &self.in_process) else {
-            return Err("instances can be stopped only in the simulation".into());
-        };
-        sim.up.store(up, Ordering::SeqCst);
-        if up {
-            http.insert(&i.base_url, sim.app.clone());
-        } else {
-            http.remove(&i.base_url);
+            .iter()
+            .filter(|(_, i)| match &i.driver {
+                Driver::Sim(sim) => sim.crashed.load(Ordering::SeqCst),
+                Driver::Live { .. } => false,
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            self.transcript.log(
+                "harness",
+                format!("{name} crashed at its armed store write; restarting"),
+            );
+            self.restart_instance(&name).await?;
         }
         Ok(())
     }
 
-    /// Crashes and restarts a simulated instance on the same store: the old
-    /// coordinator writes nothing more (as a killed process), its worker
-    /// sessions close, and a new one recovers from the store. Workers
-    /// reconnect by themselves.
-    pub async fn restart_instance(&mut self, name: &str) -> Result<(), String> {
+    /// Waits until every simulated instance's store has committed what it
+    /// was handed, so end-of-run checks read the final state.
+    pub async fn settle(&self) {
+        for instance in self.instances.values() {
+            if let Driver::Sim(sim) = &instance.driver {
+                if let Some(server) = &sim.server {
+                    let _ = server.coordinator().durable().await;
+                }
+            }
+        }
+    }
+
+    fn sim_instance(&mut self, name: &str) -> Result<&mut SimInstance, String> {
         let i = self
             .instances
             .get_mut(name)
             .ok_or_else(|| format!("no instance {name:?}"))?;
-        let Driver::Sim(sim) = &mut i.driver else {
-            return Err("instances can be restarted only in the simulation".into());
-        };
-        let app = sim.restart(i.facilitator.as_ref()).await?;
-        if let (true, Some(http)) = (sim.up.load(Ordering::SeqCst), &self.in_process) {
-            http.insert(&i.base_url, app);
+        match &mut i.driver {
+            Driver::Sim(sim) => Ok(sim),
+            Driver::Live { .. } => {
+                Err("instances can be stopped and restarted only in the simulation".into())
+            }
         }
-        Ok(())
+    }
+
+    /// The transport of a client with its own address (per-client limits
+    /// see it apart from every other client).
+    pub fn client(&self, name: &str) -> Arc<dyn HttpTransport> {
+        match &self.net {
+            Some(net) => Arc::new(simnet::SimHttp::new(net, name)),
+            None => self.http.clone(),
+        }
     }
 
     pub fn base_url(&self, instance: &str) -> Result<String, String> {
@@ -622,7 +639,7 @@ fn assemble(
     let world = World {
         transcript,
         http,
-        in_process: None,
+        net: None,
         instances,
         workers,
         stubs,
@@ -640,12 +657,11 @@ pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efca
 
 /// A payment gate on USDC (Base Sepolia contract and domain) for `network`,
 /// settling locally or through the scripted in-process facilitator `stub`.
-fn payment_gate(
+fn payment_settings(
     spec: &crate::scenario::PaymentSpec,
     network: &str,
-    nonces: Arc<dyn x402::NonceStore>,
     stub: Option<&x402::FacilitatorStub>,
-) -> Result<x402::PaymentGate, String> {
+) -> Result<(x402::PaymentConfig, Arc<dyn x402::Settler>), String> {
     let pay_to = spec
         .pay_to
         .parse()
@@ -664,102 +680,76 @@ fn payment_gate(
         }
     };
     config.validate().map_err(|e| format!("payment: {e}"))?;
-    Ok(x402::PaymentGate::new(config, nonces, settler))
+    Ok((config, settler))
 }
 
-/// A simulated instance: the real coordinator over a store that outlives
-/// it, so a restart recovers what the crashed generation made durable.
+/// A simulated instance: the real coordinator, started through the
+/// composition root on an in-memory SQLite database that outlives each
+/// process generation, served on the simulated network.
 pub struct SimInstance {
-    config: Config,
-    payment: Option<crate::scenario::PaymentSpec>,
+    settings: Settings,
+    settler: Option<Arc<dyn x402::Settler>>,
     seed: u64,
     generation: u64,
     clock: Arc<TokioClock>,
-    /// What every generation opens (SQLite in memory unless `store = "memory"`).
-    pub store: Arc<dyn Store>,
-    nonces: Arc<dyn x402::NonceStore>,
-    /// The current generation's way to the store.
-    fence: Arc<Fenced>,
-    current: Arc<std::sync::Mutex<Coordinator>>,
-    app: axum::Router,
-    up: Arc<AtomicBool>,
-    connector: ChannelConnector,
+    host: String,
+    net: simnet::Net,
+    /// The running generation; `None` between a crash and the restart.
+    pub server: Option<Server>,
+    /// Set by an armed crash (`crash_after`).
+    crashed: Arc<AtomicBool>,
+    /// A crashed generation's store, kept until the next generation has
+    /// opened the database (an in-memory database lives while a
+    /// connection to it is open).
+    keeper: Option<Arc<SqliteStore>>,
 }
 
 impl SimInstance {
-    async fn restart(
-        &mut self,
-        facilitator: Option<&x402::FacilitatorStub>,
-    ) -> Result<axum::Router, String> {
-        // A killed process writes nothing more; its sessions' clean-up is lost with it.
-        self.fence.alive.store(false, Ordering::SeqCst);
-        let old = self.current.lock().expect("instance lock").clone();
-        old.shutdown();
-        self.generation += 1;
+    /// Starts a generation: a seeded RNG stream of its own, recovery from
+    /// the database, serving on the instance's host name.
+    async fn start(&mut self) -> Result<(), String> {
         let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
         rng.set_stream(self.generation);
-        let fence = Arc::new(Fenced::new(self.store.clone()));
-        let new = Coordinator::open(self.config.clone(), self.clock.clone(), rng, fence.clone())
+        self.generation += 1;
+        let parts = server::Parts {
+            clock: self.clock.clone(),
+            rng,
+            runtime: server::Runtime::Simulation,
+            settler: self.settler.clone(),
+        };
+        let mut started = server::start(self.settings.clone(), parts)
             .await
-            .map_err(|e| format!("restart: {e}"))?;
-        if let Some(payment) = &self.payment {
-            let gate = payment_gate(
-                payment,
-                &self.config.network,
-                self.nonces.clone(),
-                facilitator,
-            )?;
-            new.enable_payments(gate).map_err(|e| e.to_string())?;
-        }
-        self.fence = fence;
-        *self.current.lock().expect("instance lock") = new.clone();
-        self.app = coordinator::app(new);
-        Ok(self.app.clone())
+            .map_err(|e| e.to_string())?;
+        started.serve(self.net.listen(&self.host), |_| {});
+        self.server = Some(started);
+        self.keeper = None;
+        self.crashed.store(false, Ordering::SeqCst);
+        Ok(())
     }
-}
 
-/// A store that stops writing when its coordinator generation crashes.
-struct Fenced {
-    inner: Arc<dyn Store>,
-    alive: AtomicBool,
-}
-
-impl Fenced {
-    fn new(inner: Arc<dyn Store>) -> Self {
-        Self {
-            inner,
-            alive: AtomicBool::new(true),
-        }
-    }
-}
-
-impl Store for Fenced {
-    fn apply(
-        &self,
-        changes: &[coordinator::core::Change],
-    ) -> Result<(), coordinator::store::StoreError> {
-        if self.alive.load(Ordering::SeqCst) {
-            self.inner.apply(changes)
-        } else {
-            Ok(())
+    /// Kills the running generation: its store writes nothing more, its
+    /// tasks stop, and every connection it serves is cut.
+    fn crash(&mut self) {
+        self.net.crash(&self.host);
+        if let Some(server) = self.server.take() {
+            self.keeper = server.store().cloned();
+            server.crash();
         }
     }
 
-    fn flush(
-        &self,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<(), coordinator::store::StoreError>>
-                + Send
-                + '_,
-        >,
-    > {
-        self.inner.flush()
+    /// The current generation's store.
+    pub fn store(&self) -> Option<Arc<SqliteStore>> {
+        self.server.as_ref().and_then(|s| s.store().cloned())
     }
+}
 
-    fn load(&self) -> Result<coordinator::store::Snapshot, coordinator::store::StoreError> {
-        self.inner.load()
-    }
+/// A process-wide unique in-memory database for one instance of one run
+/// (runs may share a process, and tests run in parallel threads). The
+/// number never reaches a transcript.
+fn memdb_path(instance: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("file:/sim-{n}-{instance}?vfs=memdb")
 }
 
 pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {

@@ -3,8 +3,8 @@
 //! on real WebSockets, and the hosted-provider stubs on their own ports.
 
 use coordinator::config::Config;
-use coordinator::store::MemoryStore;
-use coordinator::{Coordinator, SystemClock};
+use coordinator::server::{self, Parts, Settings};
+use coordinator::SystemClock;
 use rand::SeedableRng;
 use router::{
     AdapterError, Chain, ComputeRouter, CoordinatorUrls, HostedProvider, LlmRequest, PaymentClient,
@@ -27,21 +27,29 @@ async fn serve(router: axum::Router) -> String {
 
 /// A coordinator on loopback with `workers` worker-sim workers connected.
 async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
-    let c = Coordinator::new(
-        Config {
+    let mut payment = None;
+    if gated {
+        let mut config = x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap());
+        config.network = network.into();
+        payment = Some(config);
+    }
+    let settings = Settings {
+        config: Config {
             network: network.into(),
             ..Config::default()
         },
+        payment,
+        ..Settings::default()
+    };
+    let parts = Parts::new(
         Arc::new(SystemClock),
         rand_chacha::ChaCha20Rng::seed_from_u64(workers as u64),
-        Arc::new(MemoryStore::default()),
     );
-    if gated {
-        let config = x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap());
-        c.enable_payments(x402::PaymentGate::from_config(config).unwrap())
-            .unwrap();
-    }
-    let base = serve(coordinator::app(c.clone())).await;
+    let mut server = server::start(settings, parts).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    server.serve_tcp(listener);
+    let c = server.coordinator().clone();
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
     let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     for i in 0..workers {

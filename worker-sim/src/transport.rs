@@ -161,12 +161,13 @@ impl Connector for ChannelConnector {
 
 // ---------------------------------------------------------------- WebSocket
 
-/// A tokio-tungstenite client connection.
-pub struct WsTransport {
-    stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+/// A tokio-tungstenite client connection, over a socket by default or
+/// over any byte stream (the simulation's network).
+pub struct WsTransport<S = MaybeTlsStream<TcpStream>> {
+    stream: WebSocketStream<S>,
 }
 
-impl std::fmt::Debug for WsTransport {
+impl<S> std::fmt::Debug for WsTransport<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WsTransport").finish_non_exhaustive()
     }
@@ -187,7 +188,17 @@ impl WsTransport {
     }
 }
 
-impl Transport for WsTransport {
+impl<S> WsTransport<S> {
+    /// A connection whose WebSocket handshake is already done.
+    pub fn from_stream(stream: WebSocketStream<S>) -> Self {
+        Self { stream }
+    }
+}
+
+impl<S> Transport for WsTransport<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
     async fn send(&mut self, frame: String) -> Result<(), TransportError> {
         self.stream
             .send(Message::Text(frame.into()))

@@ -6,9 +6,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coordinator::config::Config;
+use coordinator::server::{self, Parts, Settings};
 use coordinator::session::ChannelConnection;
-use coordinator::store::MemoryStore;
-use coordinator::Coordinator;
 use http_body_util::BodyExt;
 use protocol::api::Payload;
 use protocol::receipt::Receipt;
@@ -35,21 +34,28 @@ struct Sim {
 
 /// A coordinator plus one simulated worker whose every connection is served
 /// by the coordinator's own session code.
-fn start(faults: FaultPlan) -> Sim {
-    start_seeded(faults, 11)
+async fn start(faults: FaultPlan) -> Sim {
+    start_seeded(faults, 11).await
 }
 
-fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
+async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
     let config = Config {
         network: NETWORK.into(),
         ..Config::default()
     };
-    let c = Coordinator::new(
-        config,
+    let parts = Parts::new(
         Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
         rand_chacha::ChaCha20Rng::seed_from_u64(1),
-        Arc::new(MemoryStore::default()),
     );
+    let settings = Settings {
+        config,
+        ..Settings::default()
+    };
+    let c = server::start(settings, parts)
+        .await
+        .unwrap()
+        .coordinator()
+        .clone();
     let app = coordinator::app(c.clone());
     let (connector, mut acceptor) = channel_connector();
     tokio::spawn(async move {
@@ -170,7 +176,7 @@ fn got_error(log: &EventLog, code: &str) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn a_simulated_worker_completes_a_job_with_a_verified_receipt() {
-    let s = start(FaultPlan::none());
+    let s = start(FaultPlan::none()).await;
     wait_online(&s.app, 1).await;
     let id = commit_llm(&s.app, "Hello coordinator").await;
     let record = wait_done(&s.app, &id).await;
@@ -183,7 +189,7 @@ async fn a_simulated_worker_completes_a_job_with_a_verified_receipt() {
 /// Faults after which the coordinator requeues the job; the worker's next
 /// assignment (job index 1) is clean, so the job still completes.
 async fn requeued_then_completed(fault: JobFault, expected_error: Option<&str>) -> Sim {
-    let s = start(FaultPlan::none().on_job(0, fault.clone()));
+    let s = start(FaultPlan::none().on_job(0, fault.clone())).await;
     wait_online(&s.app, 1).await;
     let id = commit_llm(&s.app, "retry me").await;
     let record = wait_done(&s.app, &id).await;
@@ -250,7 +256,8 @@ async fn malformed_frames_get_error_frames_and_the_session_survives() {
             JobFault::Malformed {
                 frame: kind.clone(),
             },
-        ));
+        ))
+        .await;
         wait_online(&s.app, 1).await;
         let id = commit_llm(&s.app, "still fine").await;
         let record = wait_done(&s.app, &id).await;
@@ -292,7 +299,7 @@ async fn disconnect_requeues_and_the_worker_comes_back() {
 
 #[tokio::test(start_paused = true)]
 async fn no_heartbeat_gets_the_worker_dropped() {
-    let s = start(FaultPlan::none().with_heartbeat(HeartbeatFault::Stop { after_ms: 0 }));
+    let s = start(FaultPlan::none().with_heartbeat(HeartbeatFault::Stop { after_ms: 0 })).await;
     wait_online(&s.app, 1).await;
     tokio::time::sleep(Duration::from_millis(16_000)).await;
     assert!(
@@ -314,7 +321,7 @@ async fn handshake_faults_are_refused() {
         (HandshakeFault::WrongProtocolVersion, "UnsupportedVersion"),
         (HandshakeFault::InvalidHello, "InvalidHello"),
     ] {
-        let s = start(FaultPlan::none().with_handshake(fault.clone()));
+        let s = start(FaultPlan::none().with_handshake(fault.clone())).await;
         let result = s.worker.await.unwrap();
         match result {
             Err(WorkerError::Refused { code: got, .. }) => assert_eq!(format!("{got:?}"), code),
@@ -333,7 +340,8 @@ async fn same_seed_same_transcript_with_the_real_coordinator() {
                 .on_job(0, JobFault::BadSignature)
                 .on_job(2, JobFault::Silent),
             seed,
-        );
+        )
+        .await;
         wait_online(&s.app, 1).await;
         let a = commit_llm(&s.app, "first").await;
         let b = commit_llm(&s.app, "second").await;

@@ -3,11 +3,9 @@
 //! coordinator is up (reconnect with backoff).
 
 use coordinator::config::Config;
-use coordinator::store::MemoryStore;
-use coordinator::Coordinator;
+use coordinator::server::{self, Parts, Settings};
 use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use worker_sim::{
@@ -17,17 +15,19 @@ use worker_sim::{
 const EPOCH_MS: i64 = 1_795_255_200_000;
 
 async fn serve_on(listener: tokio::net::TcpListener) -> reqwest::Client {
-    let c = Coordinator::new(
-        Config {
+    let settings = Settings {
+        config: Config {
             network: "eip155:10143".into(),
             ..Config::default()
         },
+        ..Settings::default()
+    };
+    let parts = Parts::new(
         Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
         rand_chacha::ChaCha20Rng::seed_from_u64(1),
-        Arc::new(MemoryStore::default()),
     );
-    let service = coordinator::app(c).into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
+    let mut server = server::start(settings, parts).await.unwrap();
+    server.serve_tcp(listener);
     reqwest::Client::new()
 }
 

@@ -5,9 +5,9 @@
 //! Logs go to stderr; `RUST_LOG` filters them (default `info`).
 
 use clap::Parser;
-use coordinator::config::{is_caip2, Config};
-use coordinator::sqlite::SqliteStore;
-use coordinator::{app, Coordinator, SystemClock};
+use coordinator::config::Config;
+use coordinator::server::{self, Parts, Runtime, Settings, StartError};
+use coordinator::SystemClock;
 use protocol::money::Price;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -121,7 +121,7 @@ impl Args {
             .ok_or("--payment-required needs --pay-to ADDRESS")?
             .parse()
             .map_err(|e| format!("--pay-to: {e}"))?;
-        let config = x402::PaymentConfig {
+        Ok(Some(x402::PaymentConfig {
             network: self.network.clone(),
             pay_to,
             asset: self.asset.parse().map_err(|e| format!("--asset: {e}"))?,
@@ -129,14 +129,10 @@ impl Args {
             asset_version: self.asset_version.clone(),
             max_timeout_seconds: self.max_timeout_seconds,
             facilitator_url: self.facilitator_url.clone(),
-        };
-        config
-            .validate()
-            .map_err(|e| format!("payment settings: {e}"))?;
-        Ok(Some(config))
+        }))
     }
 
-    fn config(&self) -> Config {
+    fn settings(&self) -> Result<Settings, String> {
         let mut config = Config {
             network: self.network.clone(),
             public_url: self.public_url.clone(),
@@ -149,51 +145,52 @@ impl Args {
         let t = &mut config.timing;
         t.pending_timeout_ms = self.pending_timeout_ms;
         t.lease_ms = self.lease_ms;
-        t.attempts_max = self.attempts_max.max(1);
+        t.attempts_max = self.attempts_max;
         t.heartbeat_interval_ms = self.heartbeat_interval_ms;
         t.heartbeat_timeout_ms = self.heartbeat_timeout_ms;
         let l = &mut config.limits;
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
         l.claims_per_minute_max = self.claims_per_minute_max;
-        l.handshakes_max = self.handshakes_max.max(1);
-        config
+        l.handshakes_max = self.handshakes_max;
+        Ok(Settings {
+            config,
+            db: self.db.clone(),
+            payment: self.payment_config()?,
+            retention_hours: self.retention_hours,
+        })
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    if !is_caip2(&args.network) {
-        eprintln!(
-            "error: --network {:?} is not a CAIP-2 chain id (namespace:reference, e.g. eip155:84532)",
-            args.network
-        );
-        return ExitCode::from(2);
-    }
-    let rng = match args.seed {
-        Some(seed) => ChaCha20Rng::seed_from_u64(seed),
-        None => ChaCha20Rng::from_entropy(),
-    };
-    let payment_config = match args.payment_config() {
-        Ok(p) => p,
+    init_logs();
+    let settings = match args.settings() {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let store = match SqliteStore::open(&args.db) {
-        Ok(s) => Arc::new(s),
+    let rng = match args.seed {
+        Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+        None => ChaCha20Rng::from_entropy(),
+    };
+    let parts = Parts {
+        clock: Arc::new(SystemClock),
+        rng,
+        runtime: Runtime::Os,
+        settler: None,
+    };
+    let mut server = match server::start(settings, parts).await {
+        Ok(s) => s,
+        Err(e @ StartError::Settings(_)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            eprintln!("error: cannot open the database {}: {e}", args.db);
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -205,85 +202,31 @@ async fn main() -> ExitCode {
         }
     };
     let addr = listener.local_addr().map_or(args.listen, |a| a);
-    tracing::info!(%addr, network = %args.network, "coordinator listening on http://{addr}");
+    tracing::info!(%addr, network = %args.network, db = %args.db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
     }
-    let c = match Coordinator::open(args.config(), Arc::new(SystemClock), rng, store.clone()).await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot restore from {}: {e}", args.db);
-            return ExitCode::FAILURE;
-        }
-    };
-    tracing::info!(db = %args.db, "state restored");
-    if let Some(config) = payment_config {
-        let settler: Arc<dyn x402::Settler> = match &config.facilitator_url {
-            Some(url) => {
-                match x402::FacilitatorSettler::http(url, x402::settle::DEFAULT_FACILITATOR_TIMEOUT)
-                {
-                    Ok(s) => Arc::new(s),
-                    Err(e) => {
-                        eprintln!("error: facilitator {url}: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            None => {
-                tracing::warn!("payments are verified locally and settled nowhere: no money moves (set --facilitator-url)");
-                Arc::new(x402::LocalSettler)
-            }
-        };
-        tracing::info!(network = %config.network, pay_to = %config.pay_to, "commits require an x402 payment");
-        // Used nonces live in the same database, so a restart never lets a payment buy a second job.
-        let gate = x402::PaymentGate::new(config, store.clone(), settler);
-        c.enable_payments(gate).expect("payments enabled once");
-    }
-    if let Some(hours) = args.retention_hours {
-        tokio::spawn(apply_retention(c.clone(), store, hours));
-    }
-    let service = app(c.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    // Frames are small and latency matters: without TCP_NODELAY, an assign
-    // written right after a result_accepted waits for the worker's delayed ACK.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-        let _ = stream.set_nodelay(true);
-    });
-    let served = axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal(c))
-        .await;
-    match served {
-        Ok(()) => {
-            tracing::info!("coordinator stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "server failed");
-            ExitCode::FAILURE
-        }
-    }
+    server.serve_tcp(listener);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    tracing::info!("coordinator stopped");
+    ExitCode::SUCCESS
 }
 
-/// Deletes terminal jobs older than the retention period, from memory and
-/// from the database, every 5 minutes.
-async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
-    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(300));
-    loop {
-        every.tick().await;
-        let before_ms = c.now_ms().saturating_sub(retention_ms);
-        let forgotten = c.with(|core, _| core.forget_terminal_jobs(before_ms));
-        if let Err(e) = store.purge_terminal_jobs(before_ms) {
-            tracing::error!(error = %e, "retention purge failed");
-        } else if forgotten > 0 {
-            tracing::info!(forgotten, "retention: old terminal jobs deleted");
-        }
-    }
+fn init_logs() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }
 
-/// Resolves on SIGINT or SIGTERM, after telling worker sessions to close so
-/// the graceful shutdown does not wait on open WebSockets.
-async fn shutdown_signal(c: Coordinator) {
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -302,6 +245,4 @@ async fn shutdown_signal(c: Coordinator) {
         _ = ctrl_c => {}
         _ = terminate => {}
     }
-    tracing::info!("shutting down");
-    c.shutdown();
 }

@@ -7,8 +7,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coordinator::config::Config;
+use coordinator::server::{self, Parts, Settings};
 use coordinator::session::ChannelConnection;
-use coordinator::store::MemoryStore;
 use coordinator::{Clock, Coordinator};
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
@@ -26,13 +26,19 @@ use tower::ServiceExt;
 /// 2026-11-21T10:00:00.000Z
 pub const EPOCH_MS: i64 = 1_795_255_200_000;
 
-pub fn coordinator(config: Config, clock: Arc<dyn Clock>, seed: u64) -> Coordinator {
-    Coordinator::new(
+/// A coordinator started through the composition root on a private
+/// in-memory SQLite database.
+pub async fn coordinator(config: Config, clock: Arc<dyn Clock>, seed: u64) -> Coordinator {
+    let settings = Settings {
         config,
-        clock,
-        ChaCha20Rng::seed_from_u64(seed),
-        Arc::new(MemoryStore::default()),
-    )
+        ..Settings::default()
+    };
+    let parts = Parts::new(clock, ChaCha20Rng::seed_from_u64(seed));
+    server::start(settings, parts)
+        .await
+        .expect("coordinator starts")
+        .coordinator()
+        .clone()
 }
 
 pub struct Response {

@@ -1,0 +1,334 @@
+//! The composition root: the one way a coordinator is started, by the
+//! binary, the simulation, the benches and the tests alike.
+//!
+//! [`start`] turns validated [`Settings`] and the injected [`Parts`] (clock,
+//! RNG, how the process runs, outbound payment settlement) into a running
+//! coordinator: the store opened and recovered, payments gated, the timer
+//! and retention tasks running. [`Server::serve`] then serves the HTTP API
+//! and the worker WebSocket on any `axum::serve::Listener` (a TCP socket,
+//! or the simulation's in-memory listener) through the same `axum::serve`,
+//! upgrade path and `ConnectInfo` extraction.
+//!
+//! A server ends one of two ways: [`Server::shutdown`] (graceful: stop
+//! accepting, close worker sessions in session order, commit what is
+//! pending) or [`Server::crash`] (as `kill -9`: the store writes nothing
+//! more and every task of the server stops; what was not yet committed is
+//! lost, as it would be).
+
+use crate::clock::Clock;
+use crate::config::{is_caip2, Config};
+use crate::coordinator::Coordinator;
+use crate::sqlite::{SqliteError, SqliteStore, WriterRuntime};
+use crate::store::{MemoryStore, Store, StoreError};
+use rand_chacha::ChaCha20Rng;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// How often retention looks for old terminal jobs.
+pub const RETENTION_INTERVAL_MS: u64 = 5 * 60 * 1000;
+
+/// `db` value for no database (see [`Settings::db`]).
+pub const NO_STORE: &str = "none";
+
+/// What a deployment decides: everything that comes from flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: Config,
+    /// SQLite database: a file path, `:memory:`, or a SQLite URI
+    /// (`file:/name?vfs=memdb` shares an in-memory database across
+    /// restarts within one process, as the simulation does). [`NO_STORE`]
+    /// keeps records in plain memory with no database at all, for
+    /// benchmarks that measure everything but the store.
+    pub db: String,
+    /// x402 payment gating of the commit endpoints; `None` means off.
+    pub payment: Option<x402::PaymentConfig>,
+    /// Completed and failed jobs older than this are deleted.
+    pub retention_hours: Option<u64>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            config: Config::default(),
+            db: ":memory:".into(),
+            payment: None,
+            retention_hours: None,
+        }
+    }
+}
+
+/// How the process runs, which decides where blocking work goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// A real process: the store's group-commit writer is an OS thread,
+    /// since fsync blocks.
+    Os,
+    /// The deterministic simulation: one current-thread runtime, the
+    /// writer is a task of it, and the core checks its invariants after
+    /// every event.
+    Simulation,
+}
+
+/// What is injected rather than configured.
+pub struct Parts {
+    pub clock: Arc<dyn Clock>,
+    pub rng: ChaCha20Rng,
+    pub runtime: Runtime,
+    /// Settles payments instead of the facilitator named in the settings
+    /// (outbound network: the simulation's facilitator is in-process).
+    pub settler: Option<Arc<dyn x402::Settler>>,
+}
+
+impl Parts {
+    /// A real process's parts with a chosen clock and RNG.
+    pub fn new(clock: Arc<dyn Clock>, rng: ChaCha20Rng) -> Self {
+        Self {
+            clock,
+            rng,
+            runtime: Runtime::Os,
+            settler: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid settings: {0}")]
+    Settings(String),
+    #[error("cannot open the database {db}: {source}")]
+    OpenStore {
+        db: String,
+        #[source]
+        source: SqliteError,
+    },
+    #[error("cannot restore from {db}: {source}")]
+    Restore {
+        db: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("payment facilitator {url}: {message}")]
+    Facilitator { url: String, message: String },
+}
+
+impl Settings {
+    /// Checks and clamps the settings in one place: what `start` runs with
+    /// is always consistent, whoever built the settings.
+    pub fn validate(mut self) -> Result<Self, StartError> {
+        let invalid = |m: String| Err(StartError::Settings(m));
+        let network = &self.config.network;
+        if !is_caip2(network) {
+            return invalid(format!(
+                "network {network:?} is not a CAIP-2 chain id (namespace:reference, e.g. eip155:84532)"
+            ));
+        }
+        let t = &mut self.config.timing;
+        t.attempts_max = t.attempts_max.max(1);
+        if t.pending_timeout_ms <= 0 || t.lease_ms <= 0 {
+            return invalid("pending timeout and lease must be positive".into());
+        }
+        let l = &mut self.config.limits;
+        l.handshakes_max = l.handshakes_max.max(1);
+        l.body_bytes_max = l.body_bytes_max.max(1024);
+        if let Some(payment) = &self.payment {
+            if payment.network != self.config.network {
+                return invalid(format!(
+                    "payments are for {} but the coordinator serves {}",
+                    payment.network, self.config.network
+                ));
+            }
+            payment
+                .validate()
+                .map_err(|e| StartError::Settings(format!("payment settings: {e}")))?;
+        }
+        Ok(self)
+    }
+}
+
+/// A started coordinator and the tasks it owns.
+pub struct Server {
+    coordinator: Coordinator,
+    /// `None` with [`NO_STORE`].
+    store: Option<Arc<SqliteStore>>,
+    /// Timer and retention tasks; stopped when the server ends.
+    tasks: Vec<JoinHandle<()>>,
+    serving: Option<JoinHandle<()>>,
+    local_addr: Option<SocketAddr>,
+}
+
+/// Opens the store, restores the state it holds, gates payments and starts
+/// the timer (and retention) task. Serve it with [`Server::serve`].
+pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartError> {
+    let settings = settings.validate()?;
+    let writer = match parts.runtime {
+        Runtime::Os => WriterRuntime::Thread,
+        Runtime::Simulation => WriterRuntime::Task,
+    };
+    let (store, records, nonces): (_, Arc<dyn Store>, Arc<dyn x402::NonceStore>) =
+        if settings.db == NO_STORE {
+            let nonces = Arc::new(x402::InMemoryNonceStore::default());
+            (None, Arc::new(MemoryStore::default()), nonces)
+        } else {
+            let store = SqliteStore::open_on(&settings.db, writer)
+                .map(Arc::new)
+                .map_err(|source| StartError::OpenStore {
+                    db: settings.db.clone(),
+                    source,
+                })?;
+            (Some(store.clone()), store.clone(), store)
+        };
+    let mut config = settings.config.clone();
+    config.check_invariants |= parts.runtime == Runtime::Simulation;
+    let coordinator = Coordinator::open(config, parts.clock, parts.rng, records)
+        .await
+        .map_err(|source| StartError::Restore {
+            db: settings.db.clone(),
+            source,
+        })?;
+    if let Some(payment) = settings.payment.clone() {
+        let settler = match parts.settler {
+            Some(settler) => settler,
+            None => settler_for(&payment)?,
+        };
+        // Used nonces live in the same database as the jobs, so a restart
+        // never lets a payment buy a second job.
+        let gate = x402::PaymentGate::new(payment, nonces, settler);
+        coordinator
+            .enable_payments(gate)
+            .expect("a new coordinator has no payment gate yet");
+    }
+    let mut tasks = vec![tokio::spawn(crate::coordinator::run_timers(
+        coordinator.clone(),
+    ))];
+    if let (Some(hours), Some(store)) = (settings.retention_hours, &store) {
+        tasks.push(tokio::spawn(apply_retention(
+            coordinator.clone(),
+            store.clone(),
+            hours,
+        )));
+    }
+    Ok(Server {
+        coordinator,
+        store,
+        tasks,
+        serving: None,
+        local_addr: None,
+    })
+}
+
+fn settler_for(payment: &x402::PaymentConfig) -> Result<Arc<dyn x402::Settler>, StartError> {
+    Ok(match &payment.facilitator_url {
+        Some(url) => Arc::new(
+            x402::FacilitatorSettler::http(url, x402::settle::DEFAULT_FACILITATOR_TIMEOUT)
+                .map_err(|e| StartError::Facilitator {
+                    url: url.clone(),
+                    message: e.to_string(),
+                })?,
+        ),
+        None => {
+            tracing::warn!("payments are verified locally and settled nowhere: no money moves (set --facilitator-url)");
+            Arc::new(x402::LocalSettler)
+        }
+    })
+}
+
+impl Server {
+    pub fn coordinator(&self) -> &Coordinator {
+        &self.coordinator
+    }
+
+    /// The database, unless started with [`NO_STORE`].
+    pub fn store(&self) -> Option<&Arc<SqliteStore>> {
+        self.store.as_ref()
+    }
+
+    /// The whole API as an axum router, for tests that call it directly.
+    pub fn app(&self) -> axum::Router {
+        crate::http::app(self.coordinator.clone())
+    }
+
+    /// The address `serve` listens on.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Serves the API on a TCP socket, with `TCP_NODELAY` on every
+    /// connection: frames are small and latency matters, and without it an
+    /// assign written right after a `result_accepted` waits for the
+    /// worker's delayed ACK.
+    pub fn serve_tcp(&mut self, listener: tokio::net::TcpListener) {
+        self.serve(listener, |stream| {
+            let _ = stream.set_nodelay(true);
+        });
+    }
+
+    /// Serves the API on `listener` until [`Server::shutdown`], running
+    /// `configure` on each accepted connection; worker sessions are
+    /// upgraded from it, and handlers see each client's address.
+    pub fn serve<L>(&mut self, listener: L, configure: impl FnMut(&mut L::Io) + Send + 'static)
+    where
+        L: axum::serve::Listener<Addr = SocketAddr>,
+    {
+        self.local_addr = listener.local_addr().ok();
+        let service = self
+            .app()
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let listener = axum::serve::ListenerExt::tap_io(listener, configure);
+        let stopped = self.coordinator.stopped();
+        assert!(self.serving.is_none(), "a server serves one listener");
+        self.serving = Some(tokio::spawn(async move {
+            let served = axum::serve(listener, service)
+                .with_graceful_shutdown(stopped)
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "server failed");
+            }
+        }));
+    }
+
+    /// Graceful stop: stop accepting, ask every worker session to close (in
+    /// session order), let serving drain, commit what is pending.
+    pub async fn shutdown(self) {
+        self.coordinator.shutdown();
+        if let Some(serving) = self.serving {
+            let _ = serving.await;
+        }
+        if let Err(e) = self.coordinator.durable().await {
+            tracing::error!(error = %e, "last commit failed");
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Stops as a killed process does: nothing more reaches the store (what
+    /// it had not committed is lost) and the server's own tasks end. Its
+    /// connections are the network's to cut.
+    pub fn crash(self) {
+        if let Some(store) = &self.store {
+            store.halt();
+        }
+        for task in self.tasks.iter().chain(&self.serving) {
+            task.abort();
+        }
+    }
+}
+
+/// Deletes terminal jobs older than the retention period, from memory and
+/// from the database, every [`RETENTION_INTERVAL_MS`].
+async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
+    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
+    let mut every = tokio::time::interval(Duration::from_millis(RETENTION_INTERVAL_MS));
+    loop {
+        every.tick().await;
+        let before_ms = c.now_ms().saturating_sub(retention_ms);
+        let forgotten = c.with(|core, _| core.forget_terminal_jobs(before_ms));
+        if let Err(e) = store.purge_terminal_jobs(before_ms) {
+            tracing::error!(error = %e, "retention purge failed");
+        } else if forgotten > 0 {
+            tracing::info!(forgotten, "retention: old terminal jobs deleted");
+        }
+    }
+}

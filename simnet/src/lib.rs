@@ -1,0 +1,210 @@
+//! The simulation's network: named hosts that listen, peers with their own
+//! addresses that dial them, and in-memory byte streams between the two.
+//!
+//! Layout:
+//! - [`Net`]: the registry of listening hosts and open links; crashing a
+//!   host cuts every link it serves, in link order.
+//! - [`SimListener`]: a host's listening socket, an `axum::serve::Listener`,
+//!   so the coordinator is served by the same `axum::serve` as in
+//!   production (hyper, the WebSocket upgrade, `ConnectInfo`).
+//! - [`SimStream`]: one end of a link (`AsyncRead + AsyncWrite`).
+//! - [`SimHttp`]: the router's `HttpTransport` as real HTTP/1.1 over a link.
+//! - [`SimWsConnector`]: a worker's connector, a real WebSocket handshake
+//!   over a link.
+//!
+//! Why not turmoil: turmoil simulates TCP per host with its own scheduler
+//! and needs its own `TcpListener`/`TcpStream` types threaded through every
+//! socket user, and it has no `axum::serve::Listener`. What we need is
+//! narrower: real bytes between peers on the one current-thread runtime the
+//! harness already drives under paused time, per-peer addresses, and the
+//! ability to kill a host. Byte streams over `tokio::io::duplex` give that
+//! with the production server code untouched.
+//!
+//! Determinism: everything happens on one current-thread runtime; links are
+//! kept in creation order and cut in that order, so the tasks a crash wakes
+//! run in the same order every time.
+
+mod http;
+mod stream;
+mod ws;
+
+pub use http::{serve, SimHttp};
+pub use stream::SimStream;
+pub use ws::SimWsConnector;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use stream::Link;
+use tokio::sync::mpsc;
+
+/// Bytes buffered in each direction of a link before a writer waits.
+pub const LINK_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The port every simulated host listens on.
+pub const HOST_PORT: u16 = 80;
+
+/// The whole simulated network. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Net {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    hosts: BTreeMap<String, Host>,
+    /// Open links by id (creation order), with the host that serves each.
+    links: BTreeMap<u64, (String, Weak<Link>)>,
+    next_link: u64,
+    /// Peer addresses by name, handed out in order of first request.
+    peers: BTreeMap<String, SocketAddr>,
+}
+
+struct Host {
+    addr: SocketAddr,
+    accept: Option<mpsc::UnboundedSender<(SimStream, SocketAddr)>>,
+    /// Taken down by the scenario: connections are refused, open ones stay.
+    refusing: bool,
+}
+
+impl Net {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts listening as `host` (replacing an earlier listener of the
+    /// same host, as a restarted process binds its port again).
+    pub fn listen(&self, host: &str) -> SimListener {
+        let mut state = self.lock();
+        let count = state.hosts.len();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let entry = state.hosts.entry(host.to_owned()).or_insert_with(|| Host {
+            addr: numbered(1, count),
+            accept: None,
+            refusing: false,
+        });
+        entry.accept = Some(tx);
+        SimListener {
+            addr: entry.addr,
+            incoming: rx,
+        }
+    }
+
+    /// The address of the peer called `name`: stable for the run, distinct
+    /// per peer, so per-client limits see separate clients. Addresses are
+    /// in 127.0.0.0/8 and are only labels: nothing is sent on any socket.
+    pub fn peer_addr(&self, name: &str) -> SocketAddr {
+        let mut state = self.lock();
+        let count = state.peers.len();
+        *state
+            .peers
+            .entry(name.to_owned())
+            .or_insert_with(|| numbered(2, count))
+    }
+
+    /// Opens a link from `from` to `host`; refused when nothing listens.
+    pub fn connect(&self, from: SocketAddr, host: &str) -> io::Result<SimStream> {
+        let mut state = self.lock();
+        let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, host.to_owned());
+        let accept = state
+            .hosts
+            .get(host)
+            .filter(|h| !h.refusing)
+            .and_then(|h| h.accept.clone())
+            .ok_or_else(refused)?;
+        let (client, server, link) = stream::pair(LINK_BUFFER_BYTES);
+        accept.send((server, from)).map_err(|_| refused())?;
+        state.links.retain(|_, (_, l)| l.strong_count() > 0);
+        let id = state.next_link;
+        state.next_link += 1;
+        state
+            .links
+            .insert(id, (host.to_owned(), Arc::downgrade(&link)));
+        Ok(client)
+    }
+
+    /// Kills `host` as a crashed process: it stops listening and every link
+    /// it serves is cut (both ends see the connection end), in link order.
+    pub fn crash(&self, host: &str) {
+        let cut: Vec<Arc<Link>> = {
+            let mut state = self.lock();
+            if let Some(h) = state.hosts.get_mut(host) {
+                h.accept = None;
+            }
+            let ids: Vec<u64> = state
+                .links
+                .iter()
+                .filter(|(_, (served_by, _))| served_by == host)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| state.links.remove(&id).and_then(|(_, l)| l.upgrade()))
+                .collect()
+        };
+        for link in cut {
+            link.cut();
+        }
+    }
+
+    /// Takes `host` off the network (new connections are refused; open
+    /// ones stay) or puts it back.
+    pub fn set_refusing(&self, host: &str, refusing: bool) {
+        if let Some(h) = self.lock().hosts.get_mut(host) {
+            h.refusing = refusing;
+        }
+    }
+
+    /// Whether `host` accepts connections now.
+    pub fn is_listening(&self, host: &str) -> bool {
+        self.lock()
+            .hosts
+            .get(host)
+            .is_some_and(|h| !h.refusing && h.accept.as_ref().is_some_and(|tx| !tx.is_closed()))
+    }
+}
+
+/// `127.<kind>.x.y`, the `n`th address of a kind (1: hosts, 2: peers).
+fn numbered(kind: u8, n: usize) -> SocketAddr {
+    let n = u16::try_from(n).expect("fewer than 65,536 simulated addresses") + 1;
+    let [hi, lo] = n.to_be_bytes();
+    let port = if kind == 1 { HOST_PORT } else { 40_000 };
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, kind, hi, lo)), port)
+}
+
+/// A simulated host's listening socket.
+pub struct SimListener {
+    addr: SocketAddr,
+    incoming: mpsc::UnboundedReceiver<(SimStream, SocketAddr)>,
+}
+
+impl axum::serve::Listener for SimListener {
+    type Io = SimStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (SimStream, SocketAddr) {
+        match self.incoming.recv().await {
+            Some(accepted) => accepted,
+            // The host crashed or listens anew elsewhere: accept nothing more.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+}
+
+/// The host of an `http://host[:port]/...` or `ws://...` URL.
+pub(crate) fn host_of(url: &str) -> io::Result<String> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}")))?;
+    uri.host()
+        .map(str::to_owned)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: no host")))
+}
