@@ -15,6 +15,10 @@ pub struct Config {
     /// Base URL clients use (e.g. `https://coordinator.example`), for the
     /// `resource` of payment requirements; by default taken from `Host`.
     pub public_url: Option<String>,
+    /// Check the core's invariants after every event and panic on a breach
+    /// (see `Core::check_invariants`). Always on in debug builds; the
+    /// simulation turns it on in release builds too. Costs O(jobs) per event.
+    pub check_invariants: bool,
 }
 
 impl Default for Config {
@@ -25,6 +29,7 @@ impl Default for Config {
             limits: Limits::default(),
             timing: Timing::default(),
             public_url: None,
+            check_invariants: false,
         }
     }
 }

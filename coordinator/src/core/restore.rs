@@ -12,7 +12,7 @@
 //! - Pairing codes and trust entries come back as stored; an expired code
 //!   stays expired, and codes past their retention are not restored.
 
-use super::{Core, FailureReason, Job, QueueEntry, TimerKind};
+use super::{Core, FailureReason, Job, TimerKind};
 use crate::store::Snapshot;
 use protocol::api::JobStatus;
 use uuid::Uuid;
@@ -31,7 +31,6 @@ impl Core {
         let mut requeued: Vec<Uuid> = Vec::new();
         for mut job in jobs {
             job.worker = None;
-            job.epoch = 0;
             let id = job.id;
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
@@ -89,18 +88,8 @@ impl Core {
 
     /// Puts a restored pending job at the back of its queue with its own deadline.
     fn enqueue_restored(&mut self, id: Uuid, deadline_ms: i64) {
-        let job = self.jobs.get_mut(&id).expect("restored job exists");
-        job.epoch += 1;
-        let entry = QueueEntry {
-            seq: job.seq,
-            job: id,
-            epoch: job.epoch,
-        };
-        let key = super::queue_key(job);
-        let epoch = job.epoch;
-        self.queues.entry(key).or_default().push_back(entry);
-        self.pending_count += 1;
-        self.add_timer(deadline_ms, TimerKind::Pending, id, epoch);
+        self.enqueue(id, false);
+        self.add_timer(deadline_ms, TimerKind::Pending, id);
     }
 
     /// Drops terminal jobs created before `created_before_ms` from memory
