@@ -179,6 +179,7 @@ mod tests {
 
         let mut c = core(&config);
         c.restore(snap, T0 + 5_000);
+        c.check_invariants(T0 + 5_000).unwrap();
         for id in [a, b] {
             let job = c.job(&id).unwrap();
             assert_eq!(job.status, JobStatus::Pending);
@@ -218,6 +219,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 1);
+        c.check_invariants(T0 + 1).unwrap();
         let job = c.job(&a).unwrap();
         assert_eq!(job.status, JobStatus::Failed);
         assert_eq!(job.error, Some(FailureReason::WorkerDisconnected));
@@ -237,6 +239,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 10_000);
+        c.check_invariants(T0 + 10_000).unwrap();
         assert_eq!(c.pending_jobs(), 3);
         for (i, id) in ids.iter().enumerate() {
             let job = c.job(id).unwrap();
@@ -270,6 +273,7 @@ mod tests {
         let mut c = core(&config);
         let later = T0 + config.timing.pending_timeout_ms + 1;
         c.restore(snap, later);
+        c.check_invariants(later).unwrap();
         assert_eq!(
             c.next_deadline_ms(),
             Some(T0 + config.timing.pending_timeout_ms)
@@ -296,6 +300,7 @@ mod tests {
         let max_seq = before.seq;
         let mut c = core(&config);
         c.restore(snap, T0 + 100);
+        c.check_invariants(T0 + 100).unwrap();
         let persisted = |j: &crate::core::Job| serde_json::to_value(j).unwrap();
         assert_eq!(persisted(c.job(&done).unwrap()), persisted(&before));
         assert!(c.take_changes().is_empty());
@@ -320,6 +325,7 @@ mod tests {
         let mut c = core(&config);
         let now = T0 + 10 * ttl + 5;
         c.restore(snap, now);
+        c.check_invariants(now).unwrap();
         let list = c.trusted_providers("alice");
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].provider_pubkey, "0xk1");
@@ -346,6 +352,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 40_000);
+        c.check_invariants(T0 + 40_000).unwrap();
         c.tick(T0 + 40_000);
         assert_eq!(c.job(&ids[0]).unwrap().status, JobStatus::Failed);
         assert!(matches!(c.take_changes().as_slice(), [Change::Job(_)]));

@@ -478,12 +478,17 @@ fn a_restored_core_keeps_its_invariants() {
 /// at the end every job ends once time runs past every deadline.
 #[test]
 fn random_events_keep_the_invariants() {
-    for seed in 0..8 {
-        swarm(seed, 2_000);
+    for seed in 0..6 {
+        swarm(seed, 1_500, false);
+    }
+    // Workers that fail most jobs: the paths that keep a job from the
+    // worker that failed it.
+    for seed in 6..10 {
+        swarm(seed, 1_500, true);
     }
 }
 
-fn swarm(seed: u64, events: usize) {
+fn swarm(seed: u64, events: usize, failing: bool) {
     const KEYS: [&str; 5] = ["0xk0", "0xk1", "0xk2", "0xk3", "0xk4"];
     const USERS: [&str; 3] = ["alice", "bob", "carol"];
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -502,7 +507,11 @@ fn swarm(seed: u64, events: usize) {
             .iter()
             .flat_map(|(&s, w)| w.jobs.iter().map(move |&id| (s, id)))
             .collect();
-        match rng.gen_range(0..100) {
+        let mut roll = rng.gen_range(0..100);
+        if failing && (55..=69).contains(&roll) && rng.gen_bool(0.8) {
+            roll = 70;
+        }
+        match roll {
             0..=29 => {
                 let job_type = if rng.gen_bool(0.7) {
                     LLM
