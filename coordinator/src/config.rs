@@ -15,8 +15,9 @@ pub struct Config {
     /// Base URL clients use (e.g. `https://coordinator.example`), for the
     /// `resource` of payment requirements; by default taken from `Host`.
     pub public_url: Option<String>,
-    /// Run the core's invariant check after every event (always on in
-    /// debug builds and in the simulation).
+    /// Check the core's invariants after every event and panic on a breach
+    /// (see `Core::check_invariants`). Always on in debug builds; the
+    /// simulation turns it on in release builds too. Costs O(jobs) per event.
     pub check_invariants: bool,
 }
 

@@ -133,6 +133,7 @@ impl Coordinator {
         let deadline_before = state.core.next_deadline_ms();
         let now_ms = self.inner.clock.now_ms();
         let out = event(&mut state.core, now_ms);
+        state.core.assert_invariants(now_ms);
         self.flush(&mut state);
         if state.core.next_deadline_ms() != deadline_before {
             self.inner.timer_wake.notify_one();
@@ -186,7 +187,9 @@ impl Coordinator {
         // The outbox must exist before the core fills the new worker's slots.
         let next = state.core.peek_next_session();
         state.outboxes.insert(next, tx);
-        match state.core.register(pubkey, capabilities, slots, now_ms) {
+        let registered = state.core.register(pubkey, capabilities, slots, now_ms);
+        state.core.assert_invariants(now_ms);
+        match registered {
             Ok(session) => {
                 debug_assert_eq!(session, next);
                 self.flush(&mut state);
@@ -206,6 +209,7 @@ impl Coordinator {
         state.outboxes.remove(&session);
         let now_ms = self.inner.clock.now_ms();
         state.core.unregister(session, now_ms);
+        state.core.assert_invariants(now_ms);
         self.flush(&mut state);
         self.inner.timer_wake.notify_one();
     }

@@ -8,8 +8,16 @@
 //! Invariant kept after every event: no pending job has an eligible worker
 //! with a free slot. A new job therefore only needs a free worker, and a
 //! freed slot only needs the head of the queues that worker can serve.
+//! `check_invariants` (invariants.rs) verifies this and the other
+//! invariants of the state; the shell runs it after every event in debug
+//! builds and in the simulation.
 
+mod invariants;
 mod restore;
+#[cfg(test)]
+mod tests;
+
+pub use invariants::InvariantViolation;
 
 use crate::config::Config;
 use crate::trust::{ClaimError, Pairing, TooManyCodes, Trust, TrustEntry};
@@ -20,7 +28,7 @@ use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 pub type SessionId = u64;
@@ -81,9 +89,6 @@ pub struct Job {
     /// The session holding the job while assigned or running.
     #[serde(skip)]
     pub worker: Option<SessionId>,
-    /// Bumped on every change of status, so stale timers and queue entries are ignored.
-    #[serde(skip)]
-    epoch: u32,
     /// The session whose attempt last failed; it gets the job again only
     /// when no other eligible worker is connected.
     #[serde(skip)]
@@ -92,6 +97,10 @@ pub struct Job {
     /// ends, so the timer set holds no dead entries.
     #[serde(skip)]
     timer: Option<Timer>,
+    /// While pending: the job's position in its queue, removed when it
+    /// leaves, so queues hold only pending jobs.
+    #[serde(skip)]
+    queue_pos: Option<i64>,
 }
 
 impl Job {
@@ -188,8 +197,9 @@ enum QueueKey {
     Private(Tier, JobType, String),
 }
 
+/// What a job's deadline ends: its wait in the queue or its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum TimerKind {
+pub enum TimerKind {
     Pending,
     Lease,
 }
@@ -200,21 +210,40 @@ struct Timer {
     seq: u64,
     kind: TimerKind,
     job: Uuid,
-    epoch: u32,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct QueueEntry {
-    seq: u64,
-    job: Uuid,
-    epoch: u32,
+/// Pending jobs in dispatch order. A requeued job takes a position before
+/// the first, a new one after the last; an empty queue is dropped from
+/// `Core::queues`, so positions stay far from overflow.
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: BTreeMap<i64, Uuid>,
 }
+
+impl Queue {
+    fn push(&mut self, id: Uuid, to_front: bool) -> i64 {
+        let pos = if to_front {
+            self.jobs.first_key_value().map_or(0, |(p, _)| p - 1)
+        } else {
+            self.jobs.last_key_value().map_or(0, |(p, _)| p + 1)
+        };
+        self.jobs.insert(pos, id);
+        pos
+    }
+}
+
+/// Queued jobs a worker skips because it failed them (while another worker
+/// could take them) before it takes the head anyway. Bounds the work of a
+/// freed slot, and keeps a worker that fails everything from sitting idle
+/// while work it may take waits behind its failures.
+const AVOIDED_SCAN_MAX: usize = 8;
 
 pub struct Core {
     config: Config,
     rng: ChaCha20Rng,
     jobs: HashMap<Uuid, Job>,
-    queues: BTreeMap<QueueKey, VecDeque<QueueEntry>>,
+    /// Only non-empty queues.
+    queues: BTreeMap<QueueKey, Queue>,
     pending_count: usize,
     workers: BTreeMap<SessionId, Worker>,
     session_of: HashMap<String, SessionId>,
@@ -348,9 +377,9 @@ impl Core {
             deadline_ms: None,
             seq,
             worker: None,
-            epoch: 0,
             avoid: None,
             timer: None,
+            queue_pos: None,
         };
         if refused == Some(Refused::NoTrustedWorker) {
             job.status = JobStatus::Failed;
@@ -374,25 +403,39 @@ impl Core {
         let job = self.jobs.get_mut(&id).expect("placed job exists");
         job.status = JobStatus::Pending;
         job.worker = None;
-        job.epoch += 1;
         let deadline = now_ms + self.config.timing.pending_timeout_ms;
         job.deadline_ms = Some(deadline);
-        let entry = QueueEntry {
-            seq: job.seq,
-            job: id,
-            epoch: job.epoch,
+        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.enqueue(id, to_front);
+        self.add_timer(deadline, TimerKind::Pending, id);
+    }
+
+    fn enqueue(&mut self, id: Uuid, to_front: bool) {
+        let job = self.jobs.get_mut(&id).expect("queued job exists");
+        debug_assert!(job.queue_pos.is_none(), "job {id} queued twice");
+        let pos = self
+            .queues
+            .entry(queue_key(job))
+            .or_default()
+            .push(id, to_front);
+        job.queue_pos = Some(pos);
+        self.pending_count += 1;
+    }
+
+    /// Takes a pending job out of its queue.
+    fn dequeue(&mut self, id: &Uuid) {
+        let job = self.jobs.get_mut(id).expect("dequeued job exists");
+        let Some(pos) = job.queue_pos.take() else {
+            return;
         };
         let key = queue_key(job);
-        let epoch = job.epoch;
-        self.changes.push(Change::Job(Box::new(job.clone())));
-        let queue = self.queues.entry(key).or_default();
-        if to_front {
-            queue.push_front(entry);
-        } else {
-            queue.push_back(entry);
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.jobs.remove(&pos);
+            if queue.jobs.is_empty() {
+                self.queues.remove(&key);
+            }
         }
-        self.pending_count += 1;
-        self.add_timer(deadline, TimerKind::Pending, id, epoch);
+        self.pending_count -= 1;
     }
 
     fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
@@ -419,24 +462,31 @@ impl Core {
                 free
             }
         };
+        // Only the first candidate is taken, so the (costlier) question of
+        // another eligible worker only matters when `avoid` is first.
         if let Some(avoid) = avoid {
-            if self.has_other_eligible(job, avoid) {
-                candidates.retain(|(_, s)| *s != avoid);
+            let first = candidates.first().is_some_and(|(_, s)| *s == avoid);
+            if first && self.has_other_eligible(job, avoid) {
+                candidates.remove(0);
             }
         }
         candidates.first().map(|(_, s)| *s)
     }
 
-    /// Whether a worker other than `session` could ever take `job`: connected,
-    /// with the capability, and trusted by the user for a PRIVATE job. Busy counts.
+    /// Whether a worker other than `session` could ever take `job`. Busy counts.
     fn has_other_eligible(&self, job: &Job, session: SessionId) -> bool {
+        self.workers
+            .iter()
+            .any(|(&other, w)| other != session && self.eligible(job, w))
+    }
+
+    /// Whether `worker` may hold `job`: it has the capability, and for a
+    /// PRIVATE job the user trusts its key.
+    fn eligible(&self, job: &Job, worker: &Worker) -> bool {
         let s = &job.submission;
-        self.workers.iter().any(|(&other, w)| {
-            other != session
-                && w.capabilities.contains(&s.job_type)
-                && (s.privacy_class == PrivacyClass::Public
-                    || self.trust.trusts(&s.user_id, &w.pubkey))
-        })
+        worker.capabilities.contains(&s.job_type)
+            && (s.privacy_class == PrivacyClass::Public
+                || self.trust.trusts(&s.user_id, &worker.pubkey))
     }
 
     /// Sessions of connected workers the user trusts that serve `job_type`.
@@ -460,9 +510,7 @@ impl Core {
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
         job.attempts += 1;
-        job.epoch += 1;
         job.deadline_ms = Some(now_ms + lease_ms);
-        let epoch = job.epoch;
         let frame = CoordinatorFrame::Assign(Assignment {
             job_id: id,
             job_type: job.submission.job_type,
@@ -476,7 +524,7 @@ impl Core {
             jobs.insert(id);
         });
         self.outbox.push((session, Outbound::Frame(frame)));
-        self.add_timer(now_ms + lease_ms, TimerKind::Lease, id, epoch);
+        self.add_timer(now_ms + lease_ms, TimerKind::Lease, id);
     }
 
     /// Fills a worker's free slots from the heads of the queues it can serve:
@@ -499,65 +547,36 @@ impl Core {
                 }
             }
             let best = keys
-                .into_iter()
+                .iter()
                 .filter_map(|key| {
-                    let (index, entry) = self.queue_pick(&key, session)?;
-                    Some(((tier_of(&key), entry.seq), index, key))
+                    let id = self.queue_pick(key, session)?;
+                    Some(((tier_of(key), self.jobs[&id].seq), id))
                 })
                 .min();
-            let Some((_, index, key)) = best else {
+            let Some((_, id)) = best else {
                 return;
             };
-            let entry = self
-                .queues
-                .get_mut(&key)
-                .and_then(|q| q.remove(index))
-                .expect("picked entry exists");
-            self.pending_count -= 1;
-            self.assign(entry.job, session, now_ms);
+            self.dequeue(&id);
+            self.assign(id, session, now_ms);
         }
     }
 
-    /// The first entry of a queue that `session` may take: live, and not a
-    /// job this session just failed while another worker could take it.
-    fn queue_pick(&mut self, key: &QueueKey, session: SessionId) -> Option<(usize, QueueEntry)> {
-        // Drops stale entries at the front; `None` when nothing is queued.
-        self.queue_head(key)?;
-        let queue = &self.queues[key];
-        let mut scanned = 0;
-        for (index, entry) in queue.iter().enumerate() {
-            let Some(job) = self.jobs.get(&entry.job) else {
-                continue;
-            };
-            if job.status != JobStatus::Pending || job.epoch != entry.epoch {
-                continue;
-            }
+    /// The first job of a queue that `session` may take: not one this
+    /// session failed while another worker could take it, unless more than
+    /// `AVOIDED_SCAN_MAX` such jobs lead the queue (then the head).
+    fn queue_pick(&self, key: &QueueKey, session: SessionId) -> Option<Uuid> {
+        let queue = self.queues.get(key)?;
+        for id in queue.jobs.values().take(AVOIDED_SCAN_MAX + 1) {
+            let job = &self.jobs[id];
             if job.avoid != Some(session) || !self.has_other_eligible(job, session) {
-                return Some((index, *entry));
-            }
-            // Jobs a session failed are few; stop looking after a handful.
-            scanned += 1;
-            if scanned > 8 {
-                break;
+                return Some(*id);
             }
         }
-        None
-    }
-
-    /// The first live entry of a queue, dropping stale ones on the way.
-    fn queue_head(&mut self, key: &QueueKey) -> Option<QueueEntry> {
-        let queue = self.queues.get_mut(key)?;
-        while let Some(entry) = queue.front() {
-            let live = self
-                .jobs
-                .get(&entry.job)
-                .is_some_and(|j| j.status == JobStatus::Pending && j.epoch == entry.epoch);
-            if live {
-                return Some(*entry);
-            }
-            queue.pop_front();
+        // Jobs behind the scanned ones may be for this worker; leaving its
+        // slot idle while they wait would break the dispatch invariant.
+        if queue.jobs.len() > AVOIDED_SCAN_MAX + 1 {
+            return queue.jobs.values().next().copied();
         }
-        self.queues.remove(key);
         None
     }
 
@@ -585,7 +604,6 @@ impl Core {
         job.error = Some(reason);
         job.worker = None;
         job.deadline_ms = None;
-        job.epoch += 1;
         self.changes.push(Change::Job(Box::new(job.clone())));
     }
 
@@ -631,7 +649,6 @@ impl Core {
         job.completed_at_ms = Some(now_ms);
         job.worker = None;
         job.deadline_ms = None;
-        job.epoch += 1;
         self.changes.push(Change::Job(Box::new(job.clone())));
         self.outbox.push((
             session,
@@ -688,8 +705,12 @@ impl Core {
         let mut capabilities = capabilities;
         capabilities.sort_unstable();
         capabilities.dedup();
-        for &job_type in &capabilities {
-            self.idle.entry(job_type).or_default().insert((0, session));
+        // A worker without slots is never idle (sessions refuse zero slots;
+        // the core does not rely on it).
+        if slots > 0 {
+            for &job_type in &capabilities {
+                self.idle.entry(job_type).or_default().insert((0, session));
+            }
         }
         self.workers.insert(
             session,
@@ -758,7 +779,7 @@ impl Core {
 
     // ---- timers ----
 
-    fn add_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid, epoch: u32) {
+    fn add_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let timer = Timer {
@@ -766,7 +787,6 @@ impl Core {
             seq,
             kind,
             job,
-            epoch,
         };
         self.clear_timer(&job);
         self.timers.insert(timer);
@@ -782,22 +802,24 @@ impl Core {
         }
     }
 
-    /// Fires every timer due at `now_ms`.
+    /// Fires every timer due at `now_ms`. Timers are removed when they are
+    /// replaced or their job ends, so each one fired is its job's live one.
     pub fn tick(&mut self, now_ms: i64) {
         while let Some(timer) = self.timers.first().copied() {
             if timer.at_ms > now_ms {
                 break;
             }
             self.timers.pop_first();
-            let Some(job) = self.jobs.get(&timer.job) else {
+            let Some(job) = self.jobs.get_mut(&timer.job) else {
                 continue;
             };
-            if job.epoch != timer.epoch {
+            if job.timer != Some(timer) {
                 continue;
             }
+            job.timer = None;
             match (timer.kind, job.status) {
                 (TimerKind::Pending, JobStatus::Pending) => {
-                    self.pending_count -= 1;
+                    self.dequeue(&timer.job);
                     self.fail(timer.job, FailureReason::NoEligibleWorker);
                 }
                 (TimerKind::Lease, JobStatus::Assigned | JobStatus::Running) => {

@@ -12,7 +12,7 @@
 //! - Pairing codes and trust entries come back as stored; an expired code
 //!   stays expired, and codes past their retention are not restored.
 
-use super::{Core, FailureReason, Job, QueueEntry, TimerKind};
+use super::{Core, FailureReason, Job, TimerKind};
 use crate::store::Snapshot;
 use protocol::api::JobStatus;
 use uuid::Uuid;
@@ -31,7 +31,6 @@ impl Core {
         let mut requeued: Vec<Uuid> = Vec::new();
         for mut job in jobs {
             job.worker = None;
-            job.epoch = 0;
             let id = job.id;
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
@@ -89,18 +88,8 @@ impl Core {
 
     /// Puts a restored pending job at the back of its queue with its own deadline.
     fn enqueue_restored(&mut self, id: Uuid, deadline_ms: i64) {
-        let job = self.jobs.get_mut(&id).expect("restored job exists");
-        job.epoch += 1;
-        let entry = QueueEntry {
-            seq: job.seq,
-            job: id,
-            epoch: job.epoch,
-        };
-        let key = super::queue_key(job);
-        let epoch = job.epoch;
-        self.queues.entry(key).or_default().push_back(entry);
-        self.pending_count += 1;
-        self.add_timer(deadline_ms, TimerKind::Pending, id, epoch);
+        self.enqueue(id, false);
+        self.add_timer(deadline_ms, TimerKind::Pending, id);
     }
 
     /// Drops terminal jobs created before `created_before_ms` from memory
@@ -190,6 +179,7 @@ mod tests {
 
         let mut c = core(&config);
         c.restore(snap, T0 + 5_000);
+        c.check_invariants(T0 + 5_000).unwrap();
         for id in [a, b] {
             let job = c.job(&id).unwrap();
             assert_eq!(job.status, JobStatus::Pending);
@@ -229,6 +219,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 1);
+        c.check_invariants(T0 + 1).unwrap();
         let job = c.job(&a).unwrap();
         assert_eq!(job.status, JobStatus::Failed);
         assert_eq!(job.error, Some(FailureReason::WorkerDisconnected));
@@ -248,6 +239,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 10_000);
+        c.check_invariants(T0 + 10_000).unwrap();
         assert_eq!(c.pending_jobs(), 3);
         for (i, id) in ids.iter().enumerate() {
             let job = c.job(id).unwrap();
@@ -281,6 +273,7 @@ mod tests {
         let mut c = core(&config);
         let later = T0 + config.timing.pending_timeout_ms + 1;
         c.restore(snap, later);
+        c.check_invariants(later).unwrap();
         assert_eq!(
             c.next_deadline_ms(),
             Some(T0 + config.timing.pending_timeout_ms)
@@ -307,6 +300,7 @@ mod tests {
         let max_seq = before.seq;
         let mut c = core(&config);
         c.restore(snap, T0 + 100);
+        c.check_invariants(T0 + 100).unwrap();
         let persisted = |j: &crate::core::Job| serde_json::to_value(j).unwrap();
         assert_eq!(persisted(c.job(&done).unwrap()), persisted(&before));
         assert!(c.take_changes().is_empty());
@@ -331,6 +325,7 @@ mod tests {
         let mut c = core(&config);
         let now = T0 + 10 * ttl + 5;
         c.restore(snap, now);
+        c.check_invariants(now).unwrap();
         let list = c.trusted_providers("alice");
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].provider_pubkey, "0xk1");
@@ -357,6 +352,7 @@ mod tests {
         });
         let mut c = core(&config);
         c.restore(snap, T0 + 40_000);
+        c.check_invariants(T0 + 40_000).unwrap();
         c.tick(T0 + 40_000);
         assert_eq!(c.job(&ids[0]).unwrap().status, JobStatus::Failed);
         assert!(matches!(c.take_changes().as_slice(), [Change::Job(_)]));

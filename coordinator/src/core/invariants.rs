@@ -1,0 +1,411 @@
+//! The core's invariants, checked on request: the shell runs the check after
+//! every event in debug builds and when `Config::check_invariants` is on (the
+//! simulation). A breach means the state is corrupt, so the shell panics.
+//!
+//! Cost: O(jobs + workers × capabilities + trust lookups), plus one
+//! dispatch decision per distinct (queue, avoided session) among pending
+//! jobs, which is what dispatch itself would pay to place them.
+
+use super::{queue_key, Core, Job, QueueKey, SessionId, Timer, TimerKind};
+use protocol::api::{JobStatus, JobType, PrivacyClass};
+use std::collections::{BTreeMap, BTreeSet};
+use uuid::Uuid;
+
+/// The first invariant found broken, with what it takes to debug it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvariantViolation {
+    #[error("dispatch: pending job {job} (attempts {attempts}, avoiding {avoid:?}) could go to free worker {session}")]
+    PendingWithFreeWorker {
+        job: Uuid,
+        attempts: u32,
+        avoid: Option<SessionId>,
+        session: SessionId,
+    },
+    #[error("deadline: job {job} ({status:?}, attempts {attempts}) has deadline {deadline_ms:?} and timer {timer:?}; a non-terminal job needs exactly one live deadline of its kind, a terminal job none")]
+    Deadline {
+        job: Uuid,
+        status: JobStatus,
+        attempts: u32,
+        deadline_ms: Option<i64>,
+        timer: Option<(TimerKind, i64)>,
+    },
+    #[error("deadline: {timers} timers for {jobs} non-terminal jobs")]
+    StrayTimers { timers: usize, jobs: usize },
+    #[error("deadline: job {job} ({status:?}) ends at {deadline_ms}, more than {horizon_ms} ms after now ({now_ms})")]
+    DeadlineTooFar {
+        job: Uuid,
+        status: JobStatus,
+        deadline_ms: i64,
+        horizon_ms: i64,
+        now_ms: i64,
+    },
+    #[error("slots: worker {session} holds {load} jobs in {slots} slots")]
+    Overloaded {
+        session: SessionId,
+        load: u32,
+        slots: u32,
+    },
+    #[error("idle set of {job_type:?}: entry (load {load}, session {session}) is {}", if *listed { "listed but the worker is gone, full, or at another load" } else { "missing for a worker with a free slot" })]
+    IdleSet {
+        job_type: JobType,
+        load: u32,
+        session: SessionId,
+        listed: bool,
+    },
+    #[error(
+        "holder: job {job} ({status:?}, holder {holder:?}, seen at worker {session:?}): {problem}"
+    )]
+    Holder {
+        job: Uuid,
+        status: Option<JobStatus>,
+        holder: Option<SessionId>,
+        session: Option<SessionId>,
+        problem: &'static str,
+    },
+    #[error("trust: PRIVATE job {job} ({status:?}) of user {user_id:?} is held by session {session} whose key {pubkey} the user does not trust")]
+    UntrustedHolder {
+        job: Uuid,
+        status: JobStatus,
+        user_id: String,
+        session: SessionId,
+        pubkey: String,
+    },
+    #[error("attempts: job {job} ({status:?}) has {attempts} attempts; at most {attempts_max}, at least 1 while held")]
+    Attempts {
+        job: Uuid,
+        status: JobStatus,
+        attempts: u32,
+        attempts_max: u32,
+    },
+    #[error("queue {queue}: job {job} ({status:?}, position {position:?}): {problem}")]
+    Queue {
+        queue: String,
+        job: Uuid,
+        status: Option<JobStatus>,
+        position: Option<i64>,
+        problem: &'static str,
+    },
+    #[error("queue {queue} is empty but kept")]
+    EmptyQueue { queue: String },
+    #[error("pending count is {counted}, but {pending} jobs are pending and {queued} queued")]
+    PendingCount {
+        counted: usize,
+        pending: usize,
+        queued: usize,
+    },
+    #[error("sessions: key {pubkey} and session {session}: {problem}")]
+    SessionIndex {
+        pubkey: String,
+        session: SessionId,
+        problem: &'static str,
+    },
+}
+
+impl Core {
+    /// Checks every invariant of the state; `now_ms` is the time of the
+    /// event just handled. Pure: it reads, never changes, the core.
+    pub fn check_invariants(&self, now_ms: i64) -> Result<(), InvariantViolation> {
+        self.check_jobs(now_ms)?;
+        self.check_workers()?;
+        self.check_queues()?;
+        self.check_dispatch()
+    }
+
+    /// Panics with the violation when checks are on: in debug builds, or
+    /// with `Config::check_invariants`. The shell calls it after each event.
+    pub fn assert_invariants(&self, now_ms: i64) {
+        if cfg!(debug_assertions) || self.config.check_invariants {
+            if let Err(v) = self.check_invariants(now_ms) {
+                panic!("core invariant broken after an event at {now_ms} ms: {v}");
+            }
+        }
+    }
+
+    /// Per job: deadline and timer, attempts, holder.
+    fn check_jobs(&self, now_ms: i64) -> Result<(), InvariantViolation> {
+        let mut live = 0;
+        for job in self.jobs.values() {
+            if !job.status.is_terminal() {
+                live += 1;
+            }
+            self.check_deadline(job, now_ms)?;
+            self.check_attempts(job)?;
+            self.check_holder(job)?;
+        }
+        if self.timers.len() != live {
+            return Err(InvariantViolation::StrayTimers {
+                timers: self.timers.len(),
+                jobs: live,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_deadline(&self, job: &Job, now_ms: i64) -> Result<(), InvariantViolation> {
+        let kind = match job.status {
+            JobStatus::Pending => Some(TimerKind::Pending),
+            JobStatus::Assigned | JobStatus::Running => Some(TimerKind::Lease),
+            JobStatus::Completed | JobStatus::Failed => None,
+        };
+        let ok = match (kind, job.timer) {
+            (None, None) => job.deadline_ms.is_none(),
+            (Some(kind), Some(t)) => {
+                t.kind == kind
+                    && t.job == job.id
+                    && job.deadline_ms == Some(t.at_ms)
+                    && self.timers.contains(&t)
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(InvariantViolation::Deadline {
+                job: job.id,
+                status: job.status,
+                attempts: job.attempts,
+                deadline_ms: job.deadline_ms,
+                timer: job.timer.map(|t: Timer| (t.kind, t.at_ms)),
+            });
+        }
+        // Deadlines are set from the event's time, so none is further away
+        // than the longer of the two waits: no job stays non-terminal forever.
+        let t = &self.config.timing;
+        let horizon_ms = t.pending_timeout_ms.max(t.lease_ms);
+        match job.deadline_ms {
+            Some(deadline_ms) if deadline_ms > now_ms.saturating_add(horizon_ms) => {
+                Err(InvariantViolation::DeadlineTooFar {
+                    job: job.id,
+                    status: job.status,
+                    deadline_ms,
+                    horizon_ms,
+                    now_ms,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_attempts(&self, job: &Job) -> Result<(), InvariantViolation> {
+        let attempts_max = self.config.timing.attempts_max;
+        let held = matches!(job.status, JobStatus::Assigned | JobStatus::Running);
+        if job.attempts > attempts_max || (held && job.attempts == 0) {
+            return Err(InvariantViolation::Attempts {
+                job: job.id,
+                status: job.status,
+                attempts: job.attempts,
+                attempts_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// A held job has a connected holder that lists it and may hold it; any
+    /// other job has none.
+    fn check_holder(&self, job: &Job) -> Result<(), InvariantViolation> {
+        let held = matches!(job.status, JobStatus::Assigned | JobStatus::Running);
+        let problem = |problem| InvariantViolation::Holder {
+            job: job.id,
+            status: Some(job.status),
+            holder: job.worker,
+            session: job.worker,
+            problem,
+        };
+        let Some(session) = job.worker else {
+            return if held {
+                Err(problem("an assigned or running job has no worker"))
+            } else {
+                Ok(())
+            };
+        };
+        if !held {
+            return Err(problem("only assigned or running jobs have a worker"));
+        }
+        let Some(worker) = self.workers.get(&session) else {
+            return Err(problem("the holder is not connected"));
+        };
+        if !worker.jobs.contains(&job.id) {
+            return Err(problem("the holder does not count the job in its slots"));
+        }
+        if self.eligible(job, worker) {
+            return Ok(());
+        }
+        if job.submission.privacy_class == PrivacyClass::Private
+            && worker.capabilities.contains(&job.submission.job_type)
+        {
+            return Err(InvariantViolation::UntrustedHolder {
+                job: job.id,
+                status: job.status,
+                user_id: job.submission.user_id.clone(),
+                session,
+                pubkey: worker.pubkey.clone(),
+            });
+        }
+        Err(problem("the holder does not serve the job type"))
+    }
+
+    /// Slots, the jobs each worker counts, the idle sets and the key index.
+    fn check_workers(&self) -> Result<(), InvariantViolation> {
+        let mut expected_idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>> = BTreeMap::new();
+        for (&session, worker) in &self.workers {
+            let load = worker.load();
+            if load > worker.slots {
+                return Err(InvariantViolation::Overloaded {
+                    session,
+                    load,
+                    slots: worker.slots,
+                });
+            }
+            for id in &worker.jobs {
+                let job = self.jobs.get(id);
+                if job.is_none_or(|j| j.worker != Some(session)) {
+                    return Err(InvariantViolation::Holder {
+                        job: *id,
+                        status: job.map(|j| j.status),
+                        holder: job.and_then(|j| j.worker),
+                        session: Some(session),
+                        problem: "a worker counts a job it does not hold",
+                    });
+                }
+            }
+            if load < worker.slots {
+                for &job_type in &worker.capabilities {
+                    expected_idle
+                        .entry(job_type)
+                        .or_default()
+                        .insert((load, session));
+                }
+            }
+            if self.session_of.get(&worker.pubkey) != Some(&session) {
+                return Err(InvariantViolation::SessionIndex {
+                    pubkey: worker.pubkey.clone(),
+                    session,
+                    problem: "a connected worker is not found by its key",
+                });
+            }
+        }
+        if let Some((pubkey, &session)) = self
+            .session_of
+            .iter()
+            .find(|(key, s)| self.workers.get(s).is_none_or(|w| &w.pubkey != *key))
+        {
+            return Err(InvariantViolation::SessionIndex {
+                pubkey: pubkey.clone(),
+                session,
+                problem: "a key points to a session that is gone or has another key",
+            });
+        }
+        self.check_idle(&expected_idle)
+    }
+
+    fn check_idle(
+        &self,
+        expected: &BTreeMap<JobType, BTreeSet<(u32, SessionId)>>,
+    ) -> Result<(), InvariantViolation> {
+        let empty = BTreeSet::new();
+        let job_types: BTreeSet<JobType> =
+            expected.keys().chain(self.idle.keys()).copied().collect();
+        for job_type in job_types {
+            let want = expected.get(&job_type).unwrap_or(&empty);
+            let have = self.idle.get(&job_type).unwrap_or(&empty);
+            let stray = have.difference(want).next().map(|e| (e, true));
+            let missing = || want.difference(have).next().map(|e| (e, false));
+            if let Some((&(load, session), listed)) = stray.or_else(missing) {
+                return Err(InvariantViolation::IdleSet {
+                    job_type,
+                    load,
+                    session,
+                    listed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues hold exactly the pending jobs, each once, in its own queue.
+    fn check_queues(&self) -> Result<(), InvariantViolation> {
+        let mut queued = 0;
+        for (key, queue) in &self.queues {
+            if queue.jobs.is_empty() {
+                return Err(InvariantViolation::EmptyQueue {
+                    queue: format!("{key:?}"),
+                });
+            }
+            for (&pos, id) in &queue.jobs {
+                queued += 1;
+                let job = self.jobs.get(id);
+                let problem = match job {
+                    None => Some("queued job does not exist"),
+                    Some(j) if j.status != JobStatus::Pending => Some("queued job is not pending"),
+                    Some(j) if &queue_key(j) != key => Some("job is in another job's queue"),
+                    Some(j) if j.queue_pos != Some(pos) => {
+                        Some("job is queued at another position")
+                    }
+                    Some(_) => None,
+                };
+                if let Some(problem) = problem {
+                    return Err(queue_violation(key, *id, job, problem));
+                }
+            }
+        }
+        let mut pending = 0;
+        for job in self.jobs.values() {
+            let is_pending = job.status == JobStatus::Pending;
+            pending += usize::from(is_pending);
+            if is_pending != job.queue_pos.is_some() {
+                let problem = if is_pending {
+                    "pending job is not queued"
+                } else {
+                    "job that is not pending keeps a queue position"
+                };
+                return Err(queue_violation(&queue_key(job), job.id, Some(job), problem));
+            }
+        }
+        if pending != queued || self.pending_count != pending {
+            return Err(InvariantViolation::PendingCount {
+                counted: self.pending_count,
+                pending,
+                queued,
+            });
+        }
+        Ok(())
+    }
+
+    /// No pending job has a free worker that dispatch would give it to: the
+    /// question is asked of `pick_worker`, the function dispatch uses. Its
+    /// answer depends only on the queue (job type, privacy, user) and the
+    /// session the job avoids, so it is asked once per such pair.
+    fn check_dispatch(&self) -> Result<(), InvariantViolation> {
+        for queue in self.queues.values() {
+            let mut asked: BTreeSet<Option<SessionId>> = BTreeSet::new();
+            for id in queue.jobs.values() {
+                let job = &self.jobs[id];
+                if !asked.insert(job.avoid) {
+                    continue;
+                }
+                if let Some(session) = self.pick_worker(id, job.avoid) {
+                    return Err(InvariantViolation::PendingWithFreeWorker {
+                        job: *id,
+                        attempts: job.attempts,
+                        avoid: job.avoid,
+                        session,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn queue_violation(
+    key: &QueueKey,
+    id: Uuid,
+    job: Option<&Job>,
+    problem: &'static str,
+) -> InvariantViolation {
+    InvariantViolation::Queue {
+        queue: format!("{key:?}"),
+        job: id,
+        status: job.map(|j| j.status),
+        position: job.and_then(|j| j.queue_pos),
+        problem,
+    }
+}

@@ -1,0 +1,845 @@
+//! Unit tests of the core alone: events driven directly, no I/O, no tokio.
+//! Every event is followed by `check_invariants`; the last tests corrupt a
+//! core on purpose to show the check reports each kind of breach.
+
+use super::{
+    Change, CommitError, Core, FailureReason, FrameError, InvariantViolation, Outbound, SessionId,
+    TimerKind,
+};
+use crate::config::Config;
+use crate::store::{MemoryStore, Store};
+use protocol::api::{JobStatus, JobSubmission, JobType, Payload, PrivacyClass, TaskType, Tier};
+use protocol::receipt::Receipt;
+use protocol::worker::CoordinatorFrame;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use uuid::Uuid;
+
+const T0: i64 = 1_795_255_200_000;
+const LLM: JobType = JobType::LlmInfer;
+
+/// A core and its clock; each event method checks the invariants after it.
+struct Rig {
+    core: Core,
+    now_ms: i64,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Self::with_config(Config::default())
+    }
+
+    fn with_config(config: Config) -> Self {
+        Self {
+            core: Core::new(config, ChaCha20Rng::seed_from_u64(11)),
+            now_ms: T0,
+        }
+    }
+
+    fn check(&self) {
+        if let Err(v) = self.core.check_invariants(self.now_ms) {
+            panic!("invariant broken at {} ms: {v}", self.now_ms);
+        }
+    }
+
+    fn worker(&mut self, key: &str, capabilities: &[JobType], slots: u32) -> SessionId {
+        let s = self
+            .core
+            .register(key, capabilities.to_vec(), slots, self.now_ms)
+            .unwrap();
+        self.check();
+        s
+    }
+
+    fn commit_as(&mut self, tier: Tier, submission: JobSubmission) -> Result<Uuid, CommitError> {
+        let out = self.core.commit(submission, tier, None, self.now_ms);
+        self.check();
+        out
+    }
+
+    fn commit(&mut self, tier: Tier) -> Uuid {
+        self.commit_as(tier, submission(LLM, "u", PrivacyClass::Public))
+            .unwrap()
+    }
+
+    fn commit_private(&mut self, user: &str) -> Result<Uuid, CommitError> {
+        self.commit_as(Tier::Fast, submission(LLM, user, PrivacyClass::Private))
+    }
+
+    fn trust(&mut self, user: &str, key: &str) {
+        let code = self.core.create_pairing(user, self.now_ms).unwrap().code;
+        self.core
+            .claim_pairing(&code, key, "client", self.now_ms)
+            .unwrap();
+        self.check();
+    }
+
+    fn complete(&mut self, session: SessionId, id: Uuid) {
+        let out = self.core.complete(
+            session,
+            id,
+            serde_json::json!("ok"),
+            receipt(id),
+            self.now_ms,
+        );
+        self.check();
+        out.unwrap();
+    }
+
+    fn reject(&mut self, session: SessionId, id: Uuid) {
+        let out = self
+            .core
+            .attempt_failed(session, id, FailureReason::WorkerRejected, self.now_ms);
+        self.check();
+        out.unwrap();
+    }
+
+    fn unregister(&mut self, session: SessionId) {
+        self.core.unregister(session, self.now_ms);
+        self.check();
+    }
+
+    fn tick_at(&mut self, at_ms: i64) {
+        self.now_ms = at_ms;
+        self.core.tick(at_ms);
+        self.check();
+    }
+
+    fn status(&self, id: Uuid) -> JobStatus {
+        self.core.job(&id).unwrap().status
+    }
+
+    fn holder(&self, id: Uuid) -> Option<SessionId> {
+        self.core.job(&id).unwrap().worker
+    }
+
+    /// Job ids assigned per session by the frames since the last call.
+    fn assigns(&mut self) -> Vec<(SessionId, Uuid)> {
+        self.core
+            .take_outbox()
+            .into_iter()
+            .filter_map(|(s, out)| match out {
+                Outbound::Frame(CoordinatorFrame::Assign(a)) => Some((s, a.job_id)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn submission(job_type: JobType, user: &str, privacy_class: PrivacyClass) -> JobSubmission {
+    let payload = match job_type {
+        JobType::LlmInfer => Payload::Llm {
+            prompt: "hi".into(),
+            max_tokens: 8,
+        },
+        JobType::Task => Payload::Task {
+            task_type: TaskType::Summarize,
+            input: "text".into(),
+        },
+    };
+    JobSubmission {
+        job_type,
+        user_id: user.into(),
+        payload,
+        privacy_class,
+    }
+}
+
+/// The core does not verify receipts (the session does), so any will do.
+fn receipt(id: Uuid) -> Receipt {
+    Receipt {
+        job_id: id,
+        provider_pubkey: "0xk".into(),
+        output_hash: "sha256:00".into(),
+        completed_at: "2026-11-23T00:00:00.000Z".into(),
+        payment_ref: None,
+        signature: "0x00".into(),
+    }
+}
+
+#[test]
+fn fast_jobs_go_before_cheap_ones() {
+    let mut r = Rig::new();
+    let w = r.worker("0xa", &[LLM], 1);
+    let first = r.commit(Tier::Cheap);
+    let cheap = r.commit(Tier::Cheap);
+    let fast = r.commit(Tier::Fast);
+    assert_eq!(r.assigns(), [(w, first)]);
+    r.complete(w, first);
+    assert_eq!(r.assigns(), [(w, fast)]);
+    r.complete(w, fast);
+    assert_eq!(r.assigns(), [(w, cheap)]);
+}
+
+#[test]
+fn jobs_of_a_tier_go_in_commit_order() {
+    let mut r = Rig::new();
+    let w = r.worker("0xa", &[LLM], 1);
+    let ids: Vec<Uuid> = (0..4).map(|_| r.commit(Tier::Fast)).collect();
+    assert_eq!(r.core.pending_jobs(), 3);
+    for &id in &ids {
+        assert_eq!(r.assigns(), [(w, id)]);
+        r.complete(w, id);
+    }
+    assert_eq!(r.core.pending_jobs(), 0);
+}
+
+#[test]
+fn a_requeued_job_goes_to_the_head_of_its_queue() {
+    let mut r = Rig::new();
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    let a = r.commit(Tier::Fast);
+    let b = r.commit(Tier::Fast);
+    let c = r.commit(Tier::Fast);
+    assert_eq!(r.holder(a), Some(w1));
+    assert_eq!(r.holder(b), Some(w2));
+    r.unregister(w1);
+    assert_eq!(r.status(a), JobStatus::Pending);
+    r.complete(w2, b);
+    // `a` was committed before `c` but queued after it; the requeue put it first.
+    assert_eq!(r.holder(a), Some(w2));
+    assert_eq!(r.status(c), JobStatus::Pending);
+    assert_eq!(r.core.job(&a).unwrap().attempts, 2);
+}
+
+#[test]
+fn the_least_loaded_worker_gets_the_job_ties_to_the_lowest_session() {
+    let mut r = Rig::new();
+    let w1 = r.worker("0xa", &[LLM], 4);
+    let w2 = r.worker("0xb", &[LLM], 4);
+    let w3 = r.worker("0xc", &[LLM], 4);
+    let ids: Vec<Uuid> = (0..4).map(|_| r.commit(Tier::Fast)).collect();
+    let holders: Vec<_> = ids.iter().map(|&id| r.holder(id).unwrap()).collect();
+    assert_eq!(holders, [w1, w2, w3, w1]);
+    r.complete(w2, ids[1]);
+    // w2 is now the only worker with no job.
+    let next = r.commit(Tier::Fast);
+    assert_eq!(r.holder(next), Some(w2));
+    // w2 and w3 tie at one job, w1 holds two: the tie goes to w2.
+    let next = r.commit(Tier::Fast);
+    assert_eq!(r.holder(next), Some(w2));
+}
+
+#[test]
+fn a_pending_job_fails_no_eligible_worker_at_its_timeout() {
+    let mut r = Rig::new();
+    let timeout_ms = r.core.config().timing.pending_timeout_ms;
+    // A worker that cannot serve the job does not help it.
+    r.worker("0xa", &[JobType::Task], 1);
+    let id = r.commit(Tier::Fast);
+    r.core.take_changes();
+    r.tick_at(T0 + timeout_ms - 1);
+    assert_eq!(r.status(id), JobStatus::Pending);
+    r.tick_at(T0 + timeout_ms);
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error, Some(FailureReason::NoEligibleWorker));
+    assert_eq!(job.record().result.unwrap()["error"], "no_eligible_worker");
+    assert!(matches!(r.core.take_changes().as_slice(), [Change::Job(j)] if j.id == id));
+    assert_eq!(r.core.pending_jobs(), 0);
+    assert_eq!(r.core.next_deadline_ms(), None);
+}
+
+#[test]
+fn an_expired_lease_cancels_and_requeues_to_another_worker() {
+    let mut r = Rig::new();
+    let lease_ms = r.core.config().timing.lease_ms;
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    let id = r.commit(Tier::Fast);
+    assert_eq!(r.holder(id), Some(w1));
+    r.core.accept(w1, id).unwrap();
+    r.check();
+    r.core.take_outbox();
+    r.tick_at(T0 + lease_ms);
+    let out = r.core.take_outbox();
+    assert!(out.contains(&(
+        w1,
+        Outbound::Frame(CoordinatorFrame::Cancel {
+            job_id: id,
+            reason: "lease_expired".into()
+        })
+    )));
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(
+        (job.status, job.worker, job.attempts),
+        (JobStatus::Assigned, Some(w2), 2)
+    );
+    assert_eq!(job.deadline_ms, Some(T0 + 2 * lease_ms));
+    // The old holder's frames about the job are refused now.
+    assert_eq!(r.core.accept(w1, id), Err(FrameError::NotAssigned));
+}
+
+#[test]
+fn spent_attempts_fail_the_job_with_the_last_reason() {
+    let mut r = Rig::new();
+    let lease_ms = r.core.config().timing.lease_ms;
+    assert_eq!(r.core.config().timing.attempts_max, 3);
+    let w = r.worker("0xa", &[LLM], 1);
+    let id = r.commit(Tier::Fast);
+    r.reject(w, id);
+    // The only eligible worker gets the job back.
+    assert_eq!(
+        (r.holder(id), r.core.job(&id).unwrap().attempts),
+        (Some(w), 2)
+    );
+    r.core
+        .attempt_failed(w, id, FailureReason::InvalidOutput, r.now_ms)
+        .unwrap();
+    r.check();
+    assert_eq!(r.core.job(&id).unwrap().attempts, 3);
+    r.tick_at(T0 + lease_ms);
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error, Some(FailureReason::WorkerTimeout));
+    assert_eq!(job.attempts, 3);
+    assert_eq!(r.core.next_deadline_ms(), None);
+}
+
+#[test]
+fn a_private_job_waits_for_a_trusted_session_of_its_user() {
+    let mut r = Rig::new();
+    // No trusted worker online: refused, and recorded failed.
+    let Err(CommitError::NoTrustedWorker(refused)) = r.commit_private("alice") else {
+        panic!("a PRIVATE job without a trusted worker is refused");
+    };
+    assert_eq!(
+        r.core.job(&refused).unwrap().error,
+        Some(FailureReason::NoTrustedWorker)
+    );
+    let other = r.worker("0xother", &[LLM], 8);
+    let a = r.worker("0xa", &[LLM], 1);
+    r.trust("alice", "0xa");
+    // Bob trusts another key: that does not make it alice's.
+    r.trust("bob", "0xother");
+    let first = r.commit_private("alice").unwrap();
+    let second = r.commit_private("alice").unwrap();
+    assert_eq!(r.holder(first), Some(a));
+    assert_eq!(r.status(second), JobStatus::Pending);
+    // Its worker leaves: both wait, though `other` has free slots.
+    r.unregister(a);
+    assert_eq!(r.status(first), JobStatus::Pending);
+    assert_eq!(r.core.job(&first).unwrap().attempts, 1);
+    let public = r.commit(Tier::Fast);
+    assert_eq!(r.holder(public), Some(other));
+    // The trusted key comes back on a new session and takes them in order.
+    let a2 = r.worker("0xa", &[LLM], 2);
+    assert_eq!((r.holder(first), r.holder(second)), (Some(a2), Some(a2)));
+    assert!(r
+        .assigns()
+        .iter()
+        .all(|&(s, id)| s != other || id == public));
+}
+
+#[test]
+fn a_failed_job_goes_to_another_worker_when_there_is_one() {
+    let mut r = Rig::new();
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    let x = r.commit(Tier::Fast);
+    let y = r.commit(Tier::Fast);
+    assert_eq!((r.holder(x), r.holder(y)), (Some(w1), Some(w2)));
+    // w2 is busy: x waits for it rather than going back to w1, which stays free.
+    r.reject(w1, x);
+    assert_eq!(r.status(x), JobStatus::Pending);
+    // A new job may still use the free w1.
+    let z = r.commit(Tier::Fast);
+    assert_eq!(r.holder(z), Some(w1));
+    r.complete(w2, y);
+    assert_eq!(r.holder(x), Some(w2));
+    // Failed again, it waits for w1 and gets its last attempt there.
+    r.reject(w2, x);
+    assert_eq!(r.status(x), JobStatus::Pending);
+    r.complete(w1, z);
+    assert_eq!(r.holder(x), Some(w1));
+    let v = r.commit(Tier::Fast);
+    r.reject(w1, x);
+    assert_eq!(r.holder(v), Some(w2));
+    assert_eq!(r.status(x), JobStatus::Failed, "three attempts spent");
+    assert_eq!(
+        r.core.job(&x).unwrap().error,
+        Some(FailureReason::WorkerRejected)
+    );
+    let u = r.commit(Tier::Fast);
+    r.reject(w1, u);
+    assert_eq!(r.status(u), JobStatus::Pending, "w2 is busy with v");
+    // When the other worker leaves, the job goes back to the one that failed it.
+    r.unregister(w2);
+    assert_eq!(r.holder(u), Some(w1));
+}
+
+/// Regression: a worker with many slots that failed more than a handful of
+/// queued jobs stopped looking at the queue and sat idle while jobs it could
+/// take waited behind its failures.
+#[test]
+fn a_worker_behind_many_of_its_failures_still_fills_its_slots() {
+    let mut r = Rig::new();
+    let busy = r.worker("0xbusy", &[LLM], 1);
+    let blocker = r.commit(Tier::Fast);
+    assert_eq!(r.holder(blocker), Some(busy));
+    let w = r.worker("0xw", &[LLM], 10);
+    let failing: Vec<Uuid> = (0..10).map(|_| r.commit(Tier::Fast)).collect();
+    let waiting: Vec<Uuid> = (0..10).map(|_| r.commit(Tier::Fast)).collect();
+    assert_eq!(r.core.pending_jobs(), 10);
+    for (i, &id) in failing.iter().enumerate() {
+        r.reject(w, id);
+        // Each reject frees a slot and `w` fills it again: with a waiting
+        // job while fewer than a handful of its failures lead the queue,
+        // then with the head (one of its failures) rather than stay idle.
+        assert_eq!(r.core.workers[&w].load(), 10, "after reject {i}");
+    }
+    assert!(waiting[..8].iter().all(|&id| r.holder(id) == Some(w)));
+}
+
+/// Regression: queue entries of jobs that left the queue by timeout stayed
+/// in memory until a worker reached them, for ever if none served the type.
+#[test]
+fn timed_out_jobs_leave_their_queue() {
+    let mut r = Rig::new();
+    let timeout_ms = r.core.config().timing.pending_timeout_ms;
+    for i in 0..50 {
+        r.now_ms = T0 + i;
+        r.commit(if i % 2 == 0 { Tier::Fast } else { Tier::Cheap });
+    }
+    r.tick_at(T0 + 50 + timeout_ms);
+    assert_eq!(r.core.pending_jobs(), 0);
+    assert!(r.core.queues.is_empty(), "{:?}", r.core.queues);
+}
+
+/// Regression: a worker registered with no slots was put in the idle set
+/// and handed a job it has no slot for.
+#[test]
+fn a_worker_without_slots_gets_no_job() {
+    let mut r = Rig::new();
+    r.worker("0xa", &[LLM], 0);
+    let id = r.commit(Tier::Fast);
+    assert_eq!(r.status(id), JobStatus::Pending);
+}
+
+#[test]
+fn stray_frames_change_nothing() {
+    let mut r = Rig::new();
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    let id = r.commit(Tier::Fast);
+    r.core.take_changes();
+    assert_eq!(r.core.accept(w2, id), Err(FrameError::NotAssigned));
+    assert_eq!(r.core.accept(w1, Uuid::nil()), Err(FrameError::UnknownJob));
+    let out = r
+        .core
+        .complete(w2, id, serde_json::json!(1), receipt(id), r.now_ms);
+    assert_eq!(out, Err(FrameError::NotAssigned));
+    r.unregister(99);
+    r.check();
+    assert!(r.core.take_changes().is_empty());
+    assert_eq!(r.holder(id), Some(w1));
+}
+
+#[test]
+fn a_restored_core_keeps_its_invariants() {
+    let mut config = Config::default();
+    config.timing.attempts_max = 2;
+    let mut r = Rig::with_config(config.clone());
+    let store = MemoryStore::default();
+    let w = r.worker("0xa", &[LLM], 2);
+    r.trust("alice", "0xa");
+    let done = r.commit(Tier::Fast);
+    r.complete(w, done);
+    let retried = r.commit(Tier::Cheap);
+    r.reject(w, retried);
+    let held = r.commit_private("alice").unwrap();
+    let queued: Vec<Uuid> = (0..3).map(|_| r.commit(Tier::Fast)).collect();
+    assert_eq!(r.holder(retried), Some(w));
+    assert_eq!(r.core.job(&retried).unwrap().attempts, 2);
+    store.apply(&r.core.take_changes()).unwrap();
+
+    let mut c = Core::new(config, ChaCha20Rng::seed_from_u64(12));
+    let now_ms = r.now_ms + 1_000;
+    c.restore(store.load().unwrap(), now_ms);
+    c.check_invariants(now_ms).unwrap();
+    assert_eq!(c.job(&done).unwrap().status, JobStatus::Completed);
+    let retried = c.job(&retried).unwrap();
+    assert_eq!(
+        (retried.status, retried.error),
+        (JobStatus::Failed, Some(FailureReason::WorkerDisconnected))
+    );
+    assert_eq!(c.job(&held).unwrap().status, JobStatus::Pending);
+    assert_eq!(c.pending_jobs(), 4);
+    // The trusted key reconnects: the held PRIVATE job first (requeued to
+    // the head), then the oldest pending one.
+    let s = c.register("0xa", vec![LLM], 2, now_ms).unwrap();
+    c.check_invariants(now_ms).unwrap();
+    assert_eq!(c.job(&held).unwrap().worker, Some(s));
+    assert_eq!(c.job(&queued[0]).unwrap().worker, Some(s));
+}
+
+/// Thousands of random events from a seed, invariants checked after each;
+/// at the end every job ends once time runs past every deadline.
+#[test]
+fn random_events_keep_the_invariants() {
+    for seed in 0..6 {
+        swarm(seed, 1_500, false);
+    }
+    // Workers that fail most jobs: the paths that keep a job from the
+    // worker that failed it.
+    for seed in 6..10 {
+        swarm(seed, 1_500, true);
+    }
+}
+
+fn swarm(seed: u64, events: usize, failing: bool) {
+    const KEYS: [&str; 5] = ["0xk0", "0xk1", "0xk2", "0xk3", "0xk4"];
+    const USERS: [&str; 3] = ["alice", "bob", "carol"];
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let mut config = Config::default();
+    config.limits.queue_len_max = 40;
+    config.timing.pending_timeout_ms = 3_000;
+    config.timing.lease_ms = 5_000;
+    let mut r = Rig::with_config(config.clone());
+    let store = MemoryStore::default();
+    let mut ids: Vec<Uuid> = Vec::new();
+    for _ in 0..events {
+        let sessions: Vec<SessionId> = r.core.workers.keys().copied().collect();
+        let held: Vec<(SessionId, Uuid)> = r
+            .core
+            .workers
+            .iter()
+            .flat_map(|(&s, w)| w.jobs.iter().map(move |&id| (s, id)))
+            .collect();
+        let mut roll = rng.gen_range(0..100);
+        if failing && (55..=69).contains(&roll) && rng.gen_bool(0.8) {
+            roll = 70;
+        }
+        match roll {
+            0..=29 => {
+                let job_type = if rng.gen_bool(0.7) {
+                    LLM
+                } else {
+                    JobType::Task
+                };
+                let privacy = if rng.gen_bool(0.3) {
+                    PrivacyClass::Private
+                } else {
+                    PrivacyClass::Public
+                };
+                let user = USERS[rng.gen_range(0..USERS.len())];
+                let tier = if rng.gen_bool(0.5) {
+                    Tier::Fast
+                } else {
+                    Tier::Cheap
+                };
+                let paid = rng.gen_bool(0.1).then(|| "pay".to_string());
+                let out = r
+                    .core
+                    .commit(submission(job_type, user, privacy), tier, paid, r.now_ms);
+                match out {
+                    Ok(id) | Err(CommitError::NoTrustedWorker(id)) => ids.push(id),
+                    Err(CommitError::QueueFull) => {}
+                }
+            }
+            30..=39 => {
+                let key = KEYS[rng.gen_range(0..KEYS.len())];
+                let capabilities = match rng.gen_range(0..3) {
+                    0 => vec![LLM],
+                    1 => vec![JobType::Task],
+                    _ => vec![JobType::Task, LLM],
+                };
+                let slots = rng.gen_range(1..=12);
+                r.core.register(key, capabilities, slots, r.now_ms).unwrap();
+            }
+            40..=44 if !sessions.is_empty() => {
+                let s = sessions[rng.gen_range(0..sessions.len())];
+                r.core.unregister(s, r.now_ms);
+            }
+            45..=54 if !held.is_empty() => {
+                let (s, id) = held[rng.gen_range(0..held.len())];
+                r.core.accept(s, id).unwrap();
+            }
+            55..=69 if !held.is_empty() => {
+                let (s, id) = held[rng.gen_range(0..held.len())];
+                r.core
+                    .complete(s, id, serde_json::json!("ok"), receipt(id), r.now_ms)
+                    .unwrap();
+            }
+            70..=79 if !held.is_empty() => {
+                let (s, id) = held[rng.gen_range(0..held.len())];
+                let reason = [
+                    FailureReason::WorkerRejected,
+                    FailureReason::InvalidReceipt,
+                    FailureReason::InvalidOutput,
+                ][rng.gen_range(0..3)];
+                r.core.attempt_failed(s, id, reason, r.now_ms).unwrap();
+            }
+            80..=82 => {
+                let user = USERS[rng.gen_range(0..USERS.len())];
+                let key = KEYS[rng.gen_range(0..KEYS.len())];
+                let code = r.core.create_pairing(user, r.now_ms).unwrap().code;
+                let client = format!("c{}", rng.gen::<u32>());
+                r.core.claim_pairing(&code, key, &client, r.now_ms).unwrap();
+            }
+            83..=84 if !ids.is_empty() => {
+                // A frame from a session that does not hold the job.
+                let id = ids[rng.gen_range(0..ids.len())];
+                let s = rng.gen_range(0..r.core.peek_next_session() + 1);
+                if r.core.job(&id).unwrap().worker != Some(s) {
+                    assert!(r.core.accept(s, id).is_err());
+                }
+            }
+            85 => {
+                // A crash: a new core on what the store holds, no worker connected.
+                store.apply(&r.core.take_changes()).unwrap();
+                r.core = Core::new(config.clone(), ChaCha20Rng::seed_from_u64(seed + 1_000));
+                r.core.restore(store.load().unwrap(), r.now_ms);
+            }
+            _ => {
+                r.now_ms += rng.gen_range(0..2_000);
+                r.core.tick(r.now_ms);
+            }
+        }
+        if rng.gen_bool(0.1) {
+            store.apply(&r.core.take_changes()).unwrap();
+        }
+        r.core.take_outbox();
+        r.check();
+    }
+    // With every worker gone, every job ends by its last deadline.
+    let sessions: Vec<SessionId> = r.core.workers.keys().copied().collect();
+    for s in sessions {
+        r.unregister(s);
+    }
+    let horizon_ms = config.timing.pending_timeout_ms.max(config.timing.lease_ms);
+    r.tick_at(r.now_ms + horizon_ms);
+    assert!(ids.len() > 100, "the swarm committed {} jobs", ids.len());
+    for id in &ids {
+        if let Some(job) = r.core.job(id) {
+            assert!(
+                job.status.is_terminal(),
+                "seed {seed}: {id} is {:?}",
+                job.status
+            );
+        }
+    }
+    assert!(r.core.timers.is_empty() && r.core.queues.is_empty());
+}
+
+// ---- the check itself fails on a corrupt core ----
+
+/// A core with two workers, a held public job, a held PRIVATE job and a
+/// queued job; consistent until a test breaks it.
+fn corruptible() -> (Rig, [SessionId; 2], [Uuid; 3]) {
+    let mut r = Rig::new();
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    r.trust("alice", "0xb");
+    let public = r.commit(Tier::Fast);
+    let private = r.commit_private("alice").unwrap();
+    let queued = r.commit(Tier::Cheap);
+    assert_eq!((r.holder(public), r.holder(private)), (Some(w1), Some(w2)));
+    assert_eq!(r.status(queued), JobStatus::Pending);
+    (r, [w1, w2], [public, private, queued])
+}
+
+fn violation(r: &Rig) -> InvariantViolation {
+    let v = r.core.check_invariants(r.now_ms).unwrap_err();
+    // The message names the job or session it is about.
+    assert!(!v.to_string().is_empty());
+    v
+}
+
+#[test]
+fn the_check_reports_a_free_worker_next_to_a_pending_job() {
+    let (mut r, [w1, _], [public, _, queued]) = corruptible();
+    // Drop w1's job without the event that would fill its slot.
+    r.core.workers.get_mut(&w1).unwrap().jobs.clear();
+    r.core.idle.entry(LLM).or_default().insert((0, w1));
+    let job = r.core.jobs.get_mut(&public).unwrap();
+    job.status = JobStatus::Completed;
+    job.worker = None;
+    job.deadline_ms = None;
+    let timer = job.timer.take().unwrap();
+    r.core.timers.remove(&timer);
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::PendingWithFreeWorker {
+            job: queued,
+            attempts: 0,
+            avoid: None,
+            session: w1
+        }
+    );
+}
+
+#[test]
+fn the_check_reports_a_missing_or_stray_deadline() {
+    let (mut r, _, [public, _, _]) = corruptible();
+    let timer = r.core.jobs[&public].timer.unwrap();
+    r.core.timers.remove(&timer);
+    assert!(matches!(
+        violation(&r),
+        InvariantViolation::Deadline { job, status: JobStatus::Assigned, attempts: 1, .. } if job == public
+    ));
+    r.core.timers.insert(timer);
+    r.check();
+    let mut stray = timer;
+    stray.at_ms += 1;
+    r.core.timers.insert(stray);
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::StrayTimers { timers: 4, jobs: 3 }
+    );
+}
+
+#[test]
+fn the_check_reports_a_wrong_kind_of_deadline_and_one_too_far() {
+    let (mut r, _, [_, _, queued]) = corruptible();
+    let job = r.core.jobs.get_mut(&queued).unwrap();
+    let timer = job.timer.as_mut().unwrap();
+    r.core.timers.remove(timer);
+    timer.kind = TimerKind::Lease;
+    r.core.timers.insert(*timer);
+    assert!(matches!(violation(&r), InvariantViolation::Deadline { job, .. } if job == queued));
+
+    let (mut r, _, [_, _, queued]) = corruptible();
+    let job = r.core.jobs.get_mut(&queued).unwrap();
+    let timer = job.timer.as_mut().unwrap();
+    r.core.timers.remove(timer);
+    timer.at_ms += 1_000_000;
+    r.core.timers.insert(*timer);
+    job.deadline_ms = Some(timer.at_ms);
+    assert!(
+        matches!(violation(&r), InvariantViolation::DeadlineTooFar { job, .. } if job == queued)
+    );
+}
+
+#[test]
+fn the_check_reports_too_many_attempts() {
+    let (mut r, _, [public, _, _]) = corruptible();
+    r.core.jobs.get_mut(&public).unwrap().attempts = 4;
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::Attempts {
+            job: public,
+            status: JobStatus::Assigned,
+            attempts: 4,
+            attempts_max: 3
+        }
+    );
+}
+
+#[test]
+fn the_check_reports_a_private_job_held_by_an_untrusted_key() {
+    let (mut r, [_, w2], [_, private, _]) = corruptible();
+    // The session's key changes under it (as if another key had authenticated).
+    r.core.workers.get_mut(&w2).unwrap().pubkey = "0xmallory".into();
+    r.core.session_of.remove("0xb");
+    r.core.session_of.insert("0xmallory".into(), w2);
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::UntrustedHolder {
+            job: private,
+            status: JobStatus::Assigned,
+            user_id: "alice".into(),
+            session: w2,
+            pubkey: "0xmallory".into()
+        }
+    );
+}
+
+#[test]
+fn the_check_reports_slot_and_idle_set_disagreements() {
+    let (mut r, [w1, _], [public, _, _]) = corruptible();
+    r.core.workers.get_mut(&w1).unwrap().slots = 0;
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::Overloaded {
+            session: w1,
+            load: 1,
+            slots: 0
+        }
+    );
+
+    let (mut r, [w1, _], _) = corruptible();
+    r.core.idle.entry(LLM).or_default().insert((1, w1));
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::IdleSet {
+            job_type: LLM,
+            load: 1,
+            session: w1,
+            listed: true
+        }
+    );
+
+    let (mut r, [w1, _], _) = corruptible();
+    r.core.workers.get_mut(&w1).unwrap().slots = 2;
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::IdleSet {
+            job_type: LLM,
+            load: 1,
+            session: w1,
+            listed: false
+        }
+    );
+
+    let (mut r, [w1, w2], _) = corruptible();
+    r.core.workers.get_mut(&w1).unwrap().jobs.remove(&public);
+    r.core.workers.get_mut(&w2).unwrap().jobs.insert(public);
+    assert!(matches!(violation(&r), InvariantViolation::Holder { job, .. } if job == public));
+}
+
+#[test]
+fn the_check_reports_queue_disagreements() {
+    let (mut r, _, _) = corruptible();
+    r.core.pending_count += 1;
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::PendingCount {
+            counted: 2,
+            pending: 1,
+            queued: 1
+        }
+    );
+
+    let (mut r, _, [_, _, queued2]) = corruptible();
+    r.core.jobs.get_mut(&queued2).unwrap().queue_pos = Some(7);
+    assert!(matches!(
+        violation(&r),
+        InvariantViolation::Queue { job, problem: "job is queued at another position", .. } if job == queued2
+    ));
+
+    let (mut r, _, _) = corruptible();
+    let (_, queue) = r.core.queues.iter_mut().next().unwrap();
+    queue.jobs.insert(9, Uuid::from_u128(42));
+    assert!(matches!(
+        violation(&r),
+        InvariantViolation::Queue {
+            problem: "queued job does not exist",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn the_check_reports_a_broken_session_index() {
+    let (mut r, [w1, _], _) = corruptible();
+    r.core.session_of.insert("0xghost".into(), w1);
+    assert_eq!(
+        violation(&r),
+        InvariantViolation::SessionIndex {
+            pubkey: "0xghost".into(),
+            session: w1,
+            problem: "a key points to a session that is gone or has another key"
+        }
+    );
+}
+
+#[test]
+#[should_panic(expected = "core invariant broken")]
+fn assert_invariants_panics_on_a_breach_when_checks_are_on() {
+    let (mut r, _, [public, _, _]) = corruptible();
+    r.core.config.check_invariants = true;
+    r.core.jobs.get_mut(&public).unwrap().attempts = 0;
+    r.core.assert_invariants(r.now_ms);
+}
