@@ -12,7 +12,7 @@
 //! file order, stubs by name), so adding a draw in one component does not
 //! shift the others.
 
-use crate::scenario::{Instance, Scenario, WorkerSpec};
+use crate::scenario::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use crate::transcript::Transcript;
 use coordinator::config::Config;
 use coordinator::session::ChannelConnection;
@@ -153,27 +153,26 @@ impl World {
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
             let seed: u64 = master.gen();
-            let (store, nonces): (Arc<dyn Store>, Arc<dyn x402::NonceStore>) =
-                match spec.store.as_str() {
-                    "memory" => (
-                        Arc::new(MemoryStore::default()),
-                        Arc::new(x402::InMemoryNonceStore::default()),
-                    ),
-                    _ => {
-                        let db = Arc::new(
-                            coordinator::sqlite::SqliteStore::open_in_memory()
-                                .map_err(|e| format!("{name}: {e}"))?,
-                        );
-                        (db.clone(), db)
-                    }
-                };
-            let facilitator = match &spec.payment {
-                Some(payment) if payment.facilitator != "local" => {
+            let (store, nonces): (Arc<dyn Store>, Arc<dyn x402::NonceStore>) = match spec.store {
+                StoreKind::Memory => (
+                    Arc::new(MemoryStore::default()),
+                    Arc::new(x402::InMemoryNonceStore::default()),
+                ),
+                StoreKind::Sqlite => {
+                    let db = Arc::new(
+                        coordinator::sqlite::SqliteStore::open_in_memory()
+                            .map_err(|e| format!("{name}: {e}"))?,
+                    );
+                    (db.clone(), db)
+                }
+            };
+            let facilitator = match spec.payment.as_ref().and_then(|p| p.facilitator.script()) {
+                Some(script) => {
                     let stub = x402::FacilitatorStub::new(&spec.network);
-                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    stub.set_script(facilitator_script(script));
                     Some(stub)
                 }
-                _ => None,
+                None => None,
             };
             let fence = Arc::new(Fenced::new(store.clone()));
             let config = coordinator_config(spec);
@@ -321,9 +320,9 @@ impl World {
                     "--pay-to".into(),
                     payment.pay_to.clone(),
                 ]);
-                if payment.facilitator != "local" {
+                if let Some(script) = payment.facilitator.script() {
                     let stub = x402::FacilitatorStub::new(&spec.network);
-                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    stub.set_script(facilitator_script(script));
                     let url = serve_on_loopback(stub.router()).await?;
                     args.extend(["--facilitator-url".into(), url]);
                     facilitator = Some(stub);
@@ -762,14 +761,13 @@ impl Store for Fenced {
     }
 }
 
-pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
-    match name {
-        "success" => Ok(x402::StubScript::success()),
-        "insufficient_funds" => Ok(x402::StubScript::insufficient_funds()),
-        "settle_failure" => Ok(x402::StubScript::settle_failure("unexpected_settle_error")),
-        other => Err(format!(
-            "facilitator {other:?}: local, success, insufficient_funds or settle_failure"
-        )),
+pub fn facilitator_script(script: FacilitatorScript) -> x402::StubScript {
+    match script {
+        FacilitatorScript::Success => x402::StubScript::success(),
+        FacilitatorScript::InsufficientFunds => x402::StubScript::insufficient_funds(),
+        FacilitatorScript::SettleFailure => {
+            x402::StubScript::settle_failure("unexpected_settle_error")
+        }
     }
 }
 
