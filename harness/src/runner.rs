@@ -3,11 +3,15 @@
 //! expectations and invariants, and returns the transcript and its digest.
 
 use crate::matcher::{self, Vars};
-use crate::scenario::{parse_duration, CommitMany, Expect, HttpCall, Pay, Scenario, Step};
+use crate::scenario::{
+    Action, Alter, CommitMany, Control, Expect, FacilitatorControl, HttpCall, InstanceAction, Pay,
+    RouterCall, RouterFn, Scenario, SimDuration, Step, StubControl, WaitUntil, WorkerAction,
+};
 use crate::world::World;
 use protocol::api::{JobStatus, PrivacyClass};
 use router::{HttpRequest, LlmRequest, TaskRequest};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,169 +213,200 @@ impl Answer {
 }
 
 async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(), String> {
-    let answer: Option<Answer> = if let Some(call) = &step.http {
-        Some(run_http(call, world, vars).await?)
-    } else if let Some(call) = &step.router {
-        let request = matcher::render(&call.request, vars)?;
-        world.transcript.log(
-            "router",
-            format!(
-                "> {} {}",
-                call.call,
-                String::from_utf8_lossy(&protocol::canonical::to_vec(&request))
-            ),
-        );
-        let result = match call.call.as_str() {
-            "run_llm" => {
-                let r: LlmRequest =
-                    serde_json::from_value(request).map_err(|e| format!("router request: {e}"))?;
-                world.router.run_llm(r).await
-            }
-            "run_task" => {
-                let r: TaskRequest =
-                    serde_json::from_value(request).map_err(|e| format!("router request: {e}"))?;
-                world.router.run_task(r).await
-            }
-            other => {
-                return Err(format!(
-                    "router call must be run_llm or run_task, not {other:?}"
-                ))
-            }
-        };
-        let body = match result {
-            Ok(r) => serde_json::to_value(&r).map_err(|e| e.to_string())?,
-            Err(e) => json!({"error": e.to_string()}),
-        };
-        world.transcript.log(
-            "router",
-            format!(
-                "< {}",
-                String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-            ),
-        );
-        Some(Answer::body(body))
-    } else if let Some(advance) = &step.advance {
-        let d = parse_duration(advance)?;
-        world
-            .transcript
-            .log("harness", format!("advance {advance}"));
-        tokio::time::sleep(d).await;
-        None
-    } else if let Some(wait) = &step.wait_until {
-        let job = matcher::render_str(&wait.job, vars)?;
-        let within = parse_duration(&wait.within)?;
-        let url = format!("{}/v1/jobs/{job}", world.base_url(&wait.instance)?);
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let r = world
-                .http
-                .send(HttpRequest::get(url.clone()))
-                .await
-                .map_err(|e| format!("polling {job}: {e}"))?;
-            let body: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
-            if body["status"] == wait.status.as_str() {
-                world.transcript.log(
-                    &wait.instance,
-                    format!(
-                        "job {job} is {}: {}",
-                        wait.status,
-                        String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-                    ),
-                );
-                break Some(Answer {
-                    status: Some(r.status),
-                    headers: r.headers,
-                    body,
-                });
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "job {job} did not become {} within {}: {body}",
-                    wait.status, wait.within
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = match &step.action {
+        Action::Http(call) => Some(run_http(call, world, vars).await?),
+        Action::Router(call) => Some(run_router(call, world, vars).await?),
+        Action::Advance(duration) => {
+            run_advance(duration, world).await;
+            None
         }
-    } else if let Some(control) = &step.facilitator {
-        let stub = world
-            .instances
-            .get(&control.instance)
-            .and_then(|i| i.facilitator.as_ref())
-            .ok_or_else(|| format!("instance {:?} has no facilitator", control.instance))?;
-        stub.set_script(crate::world::facilitator_script(&control.script)?);
-        world.transcript.log(
-            "harness",
-            format!(
-                "facilitator of {} now answers {}",
-                control.instance, control.script
-            ),
-        );
-        None
-    } else if let Some(many) = &step.commit_many {
-        Some(commit_many(many, world, vars).await?)
-    } else if let Some(control) = &step.worker {
-        world.transcript.log(
-            "harness",
-            format!("worker {} {}", control.name, control.action),
-        );
-        match control.action.as_str() {
-            "stop" => world.stop_worker(&control.name)?,
-            "start" => world.start_worker(&control.name)?,
-            other => {
-                return Err(format!(
-                    "worker action must be stop or start, not {other:?}"
-                ))
-            }
+        Action::WaitUntil(wait) => Some(run_wait_until(wait, world, vars).await?),
+        Action::Worker(control) => {
+            run_worker_control(control, world).await?;
+            None
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        None
-    } else if let Some(control) = &step.instance {
-        world.transcript.log(
-            "harness",
-            format!("instance {} {}", control.name, control.action),
-        );
-        match control.action.as_str() {
-            "stop" => world.set_instance_up(&control.name, false)?,
-            "start" => world.set_instance_up(&control.name, true)?,
-            "restart" => world.restart_instance(&control.name).await?,
-            other => {
-                return Err(format!(
-                    "instance action must be stop, start or restart, not {other:?}"
-                ))
-            }
+        Action::Instance(control) => {
+            run_instance_control(control, world).await?;
+            None
         }
-        None
-    } else if let Some(control) = &step.stub {
-        let stub = world
-            .stubs
-            .get(&control.name)
-            .ok_or_else(|| format!("no stub {:?}", control.name))?;
-        stub.set_default_fault(control.default_fault.clone());
-        world.transcript.log(
-            "harness",
-            format!(
-                "stub {} fault {}",
-                control.name,
-                control.default_fault.as_ref().map_or("none", |f| f.name())
-            ),
-        );
-        None
-    } else {
-        return Err("step has no action".into());
+        Action::Stub(control) => {
+            run_stub_control(control, world)?;
+            None
+        }
+        Action::CommitMany(many) => Some(run_commit_many(many, world, vars).await?),
+        Action::Facilitator(control) => {
+            run_facilitator_control(control, world)?;
+            None
+        }
     };
-
-    if let Some(answer) = answer {
-        if let Some(expect) = &step.expect {
-            check_expect(expect, &answer, vars)?;
-        }
-        for (name, path) in &step.capture {
-            let value = matcher::select(&answer.body, path)
-                .ok_or_else(|| format!("capture {name}: nothing at {path} in {}", answer.body))?;
-            vars.insert(name.clone(), value.clone());
-        }
-    } else if step.expect.is_some() || !step.capture.is_empty() {
-        return Err("this step has no answer to expect or capture from".into());
+    // The loader refuses `expect` and `capture` on actions without an answer.
+    match answer {
+        Some(answer) => check_answer(step, &answer, vars),
+        None => Ok(()),
     }
+}
+
+/// Checks the step's expectations against its answer, then stores its captures.
+fn check_answer(step: &Step, answer: &Answer, vars: &mut Vars) -> Result<(), String> {
+    if let Some(expect) = &step.expect {
+        check_expect(expect, answer, vars)?;
+    }
+    for (name, path) in &step.capture {
+        let value = matcher::select(&answer.body, path)
+            .ok_or_else(|| format!("capture {name}: nothing at {path} in {}", answer.body))?;
+        vars.insert(name.clone(), value.clone());
+    }
+    Ok(())
+}
+
+/// Calls the router with the step's request; the answer is the result or `{error}`.
+async fn run_router(call: &RouterCall, world: &World, vars: &Vars) -> Result<Answer, String> {
+    let request = matcher::render(&call.request, vars)?;
+    world.transcript.log(
+        "router",
+        format!(
+            "> {} {}",
+            call.call,
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&request))
+        ),
+    );
+    let bad_request = |e: serde_json::Error| format!("router request: {e}");
+    let result = match call.call {
+        RouterFn::RunLlm => {
+            let r: LlmRequest = serde_json::from_value(request).map_err(bad_request)?;
+            world.router.run_llm(r).await
+        }
+        RouterFn::RunTask => {
+            let r: TaskRequest = serde_json::from_value(request).map_err(bad_request)?;
+            world.router.run_task(r).await
+        }
+    };
+    let body = match result {
+        Ok(r) => serde_json::to_value(&r).map_err(|e| e.to_string())?,
+        Err(e) => json!({"error": e.to_string()}),
+    };
+    world.transcript.log(
+        "router",
+        format!(
+            "< {}",
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+        ),
+    );
+    Ok(Answer::body(body))
+}
+
+async fn run_advance(duration: &SimDuration, world: &World) {
+    world
+        .transcript
+        .log("harness", format!("advance {duration}"));
+    tokio::time::sleep(duration.duration).await;
+}
+
+/// Polls the job every 100 ms until it has the status; the answer is its record.
+async fn run_wait_until(wait: &WaitUntil, world: &World, vars: &Vars) -> Result<Answer, String> {
+    let job = matcher::render_str(&wait.job, vars)?;
+    let url = format!("{}/v1/jobs/{job}", world.base_url(&wait.instance)?);
+    let deadline = tokio::time::Instant::now() + wait.within.duration;
+    loop {
+        let r = world
+            .http
+            .send(HttpRequest::get(url.clone()))
+            .await
+            .map_err(|e| format!("polling {job}: {e}"))?;
+        let body: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+        if job_status(&body) == Some(wait.status) {
+            world.transcript.log(
+                &wait.instance,
+                format!(
+                    "job {job} is {}: {}",
+                    wait.status,
+                    String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+                ),
+            );
+            return Ok(Answer {
+                status: Some(r.status),
+                headers: r.headers,
+                body,
+            });
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "job {job} did not become {} within {}: {body}",
+                wait.status, wait.within
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `status` of a polled job record, if it is one.
+fn job_status(record: &Value) -> Option<JobStatus> {
+    record["status"].as_str().and_then(JobStatus::parse)
+}
+
+async fn run_worker_control(
+    control: &Control<WorkerAction>,
+    world: &mut World,
+) -> Result<(), String> {
+    world.transcript.log(
+        "harness",
+        format!("worker {} {}", control.name, control.action),
+    );
+    match control.action {
+        WorkerAction::Stop => world.stop_worker(&control.name)?,
+        WorkerAction::Start => world.start_worker(&control.name)?,
+    }
+    // Let the connection drop or the handshake run before the next step.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    Ok(())
+}
+
+async fn run_instance_control(
+    control: &Control<InstanceAction>,
+    world: &mut World,
+) -> Result<(), String> {
+    world.transcript.log(
+        "harness",
+        format!("instance {} {}", control.name, control.action),
+    );
+    match control.action {
+        InstanceAction::Stop => world.set_instance_up(&control.name, false),
+        InstanceAction::Start => world.set_instance_up(&control.name, true),
+        InstanceAction::Restart => world.restart_instance(&control.name).await,
+    }
+}
+
+fn run_stub_control(control: &StubControl, world: &World) -> Result<(), String> {
+    let stub = world
+        .stubs
+        .get(&control.name)
+        .ok_or_else(|| format!("no stub {:?}", control.name))?;
+    stub.set_default_fault(control.default_fault.clone());
+    world.transcript.log(
+        "harness",
+        format!(
+            "stub {} fault {}",
+            control.name,
+            control.default_fault.as_ref().map_or("none", |f| f.name())
+        ),
+    );
+    Ok(())
+}
+
+fn run_facilitator_control(control: &FacilitatorControl, world: &World) -> Result<(), String> {
+    let stub = world
+        .instances
+        .get(&control.instance)
+        .and_then(|i| i.facilitator.as_ref())
+        .ok_or_else(|| format!("instance {:?} has no facilitator", control.instance))?;
+    stub.set_script(crate::world::facilitator_script(control.script));
+    world.transcript.log(
+        "harness",
+        format!(
+            "facilitator of {} now answers {}",
+            control.instance, control.script
+        ),
+    );
     Ok(())
 }
 
@@ -422,7 +457,7 @@ async fn run_http(call: &HttpCall, world: &mut World, vars: &mut Vars) -> Result
         "payer",
         format!(
             "pays with {name} ({})",
-            pay.alter.as_deref().unwrap_or("valid")
+            pay.alter.map_or("valid", Alter::as_str)
         ),
     );
     vars.insert("last_payment".into(), json!(value));
@@ -489,29 +524,29 @@ fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String
         .map_err(|e| format!("cannot read the 402 answer: {e}"))?;
     let mut now_seconds =
         u64::try_from((world.transcript.elapsed_ms() + world.epoch_ms()) / 1000).unwrap_or(0);
-    let alter = pay.alter.as_deref().unwrap_or("none");
+    let alter = pay.alter.unwrap_or(Alter::Unaltered);
     let entry = required
         .accepts
         .first_mut()
         .ok_or("the 402 answer accepts nothing")?;
     match alter {
-        "none" | "signature" => {}
-        "recipient" => entry["payTo"] = json!("0x0000000000000000000000000000000000000001"),
-        "amount" => {
+        // A forged signature is applied to the signed payment below.
+        Alter::Unaltered | Alter::Signature => {}
+        Alter::Recipient => entry["payTo"] = json!("0x0000000000000000000000000000000000000001"),
+        Alter::Amount => {
             entry["amount"] = json!("1");
             entry["maxAmountRequired"] = json!("1");
         }
-        "window" => entry["maxTimeoutSeconds"] = json!(3),
-        "future" => now_seconds += 1_200,
-        "network" => entry["network"] = json!("eip155:8453"),
-        other => return Err(format!("pay.alter {other:?} is not known")),
+        Alter::Window => entry["maxTimeoutSeconds"] = json!(3),
+        Alter::Future => now_seconds += 1_200,
+        Alter::Network => entry["network"] = json!("eip155:8453"),
     }
     let signed = world
         .payer
         .pay(&required, now_seconds, &mut world.payer_rng)
         .map_err(|e| format!("signing the payment: {e}"))?;
     let mut value = signed.value;
-    if alter == "signature" {
+    if alter == Alter::Signature {
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut payload: Value =
             serde_json::from_slice(&b64.decode(&value).map_err(|e| e.to_string())?)
@@ -531,10 +566,9 @@ fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String
     Ok((signed.name.to_owned(), value))
 }
 
-async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Result<Answer, String> {
-    let base = world.base_url(&many.instance)?;
-    let interval = parse_duration(&many.interval)?;
-    let within = parse_duration(&many.within)?;
+/// Commits `count` jobs, then polls until each is completed or failed; the
+/// answer counts them by final status (refused commits as `http_STATUS`).
+async fn run_commit_many(many: &CommitMany, world: &World, vars: &Vars) -> Result<Answer, String> {
     world.transcript.log(
         &many.instance,
         format!(
@@ -542,16 +576,43 @@ async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Resul
             many.count, many.tier
         ),
     );
+    let mut counts = BTreeMap::<String, usize>::new();
+    let ids = commit_jobs(many, world, vars, &mut counts).await?;
+    for status in await_terminal(many, world, ids).await? {
+        *counts.entry(status.as_str().to_owned()).or_default() += 1;
+    }
+    let body = json!(counts);
+    world.transcript.log(
+        &many.instance,
+        format!(
+            "< commit_many finished {}",
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+        ),
+    );
+    Ok(Answer::body(body))
+}
+
+/// Sends the commits `interval` apart; returns the ids of the accepted jobs
+/// and counts the refused ones in `refused` as `http_STATUS`.
+async fn commit_jobs(
+    many: &CommitMany,
+    world: &World,
+    vars: &Vars,
+    refused: &mut BTreeMap<String, usize>,
+) -> Result<Vec<String>, String> {
+    let url = format!(
+        "{}/v1/jobs/commit/{}",
+        world.base_url(&many.instance)?,
+        many.tier
+    );
     let mut ids = Vec::with_capacity(many.count as usize);
-    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
     for i in 0..many.count {
         let mut local = vars.clone();
         local.insert("i".into(), json!(i));
         let body = matcher::render(&many.body, &local)?;
-        let url = format!("{base}/v1/jobs/commit/{}", many.tier);
         let r = world
             .http
-            .send(HttpRequest::post_json(url, &body))
+            .send(HttpRequest::post_json(url.clone(), &body))
             .await
             .map_err(|e| format!("commit {i}: {e}"))?;
         match serde_json::from_slice::<Value>(&r.body)
@@ -559,15 +620,26 @@ async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Resul
             .and_then(|b| b["job_id"].as_str().map(str::to_owned))
         {
             Some(id) if r.status == 201 => ids.push(id),
-            _ => *statuses.entry(format!("http_{}", r.status)).or_default() += 1,
+            _ => *refused.entry(format!("http_{}", r.status)).or_default() += 1,
         }
-        if !interval.is_zero() {
-            tokio::time::sleep(interval).await;
+        if !many.interval.duration.is_zero() {
+            tokio::time::sleep(many.interval.duration).await;
         }
     }
-    let deadline = tokio::time::Instant::now() + within;
-    let mut open = ids;
-    while !open.is_empty() {
+    Ok(ids)
+}
+
+/// Polls the jobs every 100 ms until each is terminal, failing after
+/// `within`; returns their final statuses.
+async fn await_terminal(
+    many: &CommitMany,
+    world: &World,
+    mut open: Vec<String>,
+) -> Result<Vec<JobStatus>, String> {
+    let base = world.base_url(&many.instance)?;
+    let deadline = tokio::time::Instant::now() + many.within.duration;
+    let mut ended = Vec::with_capacity(open.len());
+    loop {
         let mut still = Vec::new();
         for id in open {
             let r = world
@@ -576,16 +648,14 @@ async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Resul
                 .await
                 .map_err(|e| format!("polling {id}: {e}"))?;
             let body: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
-            match body["status"].as_str() {
-                Some(s @ ("completed" | "failed")) => {
-                    *statuses.entry(s.to_owned()).or_default() += 1
-                }
+            match job_status(&body) {
+                Some(status) if status.is_terminal() => ended.push(status),
                 _ => still.push(id),
             }
         }
         open = still;
         if open.is_empty() {
-            break;
+            return Ok(ended);
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
@@ -596,15 +666,6 @@ async fn commit_many(many: &CommitMany, world: &mut World, vars: &Vars) -> Resul
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let body = json!(statuses);
-    world.transcript.log(
-        &many.instance,
-        format!(
-            "< commit_many finished {}",
-            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-        ),
-    );
-    Ok(Answer::body(body))
 }
 
 fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), String> {
@@ -658,53 +719,13 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
             return Err(format!("{name} is not running at the end of the run"));
         };
         let snapshot = coordinator::store::Store::load(&*store).map_err(|e| e.to_string())?;
-        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        let mut counts = BTreeMap::<JobStatus, usize>::new();
         for job in &snapshot.jobs {
-            *counts.entry(job.status.as_str().to_owned()).or_default() += 1;
-            if job.status == JobStatus::Completed {
-                let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
-                    return Err(format!(
-                        "{name}: completed job {} lacks a receipt or output",
-                        job.id
-                    ));
-                };
-                receipt
-                    .verify(output)
-                    .map_err(|e| format!("{name}: job {} receipt: {e}", job.id))?;
-                if job.submission.privacy_class == PrivacyClass::Private {
-                    let trusted = snapshot.trust.iter().any(|t| {
-                        t.user_id == job.submission.user_id
-                            && t.provider_pubkey == receipt.provider_pubkey
-                    });
-                    if !trusted {
-                        return Err(format!(
-                            "{name}: PRIVATE job {} was done by untrusted {}",
-                            job.id, receipt.provider_pubkey
-                        ));
-                    }
-                }
-            }
-            if scenario.invariants.all_jobs_terminal && !job.status.is_terminal() {
-                return Err(format!("{name}: job {} is still {}", job.id, job.status));
-            }
-            if scenario.invariants.all_jobs_completed && job.status != JobStatus::Completed {
-                return Err(format!(
-                    "{name}: job {} is {}, not completed",
-                    job.id, job.status
-                ));
-            }
+            *counts.entry(job.status).or_default() += 1;
+            check_job(scenario, name, job, &snapshot.trust)?;
         }
         if let Some(want) = scenario.invariants.job_counts.get(name) {
-            let got: std::collections::BTreeMap<String, usize> = counts
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
-            let want: std::collections::BTreeMap<String, usize> = want
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
+            let (got, want) = (by_name(&counts), by_name(want));
             if got != want {
                 return Err(format!("{name}: job counts {got:?}, expected {want:?}"));
             }
@@ -713,9 +734,60 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
             "harness",
             format!(
                 "{name} jobs {}",
-                serde_json::to_string(&counts).unwrap_or_default()
+                serde_json::to_string(&by_name(&counts)).unwrap_or_default()
             ),
         );
+    }
+    Ok(())
+}
+
+/// Counts keyed by status name, in name order, without zero counts (a
+/// scenario may list a status with 0 or leave it out).
+fn by_name(counts: &BTreeMap<JobStatus, usize>) -> BTreeMap<&'static str, usize> {
+    counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(status, n)| (status.as_str(), *n))
+        .collect()
+}
+
+/// The per-job invariants of instance `name`.
+fn check_job(
+    scenario: &Scenario,
+    name: &str,
+    job: &coordinator::core::Job,
+    trust: &[coordinator::trust::TrustEntry],
+) -> Result<(), String> {
+    if job.status == JobStatus::Completed {
+        let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
+            return Err(format!(
+                "{name}: completed job {} lacks a receipt or output",
+                job.id
+            ));
+        };
+        receipt
+            .verify(output)
+            .map_err(|e| format!("{name}: job {} receipt: {e}", job.id))?;
+        if job.submission.privacy_class == PrivacyClass::Private {
+            let trusted = trust.iter().any(|t| {
+                t.user_id == job.submission.user_id && t.provider_pubkey == receipt.provider_pubkey
+            });
+            if !trusted {
+                return Err(format!(
+                    "{name}: PRIVATE job {} was done by untrusted {}",
+                    job.id, receipt.provider_pubkey
+                ));
+            }
+        }
+    }
+    if scenario.invariants.all_jobs_terminal && !job.status.is_terminal() {
+        return Err(format!("{name}: job {} is still {}", job.id, job.status));
+    }
+    if scenario.invariants.all_jobs_completed && job.status != JobStatus::Completed {
+        return Err(format!(
+            "{name}: job {} is {}, not completed",
+            job.id, job.status
+        ));
     }
     Ok(())
 }

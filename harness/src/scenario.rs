@@ -2,13 +2,46 @@
 //! names the key and the line. `scenarios/README.md` documents it with a
 //! complete example.
 
+use protocol::api::JobStatus;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// A closed set of TOML spellings: a typo fails the load with an error that
+/// names the valid ones; `as_str` gives the spelling back for the transcript.
+macro_rules! choice {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,15 +93,21 @@ pub struct Instance {
     pub limits: LimitOverrides,
     /// x402 payment gating of the commit endpoints; absent means off.
     pub payment: Option<PaymentSpec>,
-    /// `sqlite` (the real SQLite store on an in-memory database, the
-    /// default) or `memory`. A `restart` recovers from it.
-    #[serde(default = "sqlite")]
-    pub store: String,
+    /// A `restart` recovers from it.
+    #[serde(default)]
+    pub store: StoreKind,
 }
 
-fn sqlite() -> String {
-    "sqlite".into()
-}
+choice!(
+    /// The store under a simulated instance.
+    #[derive(Default)]
+    StoreKind {
+        /// The real SQLite store on an in-memory database.
+        #[default]
+        Sqlite => "sqlite",
+        Memory => "memory",
+    }
+);
 
 /// Payments on Base Sepolia USDC settings, paid to `pay_to`.
 #[derive(Debug, Clone, Deserialize)]
@@ -76,18 +115,55 @@ fn sqlite() -> String {
 pub struct PaymentSpec {
     #[serde(default = "default_pay_to")]
     pub pay_to: String,
-    /// `local` (verify only, `payment_ref` = `x402:<nonce>`) or a scripted
-    /// in-process facilitator: `success`, `insufficient_funds`, `settle_failure`.
-    #[serde(default = "local")]
-    pub facilitator: String,
+    #[serde(default)]
+    pub facilitator: Settlement,
 }
+
+/// How an instance settles payments: `local` (verify only, `payment_ref` =
+/// `x402:<nonce>`) or through a scripted in-process facilitator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Settlement {
+    #[default]
+    Local,
+    Facilitator(FacilitatorScript),
+}
+
+/// The spellings of [`Settlement`]: `local`, then every facilitator script.
+const SETTLEMENTS: &[&str] = &["local", "success", "insufficient_funds", "settle_failure"];
+
+impl Settlement {
+    /// The facilitator's script, when payments settle through one.
+    pub fn script(self) -> Option<FacilitatorScript> {
+        match self {
+            Settlement::Local => None,
+            Settlement::Facilitator(script) => Some(script),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Settlement {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "local" {
+            return Ok(Settlement::Local);
+        }
+        FacilitatorScript::parse(&text)
+            .map(Settlement::Facilitator)
+            .ok_or_else(|| de::Error::unknown_variant(&text, SETTLEMENTS))
+    }
+}
+
+choice!(
+    /// What the scripted facilitator answers.
+    FacilitatorScript {
+        Success => "success",
+        InsufficientFunds => "insufficient_funds",
+        SettleFailure => "settle_failure",
+    }
+);
 
 fn default_pay_to() -> String {
     "0x209693Bc6afc0C5328bA36FaF03C514EF312287C".into()
-}
-
-fn local() -> String {
-    "local".into()
 }
 
 /// Coordinator timings to override; names as in `coordinator::config::Timing`.
@@ -178,25 +254,200 @@ pub struct RouterSpec {
 }
 
 /// One step: exactly one action, then optional expectations and captures.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// In TOML the action is a key of the step table (`http = { ... }`);
+/// `Deserialize` is written by hand to find it (see `StepVisitor`).
+#[derive(Debug, Clone)]
 pub struct Step {
-    #[serde(default)]
     pub name: Option<String>,
-    // actions
-    pub http: Option<HttpCall>,
-    pub router: Option<RouterCall>,
-    pub advance: Option<String>,
-    pub wait_until: Option<WaitUntil>,
-    pub worker: Option<Control>,
-    pub instance: Option<Control>,
-    pub stub: Option<StubControl>,
-    pub commit_many: Option<CommitMany>,
-    pub facilitator: Option<FacilitatorControl>,
-    // checks
+    pub action: Action,
     pub expect: Option<Expect>,
-    #[serde(default)]
     pub capture: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Http(HttpCall),
+    Router(RouterCall),
+    Advance(SimDuration),
+    WaitUntil(WaitUntil),
+    Worker(Control<WorkerAction>),
+    Instance(Control<InstanceAction>),
+    Stub(StubControl),
+    CommitMany(CommitMany),
+    Facilitator(FacilitatorControl),
+}
+
+choice!(
+    /// The key that names an action in a step table.
+    ActionKey {
+        Http => "http",
+        Router => "router",
+        Advance => "advance",
+        WaitUntil => "wait_until",
+        Worker => "worker",
+        Instance => "instance",
+        Stub => "stub",
+        CommitMany => "commit_many",
+        Facilitator => "facilitator",
+    }
+);
+
+/// Every key a step table may hold: `name`, the actions, `expect`, `capture`.
+const STEP_KEYS: &[&str] = &[
+    "name",
+    "http",
+    "router",
+    "advance",
+    "wait_until",
+    "worker",
+    "instance",
+    "stub",
+    "commit_many",
+    "facilitator",
+    "expect",
+    "capture",
+];
+
+impl Action {
+    pub fn key(&self) -> ActionKey {
+        match self {
+            Action::Http(_) => ActionKey::Http,
+            Action::Router(_) => ActionKey::Router,
+            Action::Advance(_) => ActionKey::Advance,
+            Action::WaitUntil(_) => ActionKey::WaitUntil,
+            Action::Worker(_) => ActionKey::Worker,
+            Action::Instance(_) => ActionKey::Instance,
+            Action::Stub(_) => ActionKey::Stub,
+            Action::CommitMany(_) => ActionKey::CommitMany,
+            Action::Facilitator(_) => ActionKey::Facilitator,
+        }
+    }
+
+    /// Whether the action gives an answer that `expect` and `capture` read.
+    pub fn answers(&self) -> bool {
+        matches!(
+            self,
+            Action::Http(_) | Action::Router(_) | Action::WaitUntil(_) | Action::CommitMany(_)
+        )
+    }
+
+    /// Whether the action advances simulated time or injects a fault, which
+    /// a live run cannot do.
+    pub fn simulation_only(&self) -> bool {
+        matches!(
+            self,
+            Action::Advance(_)
+                | Action::Worker(_)
+                | Action::Instance(_)
+                | Action::Stub(_)
+                | Action::Facilitator(_)
+        )
+    }
+
+    /// Reads the value of the action `key` names from the step table.
+    fn next_value<'de, A: MapAccess<'de>>(key: ActionKey, map: &mut A) -> Result<Self, A::Error> {
+        Ok(match key {
+            ActionKey::Http => Action::Http(map.next_value()?),
+            ActionKey::Router => Action::Router(map.next_value()?),
+            ActionKey::Advance => Action::Advance(map.next_value()?),
+            ActionKey::WaitUntil => Action::WaitUntil(map.next_value()?),
+            ActionKey::Worker => Action::Worker(map.next_value()?),
+            ActionKey::Instance => Action::Instance(map.next_value()?),
+            ActionKey::Stub => Action::Stub(map.next_value()?),
+            ActionKey::CommitMany => Action::CommitMany(map.next_value()?),
+            ActionKey::Facilitator => Action::Facilitator(map.next_value()?),
+        })
+    }
+}
+
+fn exactly_one_action(has: &str) -> String {
+    format!(
+        "a step needs exactly one action: {} (it has {has})",
+        ActionKey::NAMES.join(", ")
+    )
+}
+
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(StepVisitor)
+    }
+}
+
+struct StepVisitor;
+
+impl<'de> Visitor<'de> for StepVisitor {
+    type Value = Step;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a step table with exactly one action")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Step, A::Error> {
+        let (mut name, mut action, mut expect, mut capture) = (None, None, None, None);
+        let mut seed = StepKeySeed { action: None };
+        while let Some(key) = map.next_key_seed(seed)? {
+            match key {
+                StepKey::Name => name = Some(map.next_value()?),
+                StepKey::Expect => expect = Some(map.next_value()?),
+                StepKey::Capture => capture = Some(map.next_value()?),
+                StepKey::Action(key) => {
+                    action = Some(Action::next_value(key, &mut map)?);
+                    seed.action = Some(key);
+                }
+            }
+        }
+        let action = action.ok_or_else(|| de::Error::custom(exactly_one_action("none")))?;
+        let capture: BTreeMap<String, String> = capture.unwrap_or_default();
+        if !action.answers() && (expect.is_some() || !capture.is_empty()) {
+            return Err(de::Error::custom(format!(
+                "`{}` gives no answer to expect or capture from",
+                action.key()
+            )));
+        }
+        Ok(Step {
+            name,
+            action,
+            expect,
+            capture,
+        })
+    }
+}
+
+enum StepKey {
+    Name,
+    Action(ActionKey),
+    Expect,
+    Capture,
+}
+
+/// Reads one key of a step table. It refuses unknown keys and a second
+/// action here, so the error points at the offending key's line.
+#[derive(Clone, Copy)]
+struct StepKeySeed {
+    /// The action already read, if any.
+    action: Option<ActionKey>,
+}
+
+impl<'de> DeserializeSeed<'de> for StepKeySeed {
+    type Value = StepKey;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<StepKey, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let key = match text.as_str() {
+            "name" => StepKey::Name,
+            "expect" => StepKey::Expect,
+            "capture" => StepKey::Capture,
+            other => ActionKey::parse(other)
+                .map(StepKey::Action)
+                .ok_or_else(|| de::Error::unknown_field(other, STEP_KEYS))?,
+        };
+        match (self.action, &key) {
+            (Some(first), StepKey::Action(second)) => Err(de::Error::custom(exactly_one_action(
+                &format!("{first} and {second}"),
+            ))),
+            _ => Ok(key),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -222,11 +473,27 @@ pub struct HttpCall {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pay {
-    /// `none` (a valid payment), `recipient`, `amount` (underpay), `window`
-    /// (expires too soon), `future` (not valid yet), `network`, `signature`.
+    /// Absent for a valid payment.
     #[serde(default)]
-    pub alter: Option<String>,
+    pub alter: Option<Alter>,
 }
+
+choice!(
+    /// What a payment gets wrong on purpose.
+    Alter {
+        /// Nothing: a valid payment.
+        Unaltered => "none",
+        Recipient => "recipient",
+        /// Underpays.
+        Amount => "amount",
+        /// Expires too soon.
+        Window => "window",
+        /// Not valid yet.
+        Future => "future",
+        Network => "network",
+        Signature => "signature",
+    }
+);
 
 fn get() -> String {
     "GET".into()
@@ -238,8 +505,7 @@ fn get() -> String {
 pub struct FacilitatorControl {
     #[serde(default = "chain_a")]
     pub instance: String,
-    /// `success`, `insufficient_funds` or `settle_failure`.
-    pub script: String,
+    pub script: FacilitatorScript,
 }
 
 /// Commits `count` jobs (`{{i}}` in the body is the job's index), then waits
@@ -250,34 +516,51 @@ pub struct FacilitatorControl {
 pub struct CommitMany {
     #[serde(default = "chain_a")]
     pub instance: String,
-    /// `fast` or `cheap`.
     #[serde(default = "fast")]
-    pub tier: String,
+    pub tier: CommitTier,
     pub count: u32,
     pub body: Value,
     /// Simulated time between two commits.
     #[serde(default = "zero_ms")]
-    pub interval: String,
+    pub interval: SimDuration,
     #[serde(default = "default_within")]
-    pub within: String,
+    pub within: SimDuration,
 }
 
-fn fast() -> String {
-    "fast".into()
+choice!(
+    /// The commit endpoint, `/v1/jobs/commit/{tier}`.
+    CommitTier {
+        Fast => "fast",
+        Cheap => "cheap",
+    }
+);
+
+fn fast() -> CommitTier {
+    CommitTier::Fast
 }
 
-fn zero_ms() -> String {
-    "0ms".into()
+fn zero_ms() -> SimDuration {
+    SimDuration {
+        text: "0ms".into(),
+        duration: Duration::ZERO,
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouterCall {
-    /// `run_llm` or `run_task`.
-    pub call: String,
+    pub call: RouterFn,
     /// The request, as `router::LlmRequest` / `router::TaskRequest` fields.
     pub request: Value,
 }
+
+choice!(
+    /// The router entry point a `router` step calls.
+    RouterFn {
+        RunLlm => "run_llm",
+        RunTask => "run_task",
+    }
+);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -285,23 +568,64 @@ pub struct WaitUntil {
     #[serde(default = "chain_a")]
     pub instance: String,
     pub job: String,
-    pub status: String,
+    pub status: JobStatus,
     /// Longest wait, e.g. `30s`.
     #[serde(default = "default_within")]
-    pub within: String,
+    pub within: SimDuration,
 }
 
-fn default_within() -> String {
-    "60s".into()
+fn default_within() -> SimDuration {
+    SimDuration {
+        text: "60s".into(),
+        duration: Duration::from_secs(60),
+    }
 }
 
+/// A duration as written (`500ms`, `10s`, `61m`, `2h`), checked at load; the
+/// transcript shows the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimDuration {
+    pub text: String,
+    pub duration: Duration,
+}
+
+impl<'de> Deserialize<'de> for SimDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let duration = parse_duration(&text).map_err(de::Error::custom)?;
+        Ok(SimDuration { text, duration })
+    }
+}
+
+impl fmt::Display for SimDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Stops or starts a worker or an instance by name.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Control {
+pub struct Control<A> {
     pub name: String,
-    /// `stop` or `start`; for instances also `restart` (crash and recover from the store).
-    pub action: String,
+    pub action: A,
 }
+
+choice!(
+    WorkerAction {
+        Stop => "stop",
+        Start => "start",
+    }
+);
+
+choice!(
+    InstanceAction {
+        Stop => "stop",
+        Start => "start",
+        /// Crash and recover from the store.
+        Restart => "restart",
+    }
+);
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -334,7 +658,7 @@ pub struct Invariants {
     pub all_jobs_completed: bool,
     /// Exact count of jobs per instance, by status.
     #[serde(default)]
-    pub job_counts: BTreeMap<String, BTreeMap<String, usize>>,
+    pub job_counts: BTreeMap<String, BTreeMap<JobStatus, usize>>,
     /// Exact count of calls each hosted-provider stub received.
     #[serde(default)]
     pub stub_calls: BTreeMap<String, usize>,
@@ -369,52 +693,11 @@ impl Scenario {
         }
         scenario.epoch_ms()?;
         for (i, step) in scenario.steps.iter().enumerate() {
-            let actions = [
-                step.http.is_some(),
-                step.router.is_some(),
-                step.advance.is_some(),
-                step.wait_until.is_some(),
-                step.worker.is_some(),
-                step.instance.is_some(),
-                step.stub.is_some(),
-                step.commit_many.is_some(),
-                step.facilitator.is_some(),
-            ]
-            .iter()
-            .filter(|a| **a)
-            .count();
-            if actions != 1 {
-                return Err(format!(
-                    "step {} must have exactly one of http, router, advance, wait_until, worker, instance, stub, commit_many, facilitator (has {actions})",
-                    i + 1
-                ));
-            }
-            if let Some(a) = &step.advance {
-                parse_duration(a).map_err(|e| format!("step {}: advance: {e}", i + 1))?;
-            }
-            if let Some(m) = &step.commit_many {
-                parse_duration(&m.within).map_err(|e| format!("step {}: within: {e}", i + 1))?;
-                parse_duration(&m.interval)
-                    .map_err(|e| format!("step {}: interval: {e}", i + 1))?;
-            }
-            if let Some(w) = &step.wait_until {
-                parse_duration(&w.within).map_err(|e| format!("step {}: within: {e}", i + 1))?;
-            }
-            let sim_only = step.advance.is_some()
-                || step.worker.is_some()
-                || step.instance.is_some()
-                || step.stub.is_some()
-                || step.facilitator.is_some();
-            if scenario.live && sim_only {
+            if scenario.live && step.action.simulation_only() {
                 return Err(format!(
                     "step {} advances simulated time or injects a fault; set live = false",
                     i + 1
                 ));
-            }
-        }
-        for (name, i) in &scenario.instances {
-            if !matches!(i.store.as_str(), "sqlite" | "memory") {
-                return Err(format!("instance {name}: store must be sqlite or memory"));
             }
         }
         for w in &scenario.workers {
@@ -466,18 +749,222 @@ mod tests {
         assert!(parse_duration("5d").is_err());
     }
 
-    #[test]
-    fn unknown_keys_are_named_with_their_line() {
-        let err =
-            Scenario::parse("schema_version = 1\nname = \"x\"\n\n[[steps]]\nadvanse = \"1s\"\n")
-                .unwrap_err();
-        assert!(err.contains("advanse"), "{err}");
-        assert!(err.contains("line 5"), "{err}");
+    const HEAD: &str = "schema_version = 1\nname = \"x\"\nlive = false\n\n[instances.chain_a]\nnetwork = \"n\"\n\n";
+
+    /// The load error of a scenario with `tail` after a fixed 7-line head.
+    fn load_error(tail: &str) -> String {
+        Scenario::parse(&format!("{HEAD}{tail}")).unwrap_err()
+    }
+
+    fn assert_error(err: &str, line: usize, message: &str) {
+        assert!(err.contains(&format!("line {line},")), "{err}");
+        assert!(err.contains(message), "{err}");
+    }
+
+    fn only_step(tail: &str) -> Step {
+        let scenario = Scenario::parse(&format!("{HEAD}[[steps]]\n{tail}")).unwrap();
+        assert_eq!(scenario.steps.len(), 1);
+        scenario.steps[0].clone()
     }
 
     #[test]
-    fn a_step_has_exactly_one_action() {
-        let err = Scenario::parse("schema_version = 1\nname = \"x\"\n[[steps]]\nadvance = \"1s\"\nwait_until = { job = \"j\", status = \"completed\" }\n").unwrap_err();
-        assert!(err.contains("exactly one"), "{err}");
+    fn unknown_keys_are_named_with_their_line() {
+        let err = load_error("[[steps]]\nadvanse = \"1s\"\n");
+        assert_error(
+            &err,
+            9,
+            "unknown field `advanse`, expected one of `name`, `http`, `router`, `advance`, \
+             `wait_until`, `worker`, `instance`, `stub`, `commit_many`, `facilitator`, \
+             `expect`, `capture`",
+        );
+        let err = load_error("[[steps]]\nhttp = { path = \"/\", bogus = 1 }\n");
+        assert_error(&err, 9, "unknown field `bogus`");
+    }
+
+    #[test]
+    fn a_step_without_an_action_is_refused_at_its_table() {
+        let err = load_error("[[steps]]\nname = \"nothing\"\n");
+        assert_error(
+            &err,
+            8,
+            "a step needs exactly one action: http, router, advance, wait_until, worker, \
+             instance, stub, commit_many, facilitator (it has none)",
+        );
+    }
+
+    #[test]
+    fn a_second_action_is_refused_at_its_key() {
+        let err = load_error(
+            "[[steps]]\nadvance = \"1s\"\nwait_until = { job = \"j\", status = \"completed\" }\n",
+        );
+        assert_error(
+            &err,
+            10,
+            "a step needs exactly one action: http, router, advance, wait_until, worker, \
+             instance, stub, commit_many, facilitator (it has advance and wait_until)",
+        );
+    }
+
+    #[test]
+    fn expect_or_capture_on_a_step_without_an_answer_is_a_load_error() {
+        let err = load_error("[[steps]]\nadvance = \"1s\"\nexpect = { status = 200 }\n");
+        assert_error(
+            &err,
+            8,
+            "`advance` gives no answer to expect or capture from",
+        );
+        let err = load_error(
+            "[[steps]]\ncapture = { x = \"$\" }\nworker = { name = \"w\", action = \"stop\" }\n",
+        );
+        assert_error(
+            &err,
+            8,
+            "`worker` gives no answer to expect or capture from",
+        );
+    }
+
+    #[test]
+    fn a_bad_duration_is_a_load_error_at_its_value() {
+        let err = load_error("[[steps]]\nadvance = \"1d\"\n");
+        assert_error(&err, 9, "\"1d\": unit must be ms, s, m or h");
+        let err =
+            load_error("[[steps]]\ncommit_many = { count = 1, body = {}, interval = \"2\" }\n");
+        assert_error(&err, 9, "\"2\" needs a unit: ms, s, m or h");
+        let err = load_error(
+            "[[steps]]\nwait_until = { job = \"j\", status = \"failed\", within = \"s\" }\n",
+        );
+        assert_error(&err, 9, "\"s\" is not a duration");
+    }
+
+    #[test]
+    fn an_unknown_job_status_lists_the_valid_ones() {
+        let valid = "expected one of `pending`, `assigned`, `running`, `completed`, `failed`";
+        let err = load_error("[[steps]]\nwait_until = { job = \"j\", status = \"complete\" }\n");
+        assert_error(&err, 9, &format!("unknown variant `complete`, {valid}"));
+        let err = load_error("[invariants]\njob_counts = { chain_a = { done = 1 } }\n");
+        assert_error(&err, 9, &format!("unknown variant `done`, {valid}"));
+    }
+
+    #[test]
+    fn unknown_choices_list_the_valid_ones() {
+        let cases = [
+            (
+                "[[steps]]\nworker = { name = \"w\", action = \"restart\" }\n",
+                "unknown variant `restart`, expected `stop` or `start`",
+            ),
+            (
+                "[[steps]]\ninstance = { name = \"chain_a\", action = \"reboot\" }\n",
+                "unknown variant `reboot`, expected one of `stop`, `start`, `restart`",
+            ),
+            (
+                "[[steps]]\nhttp = { path = \"/\", pay = { alter = \"amout\" } }\n",
+                "unknown variant `amout`, expected one of `none`, `recipient`, `amount`, \
+                 `window`, `future`, `network`, `signature`",
+            ),
+            (
+                "[[steps]]\nrouter = { call = \"run\", request = {} }\n",
+                "unknown variant `run`, expected `run_llm` or `run_task`",
+            ),
+            (
+                "[[steps]]\nfacilitator = { script = \"local\" }\n",
+                "unknown variant `local`, expected one of `success`, `insufficient_funds`, \
+                 `settle_failure`",
+            ),
+            (
+                "[[steps]]\ncommit_many = { tier = \"FAST\", count = 1, body = {} }\n",
+                "unknown variant `FAST`, expected `fast` or `cheap`",
+            ),
+        ];
+        for (tail, message) in cases {
+            assert_error(&load_error(tail), 9, message);
+        }
+        let instance = |key: &str| {
+            Scenario::parse(&format!(
+                "schema_version = 1\nname = \"x\"\n[instances.chain_a]\nnetwork = \"n\"\n{key}\n"
+            ))
+            .unwrap_err()
+        };
+        assert_error(
+            &instance("store = \"mem\""),
+            5,
+            "unknown variant `mem`, expected `sqlite` or `memory`",
+        );
+        assert_error(
+            &instance("payment = { facilitator = \"locl\" }"),
+            5,
+            "unknown variant `locl`, expected one of `local`, `success`, \
+             `insufficient_funds`, `settle_failure`",
+        );
+    }
+
+    #[test]
+    fn a_live_scenario_refuses_simulation_only_steps() {
+        let err =
+            Scenario::parse("schema_version = 1\nname = \"x\"\n[[steps]]\nadvance = \"1s\"\n")
+                .unwrap_err();
+        assert_eq!(
+            err,
+            "step 1 advances simulated time or injects a fault; set live = false"
+        );
+    }
+
+    #[test]
+    fn toml_spellings_read_into_typed_values() {
+        let Action::WaitUntil(wait) =
+            only_step("wait_until = { job = \"j\", status = \"running\" }").action
+        else {
+            panic!("not a wait_until");
+        };
+        assert_eq!(wait.status, JobStatus::Running);
+        assert_eq!(wait.within.duration, Duration::from_secs(60));
+        assert_eq!(wait.within.to_string(), "60s");
+        let Action::Instance(control) =
+            only_step("instance = { name = \"chain_a\", action = \"restart\" }").action
+        else {
+            panic!("not an instance step");
+        };
+        assert_eq!(control.action, InstanceAction::Restart);
+        let Action::Http(call) =
+            only_step("http = { path = \"/\", pay = { alter = \"none\" } }").action
+        else {
+            panic!("not an http step");
+        };
+        assert_eq!(call.pay.unwrap().alter, Some(Alter::Unaltered));
+        let Action::CommitMany(many) = only_step(
+            "commit_many = { tier = \"cheap\", count = 2, body = {}, interval = \"2ms\" }",
+        )
+        .action
+        else {
+            panic!("not a commit_many step");
+        };
+        assert_eq!(
+            (many.tier, many.interval.duration),
+            (CommitTier::Cheap, Duration::from_millis(2))
+        );
+        let scenario = Scenario::parse(&format!(
+            "{HEAD}payment = {{ facilitator = \"settle_failure\" }}\nstore = \"memory\"\n\
+             [invariants]\njob_counts = {{ chain_a = {{ completed = 2 }} }}\n"
+        ))
+        .unwrap();
+        let instance = &scenario.instances["chain_a"];
+        assert_eq!(instance.store, StoreKind::Memory);
+        assert_eq!(
+            instance.payment.as_ref().unwrap().facilitator,
+            Settlement::Facilitator(FacilitatorScript::SettleFailure)
+        );
+        assert_eq!(
+            scenario.invariants.job_counts["chain_a"],
+            BTreeMap::from([(JobStatus::Completed, 2)])
+        );
+    }
+
+    #[test]
+    fn key_lists_match_their_enums() {
+        assert_eq!(SETTLEMENTS[0], "local");
+        assert_eq!(&SETTLEMENTS[1..], FacilitatorScript::NAMES);
+        let mut keys = vec!["name"];
+        keys.extend(ActionKey::NAMES);
+        keys.extend(["expect", "capture"]);
+        assert_eq!(STEP_KEYS, keys.as_slice());
     }
 }

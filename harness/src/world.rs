@@ -12,7 +12,7 @@
 //! file order, stubs by name), so adding a draw in one component does not
 //! shift the others.
 
-use crate::scenario::{Instance, Scenario, WorkerSpec};
+use crate::scenario::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use crate::transcript::Transcript;
 use coordinator::config::Config;
 use coordinator::server::{self, Server, Settings};
@@ -157,17 +157,21 @@ impl World {
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
             let seed: u64 = master.gen();
-            let facilitator = match &spec.payment {
-                Some(payment) if payment.facilitator != "local" => {
+            let facilitator = match spec.payment.as_ref().and_then(|p| p.facilitator.script()) {
+                Some(script) => {
                     let stub = x402::FacilitatorStub::new(&spec.network);
-                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    stub.set_script(facilitator_script(script));
                     Some(stub)
                 }
-                _ => None,
+                None => None,
             };
             let mut settings = Settings {
                 config: coordinator_config(spec),
-                db: memdb_path(name),
+                db: match spec.store {
+                    StoreKind::Sqlite => memdb_path(name),
+                    // Plain memory: nothing survives a restart.
+                    StoreKind::Memory => server::NO_STORE.into(),
+                },
                 payment: None,
                 retention_hours: None,
             };
@@ -285,9 +289,9 @@ impl World {
                     "--pay-to".into(),
                     payment.pay_to.clone(),
                 ]);
-                if payment.facilitator != "local" {
+                if let Some(script) = payment.facilitator.script() {
                     let stub = x402::FacilitatorStub::new(&spec.network);
-                    stub.set_script(facilitator_script(&payment.facilitator)?);
+                    stub.set_script(facilitator_script(script));
                     let url = serve_on_loopback(stub.router()).await?;
                     args.extend(["--facilitator-url".into(), url]);
                     facilitator = Some(stub);
@@ -752,14 +756,13 @@ fn memdb_path(instance: &str) -> String {
     format!("file:/sim-{n}-{instance}?vfs=memdb")
 }
 
-pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
-    match name {
-        "success" => Ok(x402::StubScript::success()),
-        "insufficient_funds" => Ok(x402::StubScript::insufficient_funds()),
-        "settle_failure" => Ok(x402::StubScript::settle_failure("unexpected_settle_error")),
-        other => Err(format!(
-            "facilitator {other:?}: local, success, insufficient_funds or settle_failure"
-        )),
+pub fn facilitator_script(script: FacilitatorScript) -> x402::StubScript {
+    match script {
+        FacilitatorScript::Success => x402::StubScript::success(),
+        FacilitatorScript::InsufficientFunds => x402::StubScript::insufficient_funds(),
+        FacilitatorScript::SettleFailure => {
+            x402::StubScript::settle_failure("unexpected_settle_error")
+        }
     }
 }
 
