@@ -73,23 +73,25 @@ struct Args {
     /// Pairing claims allowed per client address per minute.
     #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
     claims_per_minute_max: u32,
-    /// SQLite database file, created if missing; `:memory:` keeps nothing
-    /// across restarts.
     /// Require an x402 payment on the commit endpoints.
     #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
     payment_required: bool,
     /// Address payments go to (required with --payment-required).
     #[arg(long, env = "COORDINATOR_PAY_TO")]
     pay_to: Option<String>,
-    /// The payment token contract; default USDC on Base Sepolia.
-    #[arg(long, env = "COORDINATOR_ASSET", default_value = x402::config::BASE_SEPOLIA_USDC)]
-    asset: String,
-    /// EIP-712 domain name of the asset: `USDC` on Base Sepolia, `USD Coin` on Base.
-    #[arg(long, env = "COORDINATOR_ASSET_NAME", default_value = "USDC")]
-    asset_name: String,
-    /// EIP-712 domain version of the asset.
-    #[arg(long, env = "COORDINATOR_ASSET_VERSION", default_value = "2")]
-    asset_version: String,
+    /// The payment token contract. Default: the network's USDC where known
+    /// (Base, Base Sepolia, Monad, Polygon, Arbitrum One and Sepolia); other
+    /// networks must set it.
+    #[arg(long, env = "COORDINATOR_ASSET")]
+    asset: Option<String>,
+    /// EIP-712 domain name of the asset. Default: the known asset's (`USDC`
+    /// on Base Sepolia, `USD Coin` on Base); required for another asset.
+    #[arg(long, env = "COORDINATOR_ASSET_NAME")]
+    asset_name: Option<String>,
+    /// EIP-712 domain version of the asset. Default: the known asset's;
+    /// required for another asset.
+    #[arg(long, env = "COORDINATOR_ASSET_VERSION")]
+    asset_version: Option<String>,
     /// Validity window a payer is offered, in seconds.
     #[arg(long, env = "COORDINATOR_MAX_TIMEOUT_SECONDS", default_value_t = 300)]
     max_timeout_seconds: u64,
@@ -101,6 +103,8 @@ struct Args {
     /// default: taken from each request's Host header.
     #[arg(long, env = "COORDINATOR_PUBLIC_URL")]
     public_url: Option<String>,
+    /// SQLite database file, created if missing; `:memory:` keeps nothing
+    /// across restarts.
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
     /// Completed and failed jobs older than this are deleted (checked every
@@ -121,12 +125,23 @@ impl Args {
             .ok_or("--payment-required needs --pay-to ADDRESS")?
             .parse()
             .map_err(|e| format!("--pay-to: {e}"))?;
+        let asset = match &self.asset {
+            Some(a) => Some(a.parse().map_err(|e| format!("--asset: {e}"))?),
+            None => None,
+        };
+        let terms = x402::config::resolve_asset(
+            &self.network,
+            asset,
+            self.asset_name.clone(),
+            self.asset_version.clone(),
+        )
+        .map_err(|e| format!("payment settings: {e} (--asset, --asset-name, --asset-version)"))?;
         let config = x402::PaymentConfig {
             network: self.network.clone(),
             pay_to,
-            asset: self.asset.parse().map_err(|e| format!("--asset: {e}"))?,
-            asset_name: self.asset_name.clone(),
-            asset_version: self.asset_version.clone(),
+            asset: terms.asset,
+            asset_name: terms.name,
+            asset_version: terms.version,
             max_timeout_seconds: self.max_timeout_seconds,
             facilitator_url: self.facilitator_url.clone(),
         };
