@@ -70,9 +70,32 @@ struct Args {
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.
     #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
     handshakes_max: usize,
-    /// Pairing claims allowed per client address per minute.
-    #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
-    claims_per_minute_max: u32,
+    /// Failed pairing claims allowed per client address (IPv6: per /64) per minute.
+    #[arg(
+        long,
+        alias = "claims-per-minute-max",
+        env = "COORDINATOR_CLAIM_FAILURES_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 10
+    )]
+    claim_failures_per_client_per_minute_max: u32,
+    /// Failed pairing claims allowed from all clients together per minute.
+    #[arg(
+        long,
+        env = "COORDINATOR_CLAIM_FAILURES_PER_MINUTE_MAX",
+        default_value_t = 60
+    )]
+    claim_failures_per_minute_max: u32,
+    /// Pairing codes one client address (IPv6: per /64) may create per minute.
+    #[arg(
+        long,
+        env = "COORDINATOR_PAIRING_CREATES_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 10
+    )]
+    pairing_creates_per_client_per_minute_max: u32,
+    /// Reverse proxies (comma-separated IPs) whose X-Forwarded-For names the
+    /// client for rate limits. Default: none; the header is ignored.
+    #[arg(long, env = "COORDINATOR_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<std::net::IpAddr>,
     /// Require an x402 payment on the commit endpoints.
     #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
     payment_required: bool,
@@ -155,6 +178,7 @@ impl Args {
         let mut config = Config {
             network: self.network.clone(),
             public_url: self.public_url.clone(),
+            trusted_proxies: self.trusted_proxies.clone(),
             ..Config::default()
         };
         config.prices.fast_llm = self.price_fast_llm;
@@ -170,7 +194,10 @@ impl Args {
         let l = &mut config.limits;
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
-        l.claims_per_minute_max = self.claims_per_minute_max;
+        l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
+        l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;
+        l.pairing_creates_per_client_per_minute_max =
+            self.pairing_creates_per_client_per_minute_max;
         l.handshakes_max = self.handshakes_max.max(1);
         config
     }
