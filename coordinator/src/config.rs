@@ -19,6 +19,10 @@ pub struct Config {
     /// (see `Core::check_invariants`). Always on in debug builds; the
     /// simulation turns it on in release builds too. Costs O(jobs) per event.
     pub check_invariants: bool,
+    /// Reverse proxies whose `X-Forwarded-For` names the client for the
+    /// per-client limits. Empty (the default): the header is ignored, since
+    /// anyone can send it.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for Config {
@@ -30,6 +34,7 @@ impl Default for Config {
             timing: Timing::default(),
             public_url: None,
             check_invariants: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -84,10 +89,27 @@ pub struct Limits {
     pub workers_max: usize,
     /// WebSocket connections still in hello/auth at once; more get 503.
     pub handshakes_max: usize,
-    /// Pairing codes kept at once (live or recently expired).
+    /// Live pairing codes (unclaimed, unexpired) at once; a create beyond it gets 503.
     pub pairing_codes_max: usize,
-    /// Claims one client address may try per minute.
-    pub claims_per_minute_max: u32,
+    /// Pairing codes remembered at once, live or dead (claimed or expired,
+    /// kept for `already_claimed` / `expired` answers). Beyond it the oldest
+    /// dead code is forgotten early. More than `pairing_codes_max`.
+    pub pairing_codes_kept_max: usize,
+    /// Live codes one user may hold; a create beyond it gets 429.
+    pub pairing_codes_per_user_max: usize,
+    /// Codes one client address (IPv6: one /64) may create per minute.
+    pub pairing_creates_per_client_per_minute_max: u32,
+    /// Codes created for one user per minute.
+    pub pairing_creates_per_user_per_minute_max: u32,
+    /// Failed claims one client address (IPv6: one /64) may make per
+    /// minute; successful claims are not counted.
+    pub claim_failures_per_client_per_minute_max: u32,
+    /// Failed claims from all clients together per minute: bounds the
+    /// guessing rate whatever the number of addresses.
+    pub claim_failures_per_minute_max: u32,
+    /// Client addresses (or users) tracked by each rate limiter at once; a
+    /// new one beyond it is refused until windows expire.
+    pub rate_limited_keys_max: usize,
 }
 
 impl Default for Limits {
@@ -103,7 +125,13 @@ impl Default for Limits {
             workers_max: 100_000,
             handshakes_max: 1_024,
             pairing_codes_max: 100_000,
-            claims_per_minute_max: 10,
+            pairing_codes_kept_max: 200_000,
+            pairing_codes_per_user_max: 5,
+            pairing_creates_per_client_per_minute_max: 10,
+            pairing_creates_per_user_per_minute_max: 5,
+            claim_failures_per_client_per_minute_max: 10,
+            claim_failures_per_minute_max: 60,
+            rate_limited_keys_max: 100_000,
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::coordinator::Coordinator;
 use crate::core::CommitError;
 use crate::error::ApiError;
 use crate::session;
-use crate::trust::ClaimError;
+use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, LimitScope};
 use crate::validate;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
@@ -22,7 +22,7 @@ use protocol::signing;
 use protocol::time::format_ms;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
@@ -101,20 +101,75 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
     }
 }
 
-/// The caller's address for rate limiting; `local` when served without one
-/// (in-process tests and the simulation).
+/// The caller's address for rate limiting: the peer's IP, or, when the peer
+/// is a configured trusted proxy, the client its `X-Forwarded-For` names.
+/// IPv6 addresses are grouped by /64 (one host usually holds a whole /64);
+/// `local` when served without a peer address (in-process tests and the
+/// simulation).
 pub struct ClientAddr(pub String);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+impl FromRequestParts<Coordinator> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientAddr(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or_else(|| "local".to_owned(), |ci| ci.0.ip().to_string()),
-        ))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        c: &Coordinator,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() else {
+            return Ok(ClientAddr("local".to_owned()));
+        };
+        let ip = client_ip(peer.ip(), &parts.headers, &c.config().trusted_proxies);
+        Ok(ClientAddr(rate_limit_key(ip)))
+    }
+}
+
+/// Most `X-Forwarded-For` hops looked at, from the right.
+const FORWARDED_HOPS_MAX: usize = 16;
+
+/// The client behind `peer`: `peer` itself unless it is a trusted proxy;
+/// then the rightmost `X-Forwarded-For` entry that is not a trusted proxy
+/// (entries further left were written by the client and prove nothing). A
+/// malformed entry stops the walk at the last address known good.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted_proxies: &[IpAddr]) -> IpAddr {
+    let trusted = |ip: &IpAddr| trusted_proxies.contains(&canonical_ip(*ip));
+    if !trusted(&peer) {
+        return peer;
+    }
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .collect();
+    let mut client = peer;
+    for hop in hops.iter().rev().take(FORWARDED_HOPS_MAX) {
+        let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+            break;
+        };
+        client = ip;
+        if !trusted(&ip) {
+            break;
+        }
+    }
+    client
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4, so one host has one key.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// The rate-limit key of an address: IPv4 as is, IPv6 by its /64.
+pub fn rate_limit_key(ip: IpAddr) -> String {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            format!("{}/64", std::net::Ipv6Addr::from(prefix))
+        }
     }
 }
 
@@ -250,6 +305,7 @@ async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Re
 
 async fn trust_create(
     State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     if let Some(message) = validate::missing_fields(&body, &["user_id"]) {
@@ -258,8 +314,8 @@ async fn trust_create(
     let user_id =
         validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
     let pairing = c
-        .with(|core, now_ms| core.create_pairing(&user_id, now_ms))
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        .with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms))
+        .map_err(create_refused)?;
     c.durable().await.map_err(|_| ApiError::Internal)?;
     Ok((
         StatusCode::CREATED,
@@ -284,25 +340,62 @@ async fn trust_claim(
         .ok_or_else(|| ApiError::BadRequest(ClaimError::InvalidCode.to_string()))?;
     let key = body["provider_pubkey"]
         .as_str()
-        .and_then(|k| signing::parse_public_key(k).ok())
-        .ok_or_else(|| {
-            ApiError::BadRequest(
-                "provider_pubkey must be a compressed secp256k1 public key: 0x followed by 66 hex characters".into(),
-            )
-        })?;
-    let key = signing::public_key_hex(&key);
-    let claimed = c.with(|core, now_ms| core.claim_pairing(code, &key, &client, now_ms));
+        .filter(|k| validate::is_compressed_key_shape(k))
+        .ok_or_else(|| ApiError::BadRequest(validate::KEY_SHAPE.into()))?;
+    // The shape is right; whether it is a curve point is told only after
+    // the code is judged, so the spec's code errors come first.
+    let key = signing::parse_public_key(key)
+        .map(|k| signing::public_key_hex(&k))
+        .map_err(|_| KeyNotOnCurve);
+    let claimed = c.with(|core, now_ms| {
+        core.claim_pairing(code, key.as_deref().map_err(|e| *e), &client, now_ms)
+    });
     c.durable().await.map_err(|_| ApiError::Internal)?;
     match claimed {
         Ok(entry) => Ok(Json(Claimed {
             user_id: entry.user_id,
             paired_at: format_ms(entry.paired_at_ms),
         })),
-        Err(ClaimError::RateLimited { retry_after_ms }) => Err(ApiError::RateLimited {
-            message: "too many pairing claims from this address; retry later".into(),
-            retry_after_s: (retry_after_ms.max(0) as u64).div_ceil(1000),
-        }),
+        Err(ClaimError::RateLimited {
+            scope,
+            retry_after_ms,
+        }) => Err(rate_limited(
+            match scope {
+                LimitScope::Everyone => {
+                    "too many failed pairing claims on this coordinator; retry later"
+                }
+                _ => "too many pairing claims from this address; retry later",
+            },
+            retry_after_ms,
+        )),
         Err(e) => Err(ApiError::BadRequest(e.to_string())),
+    }
+}
+
+fn create_refused(e: CreateError) -> ApiError {
+    match e {
+        CreateError::RateLimited {
+            scope,
+            retry_after_ms,
+        } => rate_limited(
+            match scope {
+                LimitScope::User => "too many pairing codes created for this user; retry later",
+                _ => "too many pairing codes created from this address; retry later",
+            },
+            retry_after_ms,
+        ),
+        CreateError::UserCodesFull { retry_after_ms } => rate_limited(
+            "this user has too many live pairing codes; claim one or retry later",
+            retry_after_ms,
+        ),
+        CreateError::TooManyCodes => ApiError::Unavailable(e.to_string()),
+    }
+}
+
+fn rate_limited(message: &str, retry_after_ms: i64) -> ApiError {
+    ApiError::RateLimited {
+        message: message.into(),
+        retry_after_s: (retry_after_ms.max(0) as u64).div_ceil(1000),
     }
 }
 

@@ -806,8 +806,8 @@ mod tests {
             core.commit(s, Tier::Cheap, Some("pay-1".into()), 1_000)
                 .unwrap();
         }
-        let code = core.create_pairing("a", 1_000).unwrap().code;
-        core.claim_pairing(&code, "0xkey", "ip", 1_001).unwrap();
+        let code = core.create_pairing("a", "ip", 1_000).unwrap().code;
+        core.claim_pairing(&code, Ok("0xkey"), "ip", 1_001).unwrap();
         core.take_changes()
     }
 

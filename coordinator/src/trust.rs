@@ -3,10 +3,18 @@
 //! A code is 6 hex characters drawn from the coordinator's RNG, unique among
 //! the codes it remembers, valid for one hour. Claimed and expired codes are
 //! remembered for a retention period so a late claim is told `already_claimed`
-//! or `expired`, not `invalid_code`. Claims are rate-limited per client
-//! address: with 16^6 codes and 10 tries a minute, guessing one live code
-//! within its hour takes about 28,000 addresses working together.
+//! or `expired`, not `invalid_code`.
+//!
+//! Abuse limits (ARCHITECTURE.md, "Pairing abuse"): creates are rate-limited
+//! per client address and per user, each user holds a few live codes, and
+//! only live codes count against the global cap, so a flood of creates
+//! cannot switch pairing off for everyone. Failed claims (not successful
+//! ones) are limited per client address and for all clients together; the
+//! global budget bounds the guessing rate however many addresses an
+//! attacker has.
 
+use crate::config::{Config, Limits};
+use crate::rate::{Limited, Windows};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -30,6 +38,17 @@ pub struct TrustEntry {
     pub paired_at_ms: i64,
 }
 
+/// Who used up a rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitScope {
+    /// The calling client address (IPv6: its /64).
+    Client,
+    /// The user the request names.
+    User,
+    /// All clients together.
+    Everyone,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimError {
     #[error("invalid_code")]
@@ -38,89 +57,221 @@ pub enum ClaimError {
     AlreadyClaimed,
     #[error("expired")]
     Expired,
-    #[error("too many claim attempts; retry after {retry_after_ms} ms")]
-    RateLimited { retry_after_ms: i64 },
+    /// Told only once the code is known good, so the spec's code errors come first.
+    #[error("{0}")]
+    Key(KeyNotOnCurve),
+    #[error("too many failed claims; retry after {retry_after_ms} ms")]
+    RateLimited {
+        scope: LimitScope,
+        retry_after_ms: i64,
+    },
 }
 
+/// A `provider_pubkey` of the right shape that is not a curve point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("too many pairing codes outstanding")]
-pub struct TooManyCodes;
+#[error("provider_pubkey is not a point on secp256k1")]
+pub struct KeyNotOnCurve;
 
-const CLAIM_WINDOW_MS: i64 = 60_000;
-/// Client addresses tracked by the claim limiter before stale windows are swept.
-const CLAIM_CLIENTS_SWEEP_AT: usize = 10_000;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CreateError {
+    #[error("too many pairing codes created; retry after {retry_after_ms} ms")]
+    RateLimited {
+        scope: LimitScope,
+        retry_after_ms: i64,
+    },
+    /// The user holds `pairing_codes_per_user_max` live codes.
+    #[error(
+        "too many live pairing codes for this user; claim one or retry after {retry_after_ms} ms"
+    )]
+    UserCodesFull { retry_after_ms: i64 },
+    /// `pairing_codes_max` live codes exist.
+    #[error("too many pairing codes outstanding")]
+    TooManyCodes,
+}
 
 #[derive(Debug, Default)]
 pub struct Trust {
     codes: HashMap<String, Pairing>,
     /// (forget_at_ms, code): when a code leaves memory.
     forget_order: BTreeSet<(i64, String)>,
+    /// (expires_at_ms, code) of live codes (unclaimed, unexpired): what the
+    /// global cap counts.
+    live: BTreeSet<(i64, String)>,
+    /// user -> (expires_at_ms, code) of the user's live codes.
+    live_by_user: HashMap<String, BTreeSet<(i64, String)>>,
     /// user -> provider key -> paired_at.
     users: BTreeMap<String, BTreeMap<String, i64>>,
     /// provider key -> users trusting it.
     trusted_by: HashMap<String, BTreeSet<String>>,
-    /// client address -> (window start, claims in the window).
-    claim_windows: HashMap<String, (i64, u32)>,
+    creates_by_client: Windows,
+    creates_by_user: Windows,
+    claim_failures_by_client: Windows,
+    /// One key (`""`): failed claims of all clients together.
+    claim_failures: Windows,
 }
 
 impl Trust {
-    /// Issues a fresh code for `user_id`.
+    /// Issues a fresh code for `user_id`, asked by `client`.
     pub fn create(
         &mut self,
         user_id: &str,
+        client: &str,
         now_ms: i64,
-        ttl_ms: i64,
-        retention_ms: i64,
-        codes_max: usize,
+        config: &Config,
         rng: &mut impl RngCore,
-    ) -> Result<Pairing, TooManyCodes> {
+    ) -> Result<Pairing, CreateError> {
+        let (limits, timing) = (&config.limits, &config.timing);
         self.forget_old(now_ms);
-        if self.codes.len() >= codes_max {
-            return Err(TooManyCodes);
+        self.expire_live(now_ms);
+        let keys_max = limits.rate_limited_keys_max;
+        let limited = |scope| {
+            move |l: Limited| CreateError::RateLimited {
+                scope,
+                retry_after_ms: l.retry_after_ms,
+            }
+        };
+        self.creates_by_client
+            .check(
+                client,
+                now_ms,
+                limits.pairing_creates_per_client_per_minute_max,
+                keys_max,
+            )
+            .map_err(limited(LimitScope::Client))?;
+        self.creates_by_user
+            .check(
+                user_id,
+                now_ms,
+                limits.pairing_creates_per_user_per_minute_max,
+                keys_max,
+            )
+            .map_err(limited(LimitScope::User))?;
+        if let Some(user_live) = self.live_by_user.get(user_id) {
+            if user_live.len() >= limits.pairing_codes_per_user_max {
+                let (first_expiry_ms, _) = user_live.first().expect("non-empty");
+                return Err(CreateError::UserCodesFull {
+                    retry_after_ms: first_expiry_ms - now_ms,
+                });
+            }
         }
-        // The space holds 16.7M codes and at most `codes_max` are taken, so a
-        // free one is found in very few draws.
-        let code = loop {
+        if self.live.len() >= limits.pairing_codes_max {
+            return Err(CreateError::TooManyCodes);
+        }
+        self.creates_by_client.add(client, now_ms);
+        self.creates_by_user.add(user_id, now_ms);
+        self.make_room(limits.pairing_codes_kept_max);
+        let pairing = Pairing {
+            code: self.fresh_code(rng),
+            user_id: user_id.to_owned(),
+            created_at_ms: now_ms,
+            expires_at_ms: now_ms + timing.pairing_code_ttl_ms,
+            claimed_by: None,
+            claimed_at_ms: None,
+        };
+        self.remember(pairing.clone(), timing.pairing_code_retention_ms, now_ms);
+        Ok(pairing)
+    }
+
+    fn fresh_code(&self, rng: &mut impl RngCore) -> String {
+        // The space holds 16.7M codes and at most `pairing_codes_kept_max`
+        // are taken, so a free one is found in very few draws.
+        loop {
             let mut bytes = [0u8; 3];
             rng.fill_bytes(&mut bytes);
             let code = hex::encode(bytes);
             if !self.codes.contains_key(&code) {
-                break code;
+                return code;
             }
-        };
-        let pairing = Pairing {
-            code: code.clone(),
-            user_id: user_id.to_owned(),
-            created_at_ms: now_ms,
-            expires_at_ms: now_ms + ttl_ms,
-            claimed_by: None,
-            claimed_at_ms: None,
-        };
-        self.forget_order
-            .insert((pairing.expires_at_ms + retention_ms, code.clone()));
-        self.codes.insert(code, pairing.clone());
-        Ok(pairing)
+        }
     }
 
-    /// Claims `code` for `provider_pubkey`; on success the user trusts the key.
+    /// Keeps a code in memory, and among the live ones when it is live.
+    fn remember(&mut self, pairing: Pairing, retention_ms: i64, now_ms: i64) {
+        let code = pairing.code.clone();
+        self.forget_order
+            .insert((pairing.expires_at_ms + retention_ms, code.clone()));
+        if pairing.claimed_by.is_none() && now_ms < pairing.expires_at_ms {
+            let entry = (pairing.expires_at_ms, code.clone());
+            self.live.insert(entry.clone());
+            self.live_by_user
+                .entry(pairing.user_id.clone())
+                .or_default()
+                .insert(entry);
+        }
+        self.codes.insert(code, pairing);
+    }
+
+    /// Forgets the oldest codes early while `kept_max` are remembered. Live
+    /// codes are at most `pairing_codes_max`, fewer than `kept_max`, and a
+    /// code is forgotten after every code that expired before it, so the
+    /// codes forgotten here are dead: a late claim of one answers
+    /// `invalid_code` instead of `expired` or `already_claimed`.
+    fn make_room(&mut self, kept_max: usize) {
+        while self.codes.len() >= kept_max.max(1) {
+            let Some((_, code)) = self.forget_order.pop_first() else {
+                break;
+            };
+            self.drop_live(&code);
+            self.codes.remove(&code);
+        }
+    }
+
+    /// Claims `code` for `provider_pubkey`; on success the user trusts the
+    /// key. The code is judged first (spec 4.6), then the key, which the
+    /// caller parsed; every refusal counts against the failure budgets.
     pub fn claim(
         &mut self,
         code: &str,
-        provider_pubkey: &str,
+        provider_pubkey: Result<&str, KeyNotOnCurve>,
         client: &str,
         now_ms: i64,
-        claims_per_minute_max: u32,
+        limits: &Limits,
     ) -> Result<(Pairing, TrustEntry), ClaimError> {
-        self.count_claim(client, now_ms, claims_per_minute_max)?;
         self.forget_old(now_ms);
+        self.expire_live(now_ms);
+        let keys_max = limits.rate_limited_keys_max;
+        let limited = |scope| {
+            move |l: Limited| ClaimError::RateLimited {
+                scope,
+                retry_after_ms: l.retry_after_ms,
+            }
+        };
+        self.claim_failures_by_client
+            .check(
+                client,
+                now_ms,
+                limits.claim_failures_per_client_per_minute_max,
+                keys_max,
+            )
+            .map_err(limited(LimitScope::Client))?;
+        self.claim_failures
+            .check("", now_ms, limits.claim_failures_per_minute_max, 1)
+            .map_err(limited(LimitScope::Everyone))?;
+        let claimed = self.try_claim(code, provider_pubkey, now_ms);
+        if claimed.is_err() {
+            self.claim_failures_by_client.add(client, now_ms);
+            self.claim_failures.add("", now_ms);
+        }
+        claimed
+    }
+
+    fn try_claim(
+        &mut self,
+        code: &str,
+        provider_pubkey: Result<&str, KeyNotOnCurve>,
+        now_ms: i64,
+    ) -> Result<(Pairing, TrustEntry), ClaimError> {
         let code = code.trim().to_ascii_lowercase();
-        let pairing = self.codes.get_mut(&code).ok_or(ClaimError::InvalidCode)?;
+        let pairing = self.codes.get(&code).ok_or(ClaimError::InvalidCode)?;
         if pairing.claimed_by.is_some() {
             return Err(ClaimError::AlreadyClaimed);
         }
         if now_ms >= pairing.expires_at_ms {
             return Err(ClaimError::Expired);
         }
+        let provider_pubkey = provider_pubkey.map_err(ClaimError::Key)?;
+        self.drop_live(&code);
+        let pairing = self.codes.get_mut(&code).expect("looked up above");
         pairing.claimed_by = Some(provider_pubkey.to_owned());
         pairing.claimed_at_ms = Some(now_ms);
         let pairing = pairing.clone();
@@ -131,6 +282,38 @@ impl Trust {
         };
         self.insert_trust(&entry);
         Ok((pairing, entry))
+    }
+
+    /// Removes `code` from the live sets, if it is there.
+    fn drop_live(&mut self, code: &str) {
+        let Some(p) = self.codes.get(code) else {
+            return;
+        };
+        let entry = (p.expires_at_ms, p.code.clone());
+        if self.live.remove(&entry) {
+            if let Some(user_live) = self.live_by_user.get_mut(&p.user_id) {
+                user_live.remove(&entry);
+                if user_live.is_empty() {
+                    self.live_by_user.remove(&p.user_id);
+                }
+            }
+        }
+    }
+
+    /// Moves codes that expired by `now_ms` out of the live sets.
+    fn expire_live(&mut self, now_ms: i64) {
+        while let Some((expires_at_ms, code)) = self.live.first().cloned() {
+            if expires_at_ms > now_ms {
+                break;
+            }
+            self.drop_live(&code);
+        }
+    }
+
+    /// Live codes (unclaimed, unexpired) at `now_ms`.
+    pub fn live_codes(&mut self, now_ms: i64) -> usize {
+        self.expire_live(now_ms);
+        self.live.len()
     }
 
     fn insert_trust(&mut self, entry: &TrustEntry) {
@@ -145,33 +328,13 @@ impl Trust {
             .insert(entry.user_id.clone());
     }
 
-    fn count_claim(&mut self, client: &str, now_ms: i64, max: u32) -> Result<(), ClaimError> {
-        if self.claim_windows.len() >= CLAIM_CLIENTS_SWEEP_AT {
-            self.claim_windows
-                .retain(|_, (start, _)| now_ms - *start < CLAIM_WINDOW_MS);
-        }
-        let window = self
-            .claim_windows
-            .entry(client.to_owned())
-            .or_insert((now_ms, 0));
-        if now_ms - window.0 >= CLAIM_WINDOW_MS {
-            *window = (now_ms, 0);
-        }
-        if window.1 >= max {
-            return Err(ClaimError::RateLimited {
-                retry_after_ms: window.0 + CLAIM_WINDOW_MS - now_ms,
-            });
-        }
-        window.1 += 1;
-        Ok(())
-    }
-
     fn forget_old(&mut self, now_ms: i64) {
         while let Some((at, _)) = self.forget_order.first() {
             if *at > now_ms {
                 break;
             }
             let (_, code) = self.forget_order.pop_first().expect("first exists");
+            self.drop_live(&code);
             self.codes.remove(&code);
         }
     }
@@ -212,11 +375,15 @@ impl Trust {
     }
 
     /// Restores state written by a store.
-    pub fn restore(&mut self, pairings: Vec<Pairing>, entries: Vec<TrustEntry>, retention_ms: i64) {
+    pub fn restore(
+        &mut self,
+        pairings: Vec<Pairing>,
+        entries: Vec<TrustEntry>,
+        retention_ms: i64,
+        now_ms: i64,
+    ) {
         for p in pairings {
-            self.forget_order
-                .insert((p.expires_at_ms + retention_ms, p.code.clone()));
-            self.codes.insert(p.code.clone(), p);
+            self.remember(p, retention_ms, now_ms);
         }
         for e in &entries {
             self.insert_trust(e);
@@ -228,21 +395,44 @@ impl Trust {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
 
     const HOUR: i64 = 3_600_000;
+    const MINUTE: i64 = 60_000;
+    const KEY: Result<&str, KeyNotOnCurve> = Ok("0xk");
 
-    fn trust_with_code(rng: &mut rand_chacha::ChaCha20Rng) -> (Trust, String) {
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.limits.pairing_codes_max = 100;
+        c.limits.pairing_codes_kept_max = 200;
+        c
+    }
+
+    fn rng(seed: u64) -> ChaCha20Rng {
+        ChaCha20Rng::seed_from_u64(seed)
+    }
+
+    fn trust_with_code(rng: &mut ChaCha20Rng) -> (Trust, String) {
         let mut t = Trust::default();
-        let p = t.create("alice", 0, HOUR, 24 * HOUR, 100, rng).unwrap();
+        let p = t.create("alice", "c", 0, &config(), rng).unwrap();
         (t, p.code)
+    }
+
+    fn claim(
+        t: &mut Trust,
+        code: &str,
+        client: &str,
+        now_ms: i64,
+    ) -> Result<TrustEntry, ClaimError> {
+        t.claim(code, KEY, client, now_ms, &config().limits)
+            .map(|(_, e)| e)
     }
 
     #[test]
     fn code_is_six_hex_and_expires_in_an_hour() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         let mut t = Trust::default();
         let p = t
-            .create("alice", 1_000, HOUR, 24 * HOUR, 100, &mut rng)
+            .create("alice", "c", 1_000, &config(), &mut rng(1))
             .unwrap();
         assert_eq!(p.code.len(), 6);
         assert!(p
@@ -254,78 +444,202 @@ mod tests {
 
     #[test]
     fn claim_lifecycle() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
-        let (mut t, code) = trust_with_code(&mut rng);
+        let (mut t, code) = trust_with_code(&mut rng(2));
         assert_eq!(
-            t.claim("zzzzzz", "0xk", "c", 5, 100).unwrap_err(),
-            ClaimError::InvalidCode
+            claim(&mut t, "zzzzzz", "c", 5),
+            Err(ClaimError::InvalidCode)
         );
-        let (_, entry) = t.claim(&code.to_uppercase(), "0xk", "c", 5, 100).unwrap();
+        let entry = claim(&mut t, &code.to_uppercase(), "c", 5).unwrap();
         assert_eq!(entry.paired_at_ms, 5);
         assert!(t.trusts("alice", "0xk"));
         assert_eq!(
-            t.claim(&code, "0xk2", "c", 6, 100).unwrap_err(),
-            ClaimError::AlreadyClaimed
+            claim(&mut t, &code, "c", 6),
+            Err(ClaimError::AlreadyClaimed)
         );
         assert_eq!(t.users_trusting("0xk").collect::<Vec<_>>(), ["alice"]);
     }
 
     #[test]
     fn expiry_is_exactly_one_hour() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
-        let (mut t, code) = trust_with_code(&mut rng);
-        assert_eq!(
-            t.claim(&code, "0xk", "c", HOUR, 100).unwrap_err(),
-            ClaimError::Expired
-        );
-        let (mut t, code) = trust_with_code(&mut rand_chacha::ChaCha20Rng::seed_from_u64(3));
-        assert!(t.claim(&code, "0xk", "c", HOUR - 1, 100).is_ok());
+        let (mut t, code) = trust_with_code(&mut rng(3));
+        assert_eq!(claim(&mut t, &code, "c", HOUR), Err(ClaimError::Expired));
+        let (mut t, code) = trust_with_code(&mut rng(3));
+        assert!(claim(&mut t, &code, "c", HOUR - 1).is_ok());
     }
 
     #[test]
-    fn rate_limit_per_client_and_window() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
-        let (mut t, _) = trust_with_code(&mut rng);
+    fn the_code_is_judged_before_the_key() {
+        // Issue 16 finding 9: the key was judged first, so an unknown code
+        // with a bad key was not `invalid_code`.
+        let (mut t, code) = trust_with_code(&mut rng(4));
+        let limits = config().limits;
+        let bad = Err(KeyNotOnCurve);
+        assert_eq!(
+            t.claim("000000", bad, "c", 1, &limits).unwrap_err(),
+            ClaimError::InvalidCode
+        );
+        assert_eq!(
+            t.claim(&code, bad, "c", 1, &limits).unwrap_err(),
+            ClaimError::Key(KeyNotOnCurve)
+        );
+        // The refused key left the code claimable.
+        assert!(claim(&mut t, &code, "c", 2).is_ok());
+        assert_eq!(
+            t.claim(&code, bad, "c", 3, &limits).unwrap_err(),
+            ClaimError::AlreadyClaimed
+        );
+        assert_eq!(
+            t.claim(&code, bad, "c", HOUR, &limits).unwrap_err(),
+            ClaimError::AlreadyClaimed
+        );
+    }
+
+    #[test]
+    fn only_failed_claims_count_per_client() {
+        // Issue 16 finding 5: successful claims used up the budget too.
+        let mut t = Trust::default();
+        let mut r = rng(5);
+        let mut cfg = config();
+        cfg.limits.claim_failures_per_client_per_minute_max = 3;
+        cfg.limits.pairing_creates_per_client_per_minute_max = 100;
+        cfg.limits.pairing_creates_per_user_per_minute_max = 100;
+        cfg.limits.pairing_codes_per_user_max = 100;
+        for i in 0..5 {
+            let code = t.create("alice", "c", 0, &cfg, &mut r).unwrap().code;
+            let key = format!("0xk{i}");
+            assert!(t.claim(&code, Ok(&key), "a", 0, &cfg.limits).is_ok());
+        }
         for _ in 0..3 {
             assert_eq!(
-                t.claim("000000", "k", "a", 0, 3).unwrap_err(),
+                t.claim("000000", KEY, "a", 0, &cfg.limits).unwrap_err(),
+                ClaimError::InvalidCode
+            );
+        }
+        let limited = |retry_after_ms| {
+            Err(ClaimError::RateLimited {
+                scope: LimitScope::Client,
+                retry_after_ms,
+            })
+        };
+        assert_eq!(
+            t.claim("000000", KEY, "a", 10_000, &cfg.limits).map(|_| ()),
+            limited(50_000)
+        );
+        // Another client is not affected; the window reopens after a minute.
+        assert_eq!(
+            t.claim("000000", KEY, "b", 10_000, &cfg.limits)
+                .unwrap_err(),
+            ClaimError::InvalidCode
+        );
+        assert_eq!(
+            t.claim("000000", KEY, "a", MINUTE, &cfg.limits)
+                .unwrap_err(),
+            ClaimError::InvalidCode
+        );
+    }
+
+    #[test]
+    fn failed_claims_have_a_global_budget() {
+        // Issue 16 finding 5: every address had its own budget and nothing
+        // bounded the total, so guessing scaled with addresses.
+        let mut t = Trust::default();
+        let mut cfg = config();
+        cfg.limits.claim_failures_per_minute_max = 20;
+        for i in 0..20 {
+            let client = format!("client-{i}");
+            assert_eq!(
+                t.claim("000000", KEY, &client, 0, &cfg.limits).unwrap_err(),
                 ClaimError::InvalidCode
             );
         }
         assert_eq!(
-            t.claim("000000", "k", "a", 10_000, 3).unwrap_err(),
+            t.claim("000000", KEY, "fresh", 1_000, &cfg.limits)
+                .unwrap_err(),
             ClaimError::RateLimited {
-                retry_after_ms: 50_000
+                scope: LimitScope::Everyone,
+                retry_after_ms: 59_000
             }
         );
-        // Another client is not affected; the window reopens after a minute.
         assert_eq!(
-            t.claim("000000", "k", "b", 10_000, 3).unwrap_err(),
-            ClaimError::InvalidCode
-        );
-        assert_eq!(
-            t.claim("000000", "k", "a", 60_000, 3).unwrap_err(),
+            t.claim("000000", KEY, "fresh", MINUTE, &cfg.limits)
+                .unwrap_err(),
             ClaimError::InvalidCode
         );
     }
 
     #[test]
     fn old_codes_are_forgotten_after_retention() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
-        let (mut t, code) = trust_with_code(&mut rng);
-        t.create("bob", 25 * HOUR, HOUR, 24 * HOUR, 100, &mut rng)
-            .unwrap();
+        let mut r = rng(6);
+        let (mut t, code) = trust_with_code(&mut r);
+        t.create("bob", "c", 25 * HOUR, &config(), &mut r).unwrap();
         assert_eq!(
-            t.claim(&code, "k", "c", 25 * HOUR, 100).unwrap_err(),
-            ClaimError::InvalidCode
+            claim(&mut t, &code, "c", 25 * HOUR),
+            Err(ClaimError::InvalidCode)
         );
     }
 
     #[test]
-    fn codes_are_capped() {
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(6);
+    fn only_live_codes_count_against_the_cap() {
+        // Issue 16 finding 2: codes counted against the cap until 24 h after
+        // they expired, so one flood switched pairing off for a day.
+        let mut r = rng(7);
+        let mut cfg = config();
+        cfg.limits.pairing_codes_max = 2;
+        cfg.limits.pairing_codes_kept_max = 4;
         let mut t = Trust::default();
-        t.create("a", 0, HOUR, HOUR, 1, &mut rng).unwrap();
-        assert_eq!(t.create("a", 0, HOUR, HOUR, 1, &mut rng), Err(TooManyCodes));
+        t.create("a", "c1", 0, &cfg, &mut r).unwrap();
+        let b = t.create("b", "c2", 0, &cfg, &mut r).unwrap().code;
+        assert_eq!(
+            t.create("c", "c3", 0, &cfg, &mut r),
+            Err(CreateError::TooManyCodes)
+        );
+        // A claimed code is no longer live.
+        t.claim(&b, KEY, "c2", 1, &cfg.limits).unwrap();
+        t.create("c", "c3", 1, &cfg, &mut r).unwrap();
+        // Expired codes are not live either, though still remembered.
+        let later = HOUR + 1;
+        assert_eq!(t.live_codes(later), 0);
+        t.create("d", "c4", later, &cfg, &mut r).unwrap();
+        t.create("e", "c5", later, &cfg, &mut r).unwrap();
+        // Remembered codes are bounded: the oldest dead ones go first.
+        assert!(t.codes.len() <= 4);
+        assert_eq!(t.live_codes(later), 2);
+    }
+
+    #[test]
+    fn creates_are_limited_per_client_and_per_user() {
+        let mut r = rng(8);
+        let mut cfg = config();
+        cfg.limits.pairing_creates_per_client_per_minute_max = 2;
+        cfg.limits.pairing_creates_per_user_per_minute_max = 2;
+        cfg.limits.pairing_codes_per_user_max = 3;
+        let mut t = Trust::default();
+        t.create("u1", "a", 0, &cfg, &mut r).unwrap();
+        t.create("u2", "a", 0, &cfg, &mut r).unwrap();
+        assert_eq!(
+            t.create("u3", "a", 10_000, &cfg, &mut r),
+            Err(CreateError::RateLimited {
+                scope: LimitScope::Client,
+                retry_after_ms: 50_000
+            })
+        );
+        t.create("u1", "b", 0, &cfg, &mut r).unwrap();
+        assert_eq!(
+            t.create("u1", "c", 0, &cfg, &mut r),
+            Err(CreateError::RateLimited {
+                scope: LimitScope::User,
+                retry_after_ms: MINUTE
+            })
+        );
+        // Two live codes for u1 plus one a minute later: the cap of three.
+        t.create("u1", "c", MINUTE, &cfg, &mut r).unwrap();
+        assert_eq!(
+            t.create("u1", "d", MINUTE, &cfg, &mut r),
+            Err(CreateError::UserCodesFull {
+                retry_after_ms: HOUR - MINUTE
+            })
+        );
+        // Other users are not affected.
+        t.create("u9", "d", MINUTE, &cfg, &mut r).unwrap();
     }
 }

@@ -8,6 +8,19 @@ use serde_json::{Map, Value};
 pub const MISSING_COMMIT_FIELDS: &str = "Missing required fields: job_type, payload, user_id";
 pub const INVALID_JOB_TYPE: &str = "job_type must be LLM_INFER or TASK";
 pub const INVALID_POLICY: &str = "policy must be FAST, CHEAP or AUTO";
+pub const KEY_SHAPE: &str = "provider_pubkey must be a compressed secp256k1 public key: 0x followed by 66 hex characters, starting 02 or 03";
+
+/// Whether `key` has the shape of a compressed SEC1 key: `0x`, then 66 hex
+/// characters of which the first byte is 02 or 03. A key of this shape may
+/// still not be a point on the curve.
+pub fn is_compressed_key_shape(key: &str) -> bool {
+    let Some(hex) = key.strip_prefix("0x") else {
+        return false;
+    };
+    hex.len() == 66
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && (hex.starts_with("02") || hex.starts_with("03"))
+}
 
 /// Turns a commit body into a submission. Unknown top-level fields are
 /// ignored so older coordinators accept newer clients' bodies.
@@ -27,8 +40,10 @@ pub fn submission(body: &Value, limits: &Limits) -> Result<JobSubmission, String
         .ok_or_else(|| INVALID_JOB_TYPE.to_owned())?;
     let user_id = user_id(&obj["user_id"], limits)?;
     let payload = payload(&obj["payload"], job_type, limits)?;
+    // An optional field is absent or has its type: `null` is neither, so it
+    // is a 400 like any other wrong type (spec 4.3; ARCHITECTURE.md).
     let privacy_class = match obj.get("privacy_class") {
-        None | Some(Value::Null) => PrivacyClass::Public,
+        None => PrivacyClass::Public,
         Some(v) => v
             .as_str()
             .and_then(PrivacyClass::parse)
@@ -69,7 +84,7 @@ fn payload(v: &Value, job_type: JobType, limits: &Limits) -> Result<Payload, Str
                 _ => return Err("payload.prompt must be a non-empty string".into()),
             };
             let max_tokens = match p.get("max_tokens") {
-                None | Some(Value::Null) => limits.max_tokens_default,
+                None => limits.max_tokens_default,
                 Some(v) => v
                     .as_u64()
                     .filter(|n| (1..=u64::from(limits.max_tokens_max)).contains(n))

@@ -115,7 +115,7 @@ pub fn coordinator_config(instance: &Instance) -> Config {
         config.limits.queue_len_max = v;
     }
     if let Some(v) = instance.limits.claims_per_minute_max {
-        config.limits.claims_per_minute_max = v;
+        config.limits.claim_failures_per_client_per_minute_max = v;
     }
     config
 }

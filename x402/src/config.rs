@@ -16,6 +16,12 @@ pub enum ConfigError {
     Domain,
     #[error("max_timeout_seconds must be more than the 6 s settlement margin")]
     Timeout,
+    #[error("no payment asset is known for network {network}; set the asset, its EIP-712 name and version")]
+    UnknownAsset { network: String },
+    #[error(
+        "asset {asset} is not the known asset of {network}; set its EIP-712 name and version too"
+    )]
+    AssetDomainNeeded { network: String, asset: Address },
 }
 
 /// Payment settings of a deployment.
@@ -39,6 +45,115 @@ pub struct PaymentConfig {
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 /// USDC on Base mainnet.
 pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+
+/// The token a network pays in by default, with its EIP-712 domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownAsset {
+    pub network: &'static str,
+    pub address: &'static str,
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+/// Default assets, from coinbase/x402 `DEFAULT_STABLECOINS`
+/// (typescript/packages/mechanisms/evm/src/shared/defaultAssets.ts), keeping
+/// only USDC with EIP-3009 and 6 decimals: prices become atomic amounts at 6
+/// decimals, and `exact` here is EIP-3009 only. A network not listed (Monad
+/// testnet `eip155:10143` among them: no authoritative address) needs the
+/// asset configured explicitly.
+pub const KNOWN_ASSETS: &[KnownAsset] = &[
+    KnownAsset {
+        network: "eip155:84532",
+        address: BASE_SEPOLIA_USDC,
+        name: "USDC",
+        version: "2",
+    },
+    KnownAsset {
+        network: "eip155:8453",
+        address: BASE_USDC,
+        name: "USD Coin",
+        version: "2",
+    },
+    KnownAsset {
+        network: "eip155:143",
+        address: "0x754704Bc059F8C67012fEd69BC8A327a5aafb603",
+        name: "USD Coin",
+        version: "2",
+    },
+    KnownAsset {
+        network: "eip155:137",
+        address: "0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359",
+        name: "USD Coin",
+        version: "2",
+    },
+    KnownAsset {
+        network: "eip155:42161",
+        address: "0xaf88d065e77c8cC2239327C5EDb3A432268e5831",
+        name: "USD Coin",
+        version: "2",
+    },
+    KnownAsset {
+        network: "eip155:421614",
+        address: "0x75faf114eafb1BDbe2F0316DF893fd58CE46AA4d",
+        name: "USD Coin",
+        version: "2",
+    },
+];
+
+/// The default asset of a CAIP-2 network, if we know one.
+pub fn known_asset(network: &str) -> Option<&'static KnownAsset> {
+    KNOWN_ASSETS.iter().find(|a| a.network == network)
+}
+
+/// The asset a deployment charges in and its EIP-712 domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssetTerms {
+    pub asset: Address,
+    pub name: String,
+    pub version: String,
+}
+
+/// Settles the asset from what the operator set and the network's default:
+/// no asset set takes the network's known one (an unknown network is an
+/// error, never another network's token); a set asset that is not the known
+/// one needs its EIP-712 name and version, since a wrong domain makes every
+/// payment fail to verify. A set name or version always wins.
+pub fn resolve_asset(
+    network: &str,
+    asset: Option<Address>,
+    name: Option<String>,
+    version: Option<String>,
+) -> Result<AssetTerms, ConfigError> {
+    let known = known_asset(network).map(|k| {
+        let address: Address = k.address.parse().expect("constant address");
+        (address, k)
+    });
+    let (asset, default_domain) = match (asset, known) {
+        (None, None) => {
+            return Err(ConfigError::UnknownAsset {
+                network: network.to_owned(),
+            })
+        }
+        (None, Some((address, k))) => (address, Some(k)),
+        (Some(asset), Some((address, k))) if asset == address => (asset, Some(k)),
+        (Some(asset), _) => (asset, None),
+    };
+    let domain_needed = || ConfigError::AssetDomainNeeded {
+        network: network.to_owned(),
+        asset,
+    };
+    let name = name
+        .or_else(|| default_domain.map(|k| k.name.to_owned()))
+        .ok_or_else(domain_needed)?;
+    let version = version
+        .or_else(|| default_domain.map(|k| k.version.to_owned()))
+        .ok_or_else(domain_needed)?;
+    Ok(AssetTerms {
+        asset,
+        name,
+        version,
+    })
+}
 
 /// The chain id of an `eip155:<id>` network.
 pub fn eip155_chain_id(network: &str) -> Option<u64> {
@@ -200,6 +315,62 @@ mod tests {
         assert!(!c.is_our_network("base"));
         assert!(!c.is_our_network("eip155:8453"));
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn asset_defaults_follow_the_network() {
+        // Issue 16 finding 10: the asset defaulted to Base Sepolia USDC
+        // whatever the network.
+        let base = resolve_asset("eip155:8453", None, None, None).unwrap();
+        assert_eq!(base.asset, BASE_USDC.parse().unwrap());
+        assert_eq!(
+            (base.name.as_str(), base.version.as_str()),
+            ("USD Coin", "2")
+        );
+        let sepolia = resolve_asset("eip155:84532", None, None, None).unwrap();
+        assert_eq!(sepolia.asset, BASE_SEPOLIA_USDC.parse().unwrap());
+        assert_eq!(sepolia.name, "USDC");
+        assert_eq!(
+            resolve_asset("eip155:10143", None, None, None),
+            Err(ConfigError::UnknownAsset {
+                network: "eip155:10143".into()
+            })
+        );
+        assert!(resolve_asset("solana:mainnet", None, None, None).is_err());
+    }
+
+    #[test]
+    fn a_set_asset_needs_its_domain_unless_it_is_the_known_one() {
+        let other = Address([7; 20]);
+        assert_eq!(
+            resolve_asset("eip155:10143", Some(other), Some("USDC".into()), None),
+            Err(ConfigError::AssetDomainNeeded {
+                network: "eip155:10143".into(),
+                asset: other
+            })
+        );
+        let set = resolve_asset(
+            "eip155:10143",
+            Some(other),
+            Some("USDC".into()),
+            Some("2".into()),
+        )
+        .unwrap();
+        assert_eq!(set.asset, other);
+        // Another token on a known network does not borrow the known domain.
+        assert!(resolve_asset("eip155:8453", Some(other), None, None).is_err());
+        // The known token named explicitly keeps its domain; a set name wins.
+        let known = resolve_asset(
+            "eip155:8453",
+            Some(BASE_USDC.parse().unwrap()),
+            Some("Custom".into()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (known.name.as_str(), known.version.as_str()),
+            ("Custom", "2")
+        );
     }
 
     #[test]

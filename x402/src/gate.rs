@@ -11,8 +11,9 @@
 use crate::challenge::{PaymentOffer, PaymentRequiredAnswer};
 use crate::config::PaymentConfig;
 use crate::decode::{payment_from_headers, DecodedPayment};
+use crate::evm::{Address, Bytes32};
 use crate::reason::Reason;
-use crate::replay::{InMemoryNonceStore, NonceStore};
+use crate::replay::{InMemoryNonceStore, NonceKey, NonceStore};
 use crate::settle::{
     FacilitatorSettler, LocalSettler, SettleRequest, Settlement, Settler, TransportError,
     DEFAULT_FACILITATOR_TIMEOUT,
@@ -67,6 +68,9 @@ pub struct Authorized {
     pub payment: DecodedPayment,
     /// `None` on non-EVM networks, which only the facilitator verifies.
     pub verified: Option<VerifiedPayment>,
+    /// The payment's identity, reserved in the nonce store until it is
+    /// settled (spent) or cancelled (released).
+    pub nonce_key: NonceKey,
 }
 
 /// A settled payment.
@@ -100,6 +104,26 @@ impl Paid {
         }
     }
 }
+
+/// The replay identity of a payment on a non-EVM network, which has no
+/// EIP-3009 nonce to read: the hash of the network and the RFC 8785 form of
+/// the payload (for Solana, the signed transaction), so a re-encoded copy
+/// of one payment has one identity. Chain id 0 is no EVM chain, so these
+/// keys never meet an EVM payment's.
+fn non_evm_nonce_key(config: &PaymentConfig, payment: &DecodedPayment) -> NonceKey {
+    let mut bytes = config.network.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend_from_slice(&protocol::canonical::to_vec(&payment.payload));
+    NonceKey {
+        chain_id: NON_EVM_CHAIN_ID,
+        asset: config.asset,
+        from: Address([0; 20]),
+        nonce: Bytes32(protocol::signing::keccak256(&bytes)),
+    }
+}
+
+/// The `chain_id` of every non-EVM payment's [`NonceKey`].
+pub const NON_EVM_CHAIN_ID: u64 = 0;
 
 /// Payment gating for one deployment.
 #[derive(Clone)]
@@ -173,26 +197,35 @@ impl PaymentGate {
             Ok(None) => return Err(Refusal::Required(offer.payment_required())),
             Err(e) => return Err(refuse(e.reason())),
         };
-        if self.config.chain_id().is_none() {
-            // Non-EVM: the facilitator verifies, and the chain prevents replay.
+        let (verified, nonce_key, valid_before) = if self.config.chain_id().is_none() {
+            // Non-EVM: the facilitator verifies and the chain refuses a
+            // second spend, but two concurrent commits with one payment
+            // would both reach the facilitator; the local reservation makes
+            // one of them lose here, as on EVM.
             if !self.config.is_our_network(&payment.network) {
                 return Err(refuse(Reason::InvalidNetwork));
             }
-            return Ok(Authorized {
-                offer: offer.clone(),
-                payment,
-                verified: None,
-            });
-        }
-        let verified = verify_exact_evm(offer, &payment, now_seconds).map_err(refuse)?;
+            let key = non_evm_nonce_key(&self.config, &payment);
+            (
+                None,
+                key,
+                now_seconds.saturating_add(self.config.max_timeout_seconds),
+            )
+        } else {
+            let verified = verify_exact_evm(offer, &payment, now_seconds).map_err(refuse)?;
+            let key = verified.nonce_key();
+            let valid_before = verified.valid_before;
+            (Some(verified), key, valid_before)
+        };
         self.nonces.purge_expired(now_seconds);
         self.nonces
-            .check_and_mark(verified.nonce_key(), verified.valid_before)
+            .check_and_mark(nonce_key, valid_before)
             .map_err(|_| refuse(Reason::NonceAlreadyUsed))?;
         Ok(Authorized {
             offer: offer.clone(),
             payment,
-            verified: Some(verified),
+            verified,
+            nonce_key,
         })
     }
 
@@ -206,9 +239,7 @@ impl PaymentGate {
         };
         match self.settler.settle(req).await {
             Ok(settlement) => {
-                if let Some(v) = &auth.verified {
-                    self.nonces.mark_spent(&v.nonce_key());
-                }
+                self.nonces.mark_spent(&auth.nonce_key);
                 Ok(Paid {
                     verified: auth.verified,
                     settlement,
@@ -226,9 +257,7 @@ impl PaymentGate {
 
     /// Drops the reservation of a payment that will not be settled.
     pub fn cancel(&self, auth: &Authorized) {
-        if let Some(v) = &auth.verified {
-            self.nonces.release(&v.nonce_key());
-        }
+        self.nonces.release(&auth.nonce_key);
     }
 
     /// [`Self::authorize`] then [`Self::settle`].

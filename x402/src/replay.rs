@@ -1,4 +1,4 @@
-//! Replay protection: one EIP-3009 authorization buys one job.
+//! Replay protection: one payment buys one job.
 //!
 //! Verification does not consume the nonce on chain, so without this store
 //! a single signed payment could be presented again and again. A nonce is
@@ -11,7 +11,9 @@ use crate::evm::{Address, Bytes32};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-/// The identity of an authorization, as the token contract sees it.
+/// The identity of a payment: for EVM, the authorization as the token
+/// contract sees it; for other networks, `chain_id` 0 and a hash of the
+/// payload as `nonce` (see `gate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NonceKey {
     pub chain_id: u64,

@@ -453,3 +453,78 @@ async fn v1_payment_goes_to_the_facilitator_in_v1_shape() {
     assert_eq!(req["resource"], URL);
     assert_eq!(req["extra"], json!({"name": "USDC", "version": "2"}));
 }
+
+/// A v2 payment on a non-EVM network: no EIP-3009 nonce, just a payload.
+fn solana_payment(transaction: &str) -> HeaderMap {
+    let payment = json!({"x402Version": 2, "payload": {"transaction": transaction},
+        "accepted": {"scheme": "exact", "network": SOLANA, "amount": "10000",
+            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO,
+            "maxTimeoutSeconds": 300}});
+    let mut m = HeaderMap::new();
+    m.insert(
+        HeaderName::from_static("payment-signature"),
+        HeaderValue::from_str(&encode_json(&payment)).unwrap(),
+    );
+    m
+}
+
+const SOLANA: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
+
+/// A facilitator that settles anything, standing in for one that knows the chain.
+struct SettlesAnything;
+
+impl Settler for SettlesAnything {
+    fn settle<'a>(
+        &'a self,
+        req: SettleRequest<'a>,
+    ) -> x402::settle::BoxFuture<'a, Result<Settlement, Reason>> {
+        Box::pin(async move {
+            Ok(Settlement {
+                response: SettleResponse {
+                    success: true,
+                    error_reason: None,
+                    payer: None,
+                    transaction: "tx".into(),
+                    network: req.offer.config.network.clone(),
+                },
+                payment_ref: "tx".into(),
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn non_evm_payments_are_reserved_locally_too() {
+    // Issue 16 finding 8: two concurrent commits with one payment on a
+    // non-EVM network both went to the facilitator.
+    let mut cfg = config();
+    cfg.network = SOLANA.into();
+    cfg.facilitator_url = Some("http://facilitator".into());
+    let gate = PaymentGate::new(
+        cfg.clone(),
+        Arc::new(InMemoryNonceStore::new()),
+        Arc::new(SettlesAnything),
+    );
+    let offer = PaymentOffer::for_url(cfg, Price::from_micros(10_000), URL, "FAST TASK job");
+    let first = gate
+        .authorize(&offer, &solana_payment("AAAA"), NOW)
+        .unwrap();
+    let again = gate.authorize(&offer, &solana_payment("AAAA"), NOW);
+    assert_eq!(again.unwrap_err().reason(), Some(&Reason::NonceAlreadyUsed));
+    // Another payment is its own identity.
+    let other = gate
+        .authorize(&offer, &solana_payment("BBBB"), NOW)
+        .unwrap();
+    gate.cancel(&other);
+    // A released reservation may be used again; a spent one never.
+    gate.cancel(&first);
+    let first = gate
+        .authorize(&offer, &solana_payment("AAAA"), NOW)
+        .unwrap();
+    gate.settle(first).await.unwrap();
+    let replay = gate.authorize(&offer, &solana_payment("AAAA"), NOW);
+    assert_eq!(
+        replay.unwrap_err().reason(),
+        Some(&Reason::NonceAlreadyUsed)
+    );
+}

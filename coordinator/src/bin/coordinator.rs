@@ -70,26 +70,51 @@ struct Args {
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.
     #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
     handshakes_max: usize,
-    /// Pairing claims allowed per client address per minute.
-    #[arg(long, env = "COORDINATOR_CLAIMS_PER_MINUTE_MAX", default_value_t = 10)]
-    claims_per_minute_max: u32,
-    /// SQLite database file, created if missing; `:memory:` keeps nothing
-    /// across restarts.
+    /// Failed pairing claims allowed per client address (IPv6: per /64) per minute.
+    #[arg(
+        long,
+        alias = "claims-per-minute-max",
+        env = "COORDINATOR_CLAIM_FAILURES_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 10
+    )]
+    claim_failures_per_client_per_minute_max: u32,
+    /// Failed pairing claims allowed from all clients together per minute.
+    #[arg(
+        long,
+        env = "COORDINATOR_CLAIM_FAILURES_PER_MINUTE_MAX",
+        default_value_t = 60
+    )]
+    claim_failures_per_minute_max: u32,
+    /// Pairing codes one client address (IPv6: per /64) may create per minute.
+    #[arg(
+        long,
+        env = "COORDINATOR_PAIRING_CREATES_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 10
+    )]
+    pairing_creates_per_client_per_minute_max: u32,
+    /// Reverse proxies (comma-separated IPs) whose X-Forwarded-For names the
+    /// client for rate limits. Default: none; the header is ignored.
+    #[arg(long, env = "COORDINATOR_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<std::net::IpAddr>,
     /// Require an x402 payment on the commit endpoints.
     #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
     payment_required: bool,
     /// Address payments go to (required with --payment-required).
     #[arg(long, env = "COORDINATOR_PAY_TO")]
     pay_to: Option<String>,
-    /// The payment token contract; default USDC on Base Sepolia.
-    #[arg(long, env = "COORDINATOR_ASSET", default_value = x402::config::BASE_SEPOLIA_USDC)]
-    asset: String,
-    /// EIP-712 domain name of the asset: `USDC` on Base Sepolia, `USD Coin` on Base.
-    #[arg(long, env = "COORDINATOR_ASSET_NAME", default_value = "USDC")]
-    asset_name: String,
-    /// EIP-712 domain version of the asset.
-    #[arg(long, env = "COORDINATOR_ASSET_VERSION", default_value = "2")]
-    asset_version: String,
+    /// The payment token contract. Default: the network's USDC where known
+    /// (Base, Base Sepolia, Monad, Polygon, Arbitrum One and Sepolia); other
+    /// networks must set it.
+    #[arg(long, env = "COORDINATOR_ASSET")]
+    asset: Option<String>,
+    /// EIP-712 domain name of the asset. Default: the known asset's (`USDC`
+    /// on Base Sepolia, `USD Coin` on Base); required for another asset.
+    #[arg(long, env = "COORDINATOR_ASSET_NAME")]
+    asset_name: Option<String>,
+    /// EIP-712 domain version of the asset. Default: the known asset's;
+    /// required for another asset.
+    #[arg(long, env = "COORDINATOR_ASSET_VERSION")]
+    asset_version: Option<String>,
     /// Validity window a payer is offered, in seconds.
     #[arg(long, env = "COORDINATOR_MAX_TIMEOUT_SECONDS", default_value_t = 300)]
     max_timeout_seconds: u64,
@@ -101,6 +126,8 @@ struct Args {
     /// default: taken from each request's Host header.
     #[arg(long, env = "COORDINATOR_PUBLIC_URL")]
     public_url: Option<String>,
+    /// SQLite database file, created if missing; `:memory:` keeps nothing
+    /// across restarts.
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
     /// Completed and failed jobs older than this are deleted (checked every
@@ -121,12 +148,23 @@ impl Args {
             .ok_or("--payment-required needs --pay-to ADDRESS")?
             .parse()
             .map_err(|e| format!("--pay-to: {e}"))?;
+        let asset = match &self.asset {
+            Some(a) => Some(a.parse().map_err(|e| format!("--asset: {e}"))?),
+            None => None,
+        };
+        let terms = x402::config::resolve_asset(
+            &self.network,
+            asset,
+            self.asset_name.clone(),
+            self.asset_version.clone(),
+        )
+        .map_err(|e| format!("payment settings: {e} (--asset, --asset-name, --asset-version)"))?;
         Ok(Some(x402::PaymentConfig {
             network: self.network.clone(),
             pay_to,
-            asset: self.asset.parse().map_err(|e| format!("--asset: {e}"))?,
-            asset_name: self.asset_name.clone(),
-            asset_version: self.asset_version.clone(),
+            asset: terms.asset,
+            asset_name: terms.name,
+            asset_version: terms.version,
             max_timeout_seconds: self.max_timeout_seconds,
             facilitator_url: self.facilitator_url.clone(),
         }))
@@ -136,6 +174,7 @@ impl Args {
         let mut config = Config {
             network: self.network.clone(),
             public_url: self.public_url.clone(),
+            trusted_proxies: self.trusted_proxies.clone(),
             ..Config::default()
         };
         config.prices.fast_llm = self.price_fast_llm;
@@ -151,7 +190,10 @@ impl Args {
         let l = &mut config.limits;
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
-        l.claims_per_minute_max = self.claims_per_minute_max;
+        l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
+        l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;
+        l.pairing_creates_per_client_per_minute_max =
+            self.pairing_creates_per_client_per_minute_max;
         l.handshakes_max = self.handshakes_max;
         Ok(Settings {
             config,

@@ -20,7 +20,7 @@ mod tests;
 pub use invariants::InvariantViolation;
 
 use crate::config::Config;
-use crate::trust::{ClaimError, Pairing, TooManyCodes, Trust, TrustEntry};
+use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
 use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, PrivacyClass, Tier};
 use protocol::receipt::Receipt;
 use protocol::time::format_ms;
@@ -51,6 +51,9 @@ pub enum FailureReason {
     InvalidReceipt,
     /// The result's output had the wrong shape for the job.
     InvalidOutput,
+    /// The coordinator restarted while the job was held more times than
+    /// `attempts_max`: the job itself may be what brings it down.
+    CoordinatorRestarted,
 }
 
 impl FailureReason {
@@ -63,6 +66,7 @@ impl FailureReason {
             FailureReason::WorkerRejected => "worker_rejected",
             FailureReason::InvalidReceipt => "invalid_receipt",
             FailureReason::InvalidOutput => "invalid_output",
+            FailureReason::CoordinatorRestarted => "coordinator_restarted",
         }
     }
 }
@@ -79,8 +83,11 @@ pub struct Job {
     pub receipt: Option<Receipt>,
     pub created_at_ms: i64,
     pub completed_at_ms: Option<i64>,
-    /// Assignments so far.
+    /// Assignments so far, less those a coordinator restart interrupted.
     pub attempts: u32,
+    /// Times a coordinator restart found the job held by a worker.
+    #[serde(default)]
+    pub recoveries: u32,
     pub payment_ref: Option<String>,
     /// While pending: when it fails unassigned. While assigned or running: the lease end.
     pub deadline_ms: Option<i64>,
@@ -373,6 +380,7 @@ impl Core {
             created_at_ms: now_ms,
             completed_at_ms: None,
             attempts: 0,
+            recoveries: 0,
             payment_ref,
             deadline_ms: None,
             seq,
@@ -849,38 +857,35 @@ impl Core {
 
     // ---- trust ----
 
-    pub fn create_pairing(&mut self, user_id: &str, now_ms: i64) -> Result<Pairing, TooManyCodes> {
-        let t = &self.config.timing;
-        let pairing = self.trust.create(
-            user_id,
-            now_ms,
-            t.pairing_code_ttl_ms,
-            t.pairing_code_retention_ms,
-            self.config.limits.pairing_codes_max,
-            &mut self.rng,
-        )?;
+    pub fn create_pairing(
+        &mut self,
+        user_id: &str,
+        client: &str,
+        now_ms: i64,
+    ) -> Result<Pairing, CreateError> {
+        let pairing = self
+            .trust
+            .create(user_id, client, now_ms, &self.config, &mut self.rng)?;
         self.changes.push(Change::Pairing(pairing.clone()));
         Ok(pairing)
     }
 
+    /// Claims `code` for `provider_pubkey` (canonical form, or why it is
+    /// unusable: reported only after the code checks, as the spec orders).
     pub fn claim_pairing(
         &mut self,
         code: &str,
-        provider_pubkey: &str,
+        provider_pubkey: Result<&str, KeyNotOnCurve>,
         client: &str,
         now_ms: i64,
     ) -> Result<TrustEntry, ClaimError> {
-        let (pairing, entry) = self.trust.claim(
-            code,
-            provider_pubkey,
-            client,
-            now_ms,
-            self.config.limits.claims_per_minute_max,
-        )?;
+        let (pairing, entry) =
+            self.trust
+                .claim(code, provider_pubkey, client, now_ms, &self.config.limits)?;
         self.changes.push(Change::Pairing(pairing));
         self.changes.push(Change::Trust(entry.clone()));
         // The newly trusted worker may be online with PRIVATE jobs waiting for it.
-        if let Some(&session) = self.session_of.get(provider_pubkey) {
+        if let Some(&session) = self.session_of.get(&entry.provider_pubkey) {
             self.fill(session, now_ms);
         }
         Ok(entry)

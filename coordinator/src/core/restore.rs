@@ -2,10 +2,11 @@
 //! snapshot at start, and forgetting old terminal jobs (retention).
 //!
 //! Recovery rules (the process died with no worker connected afterwards):
-//! - `assigned` / `running` jobs lost their worker: the attempt counts, and
-//!   the job is requeued with a fresh pending deadline, or fails with
-//!   `worker_disconnected` once its attempts are spent, exactly as if the
-//!   worker had disconnected.
+//! - `assigned` / `running` jobs lost their worker because the coordinator
+//!   stopped, not because the worker failed: the interrupted attempt is given
+//!   back and the job is requeued with a fresh pending deadline. A job found
+//!   held at more than `attempts_max` restarts fails `coordinator_restarted`
+//!   instead, so a job that crashes the coordinator cannot loop forever.
 //! - `pending` jobs keep their deadline and their order (commit order, `seq`);
 //!   requeued jobs go ahead of them, as a requeue does at run time.
 //! - Terminal jobs are kept as they are.
@@ -45,6 +46,8 @@ impl Core {
                     self.enqueue_restored(id, deadline_ms);
                 }
                 JobStatus::Assigned | JobStatus::Running => {
+                    job.attempts = job.attempts.saturating_sub(1);
+                    job.recoveries = job.recoveries.saturating_add(1);
                     self.jobs.insert(id, job);
                     requeued.push(id);
                 }
@@ -52,8 +55,13 @@ impl Core {
         }
         // Requeued jobs go to the head of their queues; pushing the newest
         // first keeps them in commit order there.
+        let recoveries_max = self.config.timing.attempts_max;
         for id in requeued.into_iter().rev() {
-            self.retry_or_fail(id, FailureReason::WorkerDisconnected, None, now_ms);
+            if self.jobs[&id].recoveries > recoveries_max {
+                self.fail(id, FailureReason::CoordinatorRestarted);
+            } else {
+                self.place(id, None, true, now_ms);
+            }
         }
         let retention_ms = self.config.timing.pairing_code_retention_ms;
         let pairings = snapshot
@@ -61,7 +69,8 @@ impl Core {
             .into_iter()
             .filter(|p| p.expires_at_ms + retention_ms > now_ms)
             .collect();
-        self.trust.restore(pairings, snapshot.trust, retention_ms);
+        self.trust
+            .restore(pairings, snapshot.trust, retention_ms, now_ms);
     }
 
     /// A seeded RNG (tests, the simulation) would draw the same job ids and
@@ -162,7 +171,7 @@ mod tests {
     }
 
     #[test]
-    fn held_jobs_are_requeued_with_the_attempt_counted() {
+    fn held_jobs_are_requeued_with_the_attempt_given_back() {
         let config = config();
         let k = key(1);
         let (mut a, mut b) = (Uuid::nil(), Uuid::nil());
@@ -183,7 +192,8 @@ mod tests {
         for id in [a, b] {
             let job = c.job(&id).unwrap();
             assert_eq!(job.status, JobStatus::Pending);
-            assert_eq!(job.attempts, 1);
+            assert_eq!(job.attempts, 0);
+            assert_eq!(job.recoveries, 1);
             assert_eq!(
                 job.deadline_ms,
                 Some(T0 + 5_000 + config.timing.pending_timeout_ms)
@@ -201,13 +211,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(c.job(&a).unwrap().status, JobStatus::Assigned);
-        assert_eq!(c.job(&a).unwrap().attempts, 2);
+        assert_eq!(c.job(&a).unwrap().attempts, 1);
         assert_eq!(c.job(&b).unwrap().status, JobStatus::Pending);
         assert_eq!(c.job(&a).unwrap().worker, Some(s));
     }
 
     #[test]
-    fn held_jobs_out_of_attempts_fail_as_disconnected() {
+    fn a_restart_does_not_spend_the_last_attempt() {
+        // Issue 16 finding 12: a job held on its last attempt failed
+        // `worker_disconnected` after a coordinator restart.
         let mut config = config();
         config.timing.attempts_max = 1;
         let k = key(1);
@@ -221,10 +233,43 @@ mod tests {
         c.restore(snap, T0 + 1);
         c.check_invariants(T0 + 1).unwrap();
         let job = c.job(&a).unwrap();
+        assert_eq!(job.status, JobStatus::Pending);
+        assert_eq!(job.attempts, 0);
+        assert_eq!(c.pending_jobs(), 1);
+    }
+
+    #[test]
+    fn a_job_held_at_every_restart_fails_coordinator_restarted() {
+        let mut config = config();
+        config.timing.attempts_max = 2;
+        let k = key(1);
+        let mut a = Uuid::nil();
+        let mut snap = snapshot_after(&config, |c| {
+            c.register(&k.public_key_hex(), vec![JobType::LlmInfer], 1, T0)
+                .unwrap();
+            a = commit(c, T0);
+        });
+        // Each round: restart, the job is assigned again, the coordinator dies.
+        for round in 1..=2 {
+            let mut c = core(&config);
+            c.restore(snap, T0 + round);
+            assert_eq!(c.job(&a).unwrap().status, JobStatus::Pending);
+            c.register(&k.public_key_hex(), vec![JobType::LlmInfer], 1, T0 + round)
+                .unwrap();
+            assert_eq!(c.job(&a).unwrap().status, JobStatus::Assigned);
+            let store = MemoryStore::default();
+            store.apply(&c.take_changes()).unwrap();
+            snap = store.load().unwrap();
+        }
+        let mut c = core(&config);
+        c.restore(snap, T0 + 10);
+        let job = c.job(&a).unwrap();
         assert_eq!(job.status, JobStatus::Failed);
-        assert_eq!(job.error, Some(FailureReason::WorkerDisconnected));
-        assert_eq!(job.deadline_ms, None);
-        assert_eq!(c.pending_jobs(), 0);
+        assert_eq!(job.error, Some(FailureReason::CoordinatorRestarted));
+        assert_eq!(
+            job.record().result.unwrap()["error"],
+            "coordinator_restarted"
+        );
         assert_eq!(c.next_deadline_ms(), None);
     }
 
@@ -315,10 +360,10 @@ mod tests {
         let ttl = config.timing.pairing_code_ttl_ms;
         let (mut claimed, mut open, mut expired) = (String::new(), String::new(), String::new());
         let snap = snapshot_after(&config, |c| {
-            claimed = c.create_pairing("alice", T0).unwrap().code;
-            c.claim_pairing(&claimed, "0xk1", "ip", T0 + 1).unwrap();
-            open = c.create_pairing("alice", T0 + 10 * ttl).unwrap().code;
-            expired = c.create_pairing("bob", T0).unwrap().code;
+            claimed = c.create_pairing("alice", "ip", T0).unwrap().code;
+            c.claim_pairing(&claimed, Ok("0xk1"), "ip", T0 + 1).unwrap();
+            open = c.create_pairing("alice", "ip", T0 + 10 * ttl).unwrap().code;
+            expired = c.create_pairing("bob", "ip", T0).unwrap().code;
         });
         assert_eq!(snap.pairings.len(), 3);
         assert_eq!(snap.trust.len(), 1);
@@ -331,14 +376,14 @@ mod tests {
         assert_eq!(list[0].provider_pubkey, "0xk1");
         assert_eq!(list[0].paired_at_ms, T0 + 1);
         assert_eq!(
-            c.claim_pairing(&claimed, "0xk2", "ip", now),
+            c.claim_pairing(&claimed, Ok("0xk2"), "ip", now),
             Err(ClaimError::AlreadyClaimed)
         );
         assert_eq!(
-            c.claim_pairing(&expired, "0xk2", "ip", now),
+            c.claim_pairing(&expired, Ok("0xk2"), "ip", now),
             Err(ClaimError::Expired)
         );
-        assert!(c.claim_pairing(&open, "0xk3", "ip", now).is_ok());
+        assert!(c.claim_pairing(&open, Ok("0xk3"), "ip", now).is_ok());
     }
 
     #[test]

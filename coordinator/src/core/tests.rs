@@ -67,9 +67,13 @@ impl Rig {
     }
 
     fn trust(&mut self, user: &str, key: &str) {
-        let code = self.core.create_pairing(user, self.now_ms).unwrap().code;
+        let code = self
+            .core
+            .create_pairing(user, "client", self.now_ms)
+            .unwrap()
+            .code;
         self.core
-            .claim_pairing(&code, key, "client", self.now_ms)
+            .claim_pairing(&code, Ok(key), "client", self.now_ms)
             .unwrap();
         self.check();
     }
@@ -459,13 +463,13 @@ fn a_restored_core_keeps_its_invariants() {
     c.restore(store.load().unwrap(), now_ms);
     c.check_invariants(now_ms).unwrap();
     assert_eq!(c.job(&done).unwrap().status, JobStatus::Completed);
+    // The coordinator's own restart gives the interrupted attempt back
+    // (issue 16, finding 12): the job waits again instead of failing.
     let retried = c.job(&retried).unwrap();
-    assert_eq!(
-        (retried.status, retried.error),
-        (JobStatus::Failed, Some(FailureReason::WorkerDisconnected))
-    );
+    assert_eq!((retried.status, retried.error), (JobStatus::Pending, None));
+    assert_eq!(retried.attempts, 1);
     assert_eq!(c.job(&held).unwrap().status, JobStatus::Pending);
-    assert_eq!(c.pending_jobs(), 4);
+    assert_eq!(c.pending_jobs(), 5);
     // The trusted key reconnects: the held PRIVATE job first (requeued to
     // the head), then the oldest pending one.
     let s = c.register("0xa", vec![LLM], 2, now_ms).unwrap();
@@ -574,9 +578,13 @@ fn swarm(seed: u64, events: usize, failing: bool) {
             80..=82 => {
                 let user = USERS[rng.gen_range(0..USERS.len())];
                 let key = KEYS[rng.gen_range(0..KEYS.len())];
-                let code = r.core.create_pairing(user, r.now_ms).unwrap().code;
                 let client = format!("c{}", rng.gen::<u32>());
-                r.core.claim_pairing(&code, key, &client, r.now_ms).unwrap();
+                // Creates are rate-limited per user: a refused one is fine here.
+                if let Ok(pairing) = r.core.create_pairing(user, &client, r.now_ms) {
+                    r.core
+                        .claim_pairing(&pairing.code, Ok(key), &client, r.now_ms)
+                        .unwrap();
+                }
             }
             83..=84 if !ids.is_empty() => {
                 // A frame from a session that does not hold the job.

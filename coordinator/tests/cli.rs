@@ -1,0 +1,83 @@
+//! The `coordinator` binary's command line: help text and start-up refusals.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// Runs the binary to its end; one still running after 20 s is killed and
+/// the test fails (a refused start-up exits at once).
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(args)
+        .env_remove("COORDINATOR_ASSET")
+        .env_remove("COORDINATOR_ASSET_NAME")
+        .env_remove("COORDINATOR_ASSET_VERSION")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the coordinator binary runs");
+    // Counted in polls: the clock reads are banned outside the clock module.
+    let mut polls = 0;
+    while child.try_wait().expect("wait").is_none() {
+        polls += 1;
+        if polls > 1_000 {
+            child.kill().expect("kill");
+            panic!("coordinator {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The help text of one flag: from its line to the next flag's.
+fn help_of(help: &str, flag: &str) -> String {
+    let start = help
+        .find(&format!("      {flag} "))
+        .or_else(|| help.find(&format!("      {flag}\n")))
+        .unwrap_or_else(|| panic!("{flag} in help"));
+    let rest = &help[start + flag.len() + 6..];
+    let end = ["\n  -", "\n      --"]
+        .iter()
+        .filter_map(|next| rest.find(next))
+        .min()
+        .unwrap_or(rest.len());
+    rest[..end].to_owned()
+}
+
+#[test]
+fn help_describes_db_under_db() {
+    // Issue 16 finding 10: the --db description was printed under
+    // --payment-required, and --db had none.
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help_of(&help, "--db").contains("SQLite database file"),
+        "{help}"
+    );
+    let payment = help_of(&help, "--payment-required");
+    assert!(payment.contains("Require an x402 payment"), "{payment}");
+    assert!(!payment.contains("SQLite"), "{payment}");
+}
+
+#[test]
+fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
+    // Issue 16 finding 10: Monad testnet answered 402 with Base Sepolia's USDC.
+    let out = run(&[
+        "--network",
+        "eip155:10143",
+        "--payment-required",
+        "--pay-to",
+        "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+        "--db",
+        ":memory:",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no payment asset is known for network eip155:10143")
+            && stderr.contains("--asset"),
+        "{stderr}"
+    );
+}
