@@ -21,20 +21,19 @@ use coordinator::{Coordinator, TokioClock};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use router::{
-    ComputeRouter, CoordinatorUrls, HostedProvider, HttpTransport, InProcessTransport,
-    ProviderSettings, RouterConfig,
+    ComputeRouter, CoordinatorUrls, HostedProvider, HttpTransport, ProviderSettings, RouterConfig,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use testkit::{InProcessTransport, ProviderKind, ProviderStub, StubConfig};
 use tokio::task::JoinHandle;
-use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{ChannelConnector, Worker, WorkerConfig};
 
 pub struct InstanceHandle {
     pub base_url: String,
     /// The scripted facilitator, when the instance settles through one.
-    pub facilitator: Option<x402::FacilitatorStub>,
+    pub facilitator: Option<testkit::FacilitatorStub>,
     pub driver: Driver,
 }
 
@@ -169,7 +168,7 @@ impl World {
                 };
             let facilitator = match &spec.payment {
                 Some(payment) if payment.facilitator != "local" => {
-                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    let stub = testkit::FacilitatorStub::new(&spec.network);
                     stub.set_script(facilitator_script(&payment.facilitator)?);
                     Some(stub)
                 }
@@ -322,7 +321,7 @@ impl World {
                     payment.pay_to.clone(),
                 ]);
                 if payment.facilitator != "local" {
-                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    let stub = testkit::FacilitatorStub::new(&spec.network);
                     stub.set_script(facilitator_script(&payment.facilitator)?);
                     let url = serve_on_loopback(stub.router()).await?;
                     args.extend(["--facilitator-url".into(), url]);
@@ -644,7 +643,7 @@ fn payment_gate(
     spec: &crate::scenario::PaymentSpec,
     network: &str,
     nonces: Arc<dyn x402::NonceStore>,
-    stub: Option<&x402::FacilitatorStub>,
+    stub: Option<&testkit::FacilitatorStub>,
 ) -> Result<x402::PaymentGate, String> {
     let pay_to = spec
         .pay_to
@@ -658,7 +657,7 @@ fn payment_gate(
             // Only named so the settings validate; calls go to the in-process stub.
             config.facilitator_url = Some(sim_url("facilitator"));
             Arc::new(x402::FacilitatorSettler::new(
-                x402::settle::RouterTransport::new(stub.router()),
+                testkit::RouterTransport::new(stub.router()),
                 std::time::Duration::from_secs(30),
             ))
         }
@@ -689,7 +688,7 @@ pub struct SimInstance {
 impl SimInstance {
     async fn restart(
         &mut self,
-        facilitator: Option<&x402::FacilitatorStub>,
+        facilitator: Option<&testkit::FacilitatorStub>,
     ) -> Result<axum::Router, String> {
         // A killed process writes nothing more; its sessions' clean-up is lost with it.
         self.fence.alive.store(false, Ordering::SeqCst);
@@ -762,11 +761,13 @@ impl Store for Fenced {
     }
 }
 
-pub fn facilitator_script(name: &str) -> Result<x402::StubScript, String> {
+pub fn facilitator_script(name: &str) -> Result<testkit::StubScript, String> {
     match name {
-        "success" => Ok(x402::StubScript::success()),
-        "insufficient_funds" => Ok(x402::StubScript::insufficient_funds()),
-        "settle_failure" => Ok(x402::StubScript::settle_failure("unexpected_settle_error")),
+        "success" => Ok(testkit::StubScript::success()),
+        "insufficient_funds" => Ok(testkit::StubScript::insufficient_funds()),
+        "settle_failure" => Ok(testkit::StubScript::settle_failure(
+            "unexpected_settle_error",
+        )),
         other => Err(format!(
             "facilitator {other:?}: local, success, insufficient_funds or settle_failure"
         )),

@@ -2,13 +2,12 @@
 //!
 //! Request and response are plain owned structs so that a transport can be a
 //! socket client ([`ReqwestTransport`]), an in-process call into an
-//! `axum::Router` ([`InProcessTransport`]) or a test double, and so that the
-//! trait stays object-safe (`Arc<dyn HttpTransport>`).
+//! `axum::Router` (`testkit::InProcessTransport`, for tests and the
+//! simulation) or a test double, and so that the trait stays object-safe
+//! (`Arc<dyn HttpTransport>`).
 
-mod in_process;
 mod reqwest_client;
 
-pub use in_process::InProcessTransport;
 pub use reqwest_client::ReqwestTransport;
 
 use futures_util::future::BoxFuture;

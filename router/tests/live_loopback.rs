@@ -12,7 +12,7 @@ use router::{
     RouterError, TaskRequest, TaskType, WallClock, X402Payer,
 };
 use std::sync::Arc;
-use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig, StubFault};
+use testkit::{ProviderKind, ProviderStub, StubConfig, StubFault};
 use worker_sim::{Worker, WorkerConfig, WsConnector};
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";

@@ -2,10 +2,10 @@
 //! stub served on loopback. Needs `python3` with `pip install openai`; a
 //! missing package fails the test, it does not skip.
 
+use protocol::clock::FixedClock;
 use std::process::Command;
 use std::sync::Arc;
-use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
-use worker_sim::FixedClock;
+use testkit::{ProviderStub, StubConfig, StubFault};
 
 #[test]
 fn official_openai_sdk_parses_stub_answers() {
@@ -28,7 +28,7 @@ fn official_openai_sdk_parses_stub_answers() {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    runtime.spawn(worker_sim::stub::serve(listener, stub.router()));
+    runtime.spawn(testkit::provider::serve(listener, stub.router()));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk_check.py");
     let output = Command::new("python3")

@@ -2,9 +2,9 @@
 //! no sockets, so a simulation can drive the real coordinator and provider
 //! stubs under a paused tokio clock.
 
-use super::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use axum::body::Body;
 use futures_util::future::BoxFuture;
+use router::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
