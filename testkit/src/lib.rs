@@ -9,6 +9,8 @@
 //!   [`RouterTransport`], the x402 settler's in-process way to reach it.
 //! - [`in_process`]: [`InProcessTransport`], the router's `HttpTransport`
 //!   into `axum::Router`s by origin, with no sockets.
+//! - [`loopback`]: [`serve_loopback`], an axum service on an ephemeral
+//!   loopback port, for tests that need real sockets.
 //! - [`outputs`]: deterministic job outputs derived from the payload, which
 //!   simulated workers and the provider stubs both answer with.
 //!
@@ -17,11 +19,13 @@
 
 pub mod facilitator;
 pub mod in_process;
+pub mod loopback;
 pub mod outputs;
 pub mod provider;
 
 pub use facilitator::{FacilitatorStub, RouterTransport, StubCall, StubScript};
 pub use in_process::InProcessTransport;
+pub use loopback::serve_loopback;
 pub use provider::{
     ProviderKind, ProviderStub, RecordedCall, StubConfig, StubFault, StubFaultRule,
 };

@@ -21,10 +21,8 @@ async fn serve_stub() -> (ProviderStub, String) {
         },
         Arc::new(FixedClock(EPOCH_MS)),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(testkit::provider::serve(listener, stub.router()));
-    (stub, format!("http://{addr}/v1"))
+    let base = testkit::serve_loopback(stub.router()).await;
+    (stub, format!("{base}/v1"))
 }
 
 #[tokio::test]
