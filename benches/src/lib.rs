@@ -18,4 +18,3 @@ pub mod procfs;
 pub mod rig;
 pub mod sim;
 pub mod stats;
-pub mod ws;

@@ -14,9 +14,8 @@ use rand::SeedableRng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use x402::{
-    FacilitatorStub, LocalEvmSigner, PaymentGate, PaymentRequired, PaymentSigner, StubScript,
-};
+use testkit::{FacilitatorStub, RouterTransport, StubScript};
+use x402::{LocalEvmSigner, PaymentGate, PaymentRequired, PaymentSigner};
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 /// Anvil account #0: a public test key.
@@ -40,7 +39,7 @@ async fn gated(
     let c = coordinator(config, clock, 5).await;
     let settler: Arc<dyn x402::Settler> = match stub {
         Some(stub) => Arc::new(x402::FacilitatorSettler::new(
-            x402::settle::RouterTransport::new(stub.router()),
+            RouterTransport::new(stub.router()),
             Duration::from_secs(5),
         )),
         None => Arc::new(x402::LocalSettler),

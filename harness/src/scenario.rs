@@ -234,8 +234,8 @@ fn default_latency() -> String {
 #[serde(deny_unknown_fields)]
 pub struct StubSpec {
     #[serde(default)]
-    pub faults: Vec<worker_sim::stub::StubFaultRule>,
-    pub default_fault: Option<worker_sim::stub::StubFault>,
+    pub faults: Vec<testkit::StubFaultRule>,
+    pub default_fault: Option<testkit::StubFault>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -632,7 +632,7 @@ choice!(
 pub struct StubControl {
     pub name: String,
     /// The fault for every following call; absent to heal the stub.
-    pub default_fault: Option<worker_sim::stub::StubFault>,
+    pub default_fault: Option<testkit::StubFault>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

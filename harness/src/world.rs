@@ -26,14 +26,14 @@ use router::{
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use testkit::{ProviderKind, ProviderStub, StubConfig};
 use tokio::task::JoinHandle;
-use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{Worker, WorkerConfig};
 
 pub struct InstanceHandle {
     pub base_url: String,
     /// The scripted facilitator, when the instance settles through one.
-    pub facilitator: Option<x402::FacilitatorStub>,
+    pub facilitator: Option<testkit::FacilitatorStub>,
     pub driver: Driver,
 }
 
@@ -159,7 +159,7 @@ impl World {
             let seed: u64 = master.gen();
             let facilitator = match spec.payment.as_ref().and_then(|p| p.facilitator.script()) {
                 Some(script) => {
-                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    let stub = testkit::FacilitatorStub::new(&spec.network);
                     stub.set_script(facilitator_script(script));
                     Some(stub)
                 }
@@ -290,7 +290,7 @@ impl World {
                     payment.pay_to.clone(),
                 ]);
                 if let Some(script) = payment.facilitator.script() {
-                    let stub = x402::FacilitatorStub::new(&spec.network);
+                    let stub = testkit::FacilitatorStub::new(&spec.network);
                     stub.set_script(facilitator_script(script));
                     let url = serve_on_loopback(stub.router()).await?;
                     args.extend(["--facilitator-url".into(), url]);
@@ -664,7 +664,7 @@ pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efca
 fn payment_settings(
     spec: &crate::scenario::PaymentSpec,
     network: &str,
-    stub: Option<&x402::FacilitatorStub>,
+    stub: Option<&testkit::FacilitatorStub>,
 ) -> Result<(x402::PaymentConfig, Arc<dyn x402::Settler>), String> {
     let pay_to = spec
         .pay_to
@@ -678,7 +678,7 @@ fn payment_settings(
             // Only named so the settings validate; calls go to the in-process stub.
             config.facilitator_url = Some(sim_url("facilitator"));
             Arc::new(x402::FacilitatorSettler::new(
-                x402::settle::RouterTransport::new(stub.router()),
+                testkit::RouterTransport::new(stub.router()),
                 std::time::Duration::from_secs(30),
             ))
         }
@@ -756,12 +756,12 @@ fn memdb_path(instance: &str) -> String {
     format!("file:/sim-{n}-{instance}?vfs=memdb")
 }
 
-pub fn facilitator_script(script: FacilitatorScript) -> x402::StubScript {
+pub fn facilitator_script(script: FacilitatorScript) -> testkit::StubScript {
     match script {
-        FacilitatorScript::Success => x402::StubScript::success(),
-        FacilitatorScript::InsufficientFunds => x402::StubScript::insufficient_funds(),
+        FacilitatorScript::Success => testkit::StubScript::success(),
+        FacilitatorScript::InsufficientFunds => testkit::StubScript::insufficient_funds(),
         FacilitatorScript::SettleFailure => {
-            x402::StubScript::settle_failure("unexpected_settle_error")
+            testkit::StubScript::settle_failure("unexpected_settle_error")
         }
     }
 }

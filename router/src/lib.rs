@@ -10,7 +10,7 @@
 //! - [`coordinator`]: the decentralized adapter, [`coordinator::CoordinatorClient`].
 //! - [`hosted`]: the OpenAI and Anthropic adapters, retry, task prompts.
 //! - [`payment`]: the [`PaymentClient`] seam the x402 crate implements.
-//! - [`transport`]: [`HttpTransport`] with the reqwest and in-process transports.
+//! - [`transport`]: [`HttpTransport`] and its reqwest implementation.
 //! - [`error`]: [`AdapterError`] and [`RouterError`].
 //!
 //! ```no_run
@@ -50,8 +50,6 @@ pub use hosted::{AnthropicClient, OpenAiClient, ProviderSettings, RetryPolicy};
 pub use payment::{PaymentChallenge, PaymentClient, WallClock, X402Payer};
 pub use request::{ComputeResult, LlmRequest, TaskRequest};
 pub use route::{Chain, HostedProvider, Route};
-pub use transport::{
-    HttpRequest, HttpResponse, HttpTransport, InProcessTransport, ReqwestTransport, TransportError,
-};
+pub use transport::{HttpRequest, HttpResponse, HttpTransport, ReqwestTransport, TransportError};
 // Callers build requests with these; re-exported so they need no protocol import.
 pub use protocol::api::{Policy, PrivacyClass, TaskType};

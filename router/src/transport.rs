@@ -2,13 +2,12 @@
 //!
 //! Request and response are plain owned structs so that a transport can be a
 //! socket client ([`ReqwestTransport`]), an in-process call into an
-//! `axum::Router` ([`InProcessTransport`]) or a test double, and so that the
-//! trait stays object-safe (`Arc<dyn HttpTransport>`).
+//! `axum::Router` (`testkit::InProcessTransport`, for tests and the
+//! simulation) or a test double, and so that the trait stays object-safe
+//! (`Arc<dyn HttpTransport>`).
 
-mod in_process;
 mod reqwest_client;
 
-pub use in_process::InProcessTransport;
 pub use reqwest_client::ReqwestTransport;
 
 use futures_util::future::BoxFuture;
@@ -79,6 +78,25 @@ impl HttpRequest {
 }
 
 impl HttpResponse {
+    /// From an `http` status and header map (what reqwest and axum hand
+    /// out); header values that are not UTF-8 are read lossily.
+    pub fn from_http(status: http::StatusCode, headers: &http::HeaderMap, body: Vec<u8>) -> Self {
+        let headers = headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        Self {
+            status: status.as_u16(),
+            headers,
+            body,
+        }
+    }
+
     /// The first header called `name`, ignoring case.
     pub fn header(&self, name: &str) -> Option<&str> {
         find_header(&self.headers, name)

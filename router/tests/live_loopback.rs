@@ -12,18 +12,11 @@ use router::{
     RouterError, TaskRequest, TaskType, WallClock, X402Payer,
 };
 use std::sync::Arc;
-use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig, StubFault};
+use testkit::{ProviderKind, ProviderStub, StubConfig, StubFault};
 use worker_sim::{Worker, WorkerConfig, WsConnector};
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-
-async fn serve(router: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    format!("http://{addr}")
-}
 
 /// A coordinator on loopback with `workers` worker-sim workers connected.
 async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
@@ -83,8 +76,8 @@ async fn stubs() -> Stubs {
     };
     let openai = ProviderStub::new(ProviderKind::OpenAi, config("sk-a"), clock.clone());
     let anthropic = ProviderStub::new(ProviderKind::Anthropic, config("sk-b"), clock);
-    let openai_url = serve(openai.router()).await;
-    let anthropic_url = serve(anthropic.router()).await;
+    let openai_url = testkit::serve_loopback(openai.router()).await;
+    let anthropic_url = testkit::serve_loopback(anthropic.router()).await;
     Stubs {
         openai,
         anthropic,

@@ -9,13 +9,6 @@ use router::{
 use serde_json::json;
 use std::sync::Arc;
 
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
 #[tokio::test]
 async fn coordinator_and_provider_over_loopback_http() {
     let mut coordinator =
@@ -25,8 +18,8 @@ async fn coordinator_and_provider_over_loopback_http() {
     let coordinator = Arc::new(coordinator);
     let openai = Arc::new(ProviderState::new(ProviderKind::OpenAi));
     openai.set_reply("hosted over tcp");
-    let chain_a = serve(fake_coordinator(coordinator.clone())).await;
-    let openai_url = serve(fake_provider(openai.clone())).await;
+    let chain_a = testkit::serve_loopback(fake_coordinator(coordinator.clone())).await;
+    let openai_url = testkit::serve_loopback(fake_provider(openai.clone())).await;
 
     let mut config = config();
     // chain_b points at a closed port: connection refused.

@@ -4,7 +4,6 @@
 //! through the `router` crate's OpenAI adapter, so workers and the router
 //! share one client, one set of task prompts and one retry policy.
 
-use crate::outputs;
 use protocol::api::{Payload, TaskType};
 use router::hosted::prompts;
 use router::{
@@ -14,6 +13,7 @@ use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use testkit::outputs;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 

@@ -1,23 +1,19 @@
-//! Simulated compute workers and hosted-provider stubs.
+//! Simulated compute workers (and workers on a real OpenAI-compatible backend).
 //!
 //! Layout:
 //! - [`clock`]: the injected time source (`Clock`); no module here reads the system clock.
 //! - [`transport`]: the text-frame `Transport`/`Connector` traits, in-memory channels and WebSocket.
 //! - [`config`]: `WorkerConfig`, latency distributions, reconnect policy, key derivation.
 //! - [`fault`]: scriptable misbehaviour of a worker (`FaultPlan`, `JobFault`, ...).
-//! - [`outputs`]: deterministic job outputs derived from the payload.
 //! - [`backend`]: how a job is executed: simulated, or an OpenAI-compatible server.
 //! - [`event`]: what a worker did, for logs and simulation transcripts.
 //! - [`worker`]: the worker itself: handshake, heartbeats, slots, jobs, reconnects.
-//! - [`stub`]: axum stubs of the OpenAI Chat Completions and Anthropic Messages APIs.
 
 pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod event;
 pub mod fault;
-pub mod outputs;
-pub mod stub;
 pub mod transport;
 pub mod worker;
 

@@ -6,8 +6,8 @@ use protocol::api::JobType;
 use protocol::signing::Keypair;
 use std::path::PathBuf;
 use std::sync::Arc;
+use testkit::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::event::TracingObserver;
-use worker_sim::stub::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::{
     Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock, SimBackend, Worker,
     WorkerConfig, WsConnector,
@@ -163,7 +163,7 @@ async fn stub_provider(args: StubArgs) -> Result<(), String> {
     tokio::select! {
         biased;
         _ = tokio::signal::ctrl_c() => Ok(()),
-        served = worker_sim::stub::serve(listener, stub.router()) => served.map_err(|e| e.to_string()),
+        served = testkit::provider::serve(listener, stub.router()) => served.map_err(|e| e.to_string()),
     }
 }
 

@@ -247,6 +247,11 @@ impl WsConnector {
         self.nodelay = nodelay;
         self
     }
+
+    /// Whether connections set `TCP_NODELAY`.
+    pub fn nodelay(&self) -> bool {
+        self.nodelay
+    }
 }
 
 impl Connector for WsConnector {

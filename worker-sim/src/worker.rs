@@ -28,7 +28,6 @@ use crate::clock::SharedClock;
 use crate::config::{rng_for, KeyError, Stream, WorkerConfig};
 use crate::event::{EventKind, NullObserver, Observer, WorkerEvent};
 use crate::fault::{HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
-use crate::outputs;
 use crate::transport::{Connector, Transport, TransportError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use protocol::receipt::ReceiptBody;
@@ -43,6 +42,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::outputs;
 use tokio::time::Instant;
 use uuid::Uuid;
 

@@ -10,7 +10,7 @@ use protocol::worker::WorkerFrame;
 use router::RetryPolicy;
 use serde_json::json;
 use std::sync::Arc;
-use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
+use testkit::{ProviderStub, StubConfig, StubFault};
 use worker_sim::{Backend, BackendError, FixedClock, OpenAiBackend, Worker, WorkerConfig};
 
 async fn serve_stub() -> (ProviderStub, String) {
@@ -21,10 +21,8 @@ async fn serve_stub() -> (ProviderStub, String) {
         },
         Arc::new(FixedClock(EPOCH_MS)),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(worker_sim::stub::serve(listener, stub.router()));
-    (stub, format!("http://{addr}/v1"))
+    let base = testkit::serve_loopback(stub.router()).await;
+    (stub, format!("{base}/v1"))
 }
 
 #[tokio::test]
@@ -42,7 +40,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .unwrap();
     assert_eq!(
         out,
-        json!(worker_sim::outputs::llm_text("Tell me about the sea", 12))
+        json!(testkit::outputs::llm_text("Tell me about the sea", 12))
     );
     let out = backend
         .execute(&Payload::Task {
@@ -59,7 +57,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         })
         .await
         .unwrap();
-    assert!(worker_sim::outputs::LABELS.contains(&out.as_str().unwrap()));
+    assert!(testkit::outputs::LABELS.contains(&out.as_str().unwrap()));
     let out = backend
         .execute(&Payload::Task {
             task_type: TaskType::Summarize,
@@ -161,7 +159,7 @@ async fn rate_limits_are_retried_after_retry_after_in_process() {
     );
     stub.script(0, StubFault::RateLimited { retry_after_s: 3 });
     stub.script(1, StubFault::ServerError);
-    let transport = router::InProcessTransport::new().with("http://openai.sim", stub.router());
+    let transport = testkit::InProcessTransport::new().with("http://openai.sim", stub.router());
     let backend = OpenAiBackend::with_transport(
         Arc::new(transport),
         "http://openai.sim/v1",

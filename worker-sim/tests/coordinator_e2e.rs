@@ -151,7 +151,7 @@ fn assert_completed_by(record: &Value, pubkey: &str, prompt: &str) {
     assert_eq!(receipt.provider_pubkey, pubkey);
     assert_eq!(
         *output,
-        worker_sim::outputs::output_for(&Payload::Llm {
+        testkit::outputs::output_for(&Payload::Llm {
             prompt: prompt.into(),
             max_tokens: 16
         })

@@ -112,7 +112,7 @@ async fn results_carry_verified_receipts_and_right_shapes() {
                 assert!(text.split_whitespace().count() <= 32);
             }
             2 => assert_eq!(output, json!("The sea is wide.")),
-            3 => assert!(worker_sim::outputs::LABELS.contains(&output.as_str().unwrap())),
+            3 => assert!(testkit::outputs::LABELS.contains(&output.as_str().unwrap())),
             4 => assert_eq!(output, json!({"name": "Ada", "age": 36})),
             _ => unreachable!(),
         }

@@ -164,18 +164,15 @@ impl PaymentOffer {
     }
 }
 
+#[cfg(feature = "axum")]
 impl axum::response::IntoResponse for PaymentRequiredAnswer {
     /// 402 with the JSON body and the `PAYMENT-REQUIRED` header.
     fn into_response(self) -> axum::response::Response {
-        let mut resp = (
-            axum::http::StatusCode::PAYMENT_REQUIRED,
-            axum::Json(self.body),
-        )
-            .into_response();
+        let mut resp = (http::StatusCode::PAYMENT_REQUIRED, axum::Json(self.body)).into_response();
         // Base64 is always a valid header value.
         if let (Ok(n), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(crate::wire::PAYMENT_REQUIRED.as_bytes()),
-            axum::http::HeaderValue::from_str(&self.payment_required_header),
+            http::HeaderName::from_bytes(crate::wire::PAYMENT_REQUIRED.as_bytes()),
+            http::HeaderValue::from_str(&self.payment_required_header),
         ) {
             resp.headers_mut().insert(n, v);
         }

@@ -7,7 +7,7 @@ use crate::wire::{
     decode_base64, PaymentPayloadV1, PaymentPayloadV2, PaymentRequirementsV2, X402Version,
     PAYMENT_SIGNATURE, X_PAYMENT,
 };
-use axum::http::HeaderMap;
+use http::HeaderMap;
 
 /// Largest header value accepted. A real EVM payment is about 1.5 KiB of
 /// base64; the bound keeps a hostile header from costing much to parse.
@@ -130,8 +130,8 @@ mod tests {
     use base64::Engine;
     use serde_json::json;
 
-    fn hn(name: &str) -> axum::http::HeaderName {
-        axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap()
+    fn hn(name: &str) -> http::HeaderName {
+        http::HeaderName::from_bytes(name.as_bytes()).unwrap()
     }
 
     fn b64(v: &serde_json::Value) -> String {

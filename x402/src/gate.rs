@@ -19,7 +19,7 @@ use crate::settle::{
     DEFAULT_FACILITATOR_TIMEOUT,
 };
 use crate::verify::{verify_exact_evm, VerifiedPayment};
-use axum::http::HeaderMap;
+use http::HeaderMap;
 use protocol::money::Price;
 use std::sync::Arc;
 
@@ -37,6 +37,7 @@ pub enum Refusal {
     },
 }
 
+#[cfg(feature = "axum")]
 impl axum::response::IntoResponse for Refusal {
     fn into_response(self) -> axum::response::Response {
         match self {
@@ -96,8 +97,8 @@ impl Paid {
         for (name, value) in self.response_headers() {
             // Base64 is always a valid header value.
             if let (Ok(n), Ok(v)) = (
-                axum::http::HeaderName::from_bytes(name.as_bytes()),
-                axum::http::HeaderValue::from_str(&value),
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(&value),
             ) {
                 headers.insert(n, v);
             }

@@ -12,7 +12,10 @@
 //! - [`settle`]: settlement through a facilitator or locally, and `PAYMENT-RESPONSE`.
 //! - [`gate`]: the server-side flow in one call (`PaymentGate`).
 //! - [`signer`]: the paying side (`PaymentSigner`, `LocalEvmSigner`).
-//! - [`stub`]: a scriptable in-process facilitator for tests and the simulation.
+//!
+//! Feature `axum` (default; off in the workspace's dependency entry, on in
+//! the coordinator's): the 402 answer and [`Refusal`] are axum responses.
+//! Paying clients such as the router leave it off and need no web framework.
 //!
 //! Time is always passed in as Unix seconds and randomness as an RNG; this
 //! crate never reads the clock.
@@ -66,7 +69,6 @@ pub mod reason;
 pub mod replay;
 pub mod settle;
 pub mod signer;
-pub mod stub;
 pub mod verify;
 pub mod wire;
 
@@ -79,5 +81,4 @@ pub use reason::Reason;
 pub use replay::{InMemoryNonceStore, NonceKey, NonceStore, NonceUsed};
 pub use settle::{FacilitatorSettler, LocalSettler, SettleRequest, Settlement, Settler};
 pub use signer::{LocalEvmSigner, PaymentHeader, PaymentRequired, PaymentSigner, SignError};
-pub use stub::{FacilitatorStub, StubScript};
 pub use verify::{verify_exact_evm, VerifiedPayment};

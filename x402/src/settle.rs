@@ -112,7 +112,7 @@ pub struct TransportResponse {
 }
 
 /// How the facilitator is reached: over HTTP ([`ReqwestTransport`]) or, in
-/// tests and the simulation, in process ([`RouterTransport`]).
+/// tests and the simulation, in process (`testkit::RouterTransport`).
 pub trait FacilitatorTransport: Send + Sync {
     fn get<'a>(&'a self, path: &'a str)
         -> BoxFuture<'a, Result<TransportResponse, TransportError>>;
@@ -182,71 +182,6 @@ impl FacilitatorTransport for ReqwestTransport {
                     .json(body),
             ),
         )
-    }
-}
-
-/// Facilitator as an in-process axum router: no sockets, so it runs under
-/// the simulation's paused clock.
-#[derive(Debug, Clone)]
-pub struct RouterTransport {
-    router: axum::Router,
-}
-
-/// Facilitator answers are small; anything bigger is refused.
-const MAX_FACILITATOR_BODY_BYTES: usize = 64 * 1024;
-
-impl RouterTransport {
-    pub fn new(router: axum::Router) -> Self {
-        Self { router }
-    }
-
-    async fn call(
-        &self,
-        req: axum::http::Request<axum::body::Body>,
-    ) -> Result<TransportResponse, TransportError> {
-        use tower::ServiceExt;
-        let resp = self
-            .router
-            .clone()
-            .oneshot(req)
-            .await
-            .map_err(|e| TransportError::Http(e.to_string()))?;
-        let status = resp.status().as_u16();
-        let body = axum::body::to_bytes(resp.into_body(), MAX_FACILITATOR_BODY_BYTES)
-            .await
-            .map_err(|e| TransportError::Http(e.to_string()))?;
-        Ok(TransportResponse {
-            status,
-            body: body.to_vec(),
-        })
-    }
-}
-
-impl FacilitatorTransport for RouterTransport {
-    fn get<'a>(
-        &'a self,
-        path: &'a str,
-    ) -> BoxFuture<'a, Result<TransportResponse, TransportError>> {
-        Box::pin(async move {
-            let req = axum::http::Request::get(path)
-                .body(axum::body::Body::empty())
-                .map_err(|e| TransportError::Http(e.to_string()))?;
-            self.call(req).await
-        })
-    }
-
-    fn post_json<'a>(
-        &'a self,
-        path: &'a str,
-        body: &'a serde_json::Value,
-    ) -> BoxFuture<'a, Result<TransportResponse, TransportError>> {
-        Box::pin(async move {
-            let req = axum::http::Request::post(path)
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from(body.to_string()))
-                .map_err(|e| TransportError::Http(e.to_string()))?;
-            self.call(req).await
-        })
     }
 }
 

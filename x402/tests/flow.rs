@@ -10,8 +10,9 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::{FacilitatorStub, RouterTransport, StubScript};
 use x402::replay::NonceState;
-use x402::settle::{RouterTransport, TransportError};
+use x402::settle::TransportError;
 use x402::wire::{PaymentRequiredV2, SettleResponse, PAYMENT_RESPONSE, X_PAYMENT};
 use x402::*;
 

@@ -19,7 +19,6 @@
 use benches::plot::{write_svg, LatencySeries};
 use benches::procfs::{self, ProcSample};
 use benches::stats::{fmt_us, summarize, Summary};
-use benches::ws::NoDelayConnector;
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -114,8 +113,8 @@ struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Connect workers with worker-sim's own `WsConnector` (Nagle's algorithm
-    /// on) instead of the load tool's TCP_NODELAY connector.
+    /// Leave Nagle's algorithm on for worker sockets (no TCP_NODELAY), so a
+    /// worker's back-to-back `accept` and `result` wait on delayed ACKs.
     #[arg(long)]
     nagle_workers: bool,
     /// Internal: serve the bare axum handler on this address and nothing else.
@@ -395,14 +394,9 @@ async fn connect_workers(
             };
             let mut worker = Worker::new(config, worker_sim::TokioClock::shared(epoch_ms))
                 .map_err(|e| e.to_string())?;
-            let url = ws_url.clone();
-            let nagle = args.nagle_workers;
+            let connector = worker_connector(ws_url.clone(), args.nagle_workers);
             handles.push(tokio::spawn(async move {
-                if nagle {
-                    let _ = worker.run(WsConnector::new(url)).await;
-                } else {
-                    let _ = worker.run(NoDelayConnector { url }).await;
-                }
+                let _ = worker.run(connector).await;
             }));
         }
         spawned += n;
@@ -423,6 +417,14 @@ async fn connect_workers(
         }
     }
     Ok(handles)
+}
+
+/// TCP_NODELAY is on unless `nagle_workers`: with Nagle's algorithm a worker's
+/// back-to-back `accept` and `result` wait for the coordinator's delayed ACK
+/// (~40 ms on Linux), a stall of the workers that would count against the
+/// coordinator.
+fn worker_connector(ws_url: String, nagle_workers: bool) -> WsConnector {
+    WsConnector::new(ws_url).with_nodelay(!nagle_workers)
 }
 
 async fn workers_online(client: &reqwest::Client, base: &str) -> Option<u64> {
@@ -1460,4 +1462,15 @@ async fn run(args: &Args) -> Result<(), String> {
     write_svg(&svg, &title, &series, &series_refs).map_err(|e| e.to_string())?;
     println!("\nwrote {} and {}", args.out.display(), svg.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_connector;
+
+    #[test]
+    fn nagle_workers_keeps_nagle_on() {
+        assert!(!worker_connector("ws://x.test".into(), true).nodelay());
+        assert!(worker_connector("ws://x.test".into(), false).nodelay());
+    }
 }

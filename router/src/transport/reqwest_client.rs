@@ -45,23 +45,10 @@ impl HttpTransport for ReqwestTransport {
                 builder = builder.header(name, value);
             }
             let response = builder.send().await.map_err(classify)?;
-            let status = response.status().as_u16();
-            let headers = response
-                .headers()
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
-            let body = response.bytes().await.map_err(classify)?.to_vec();
-            Ok(HttpResponse {
-                status,
-                headers,
-                body,
-            })
+            let mut answer =
+                HttpResponse::from_http(response.status(), response.headers(), Vec::new());
+            answer.body = response.bytes().await.map_err(classify)?.to_vec();
+            Ok(answer)
         })
     }
 }

@@ -10,12 +10,12 @@ use axum::Json;
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
 use router::{
-    ApiKey, ComputeRouter, CoordinatorUrls, InProcessTransport, PaymentChallenge, PaymentClient,
-    RouterConfig,
+    ApiKey, ComputeRouter, CoordinatorUrls, PaymentChallenge, PaymentClient, RouterConfig,
 };
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use testkit::InProcessTransport;
 use uuid::Uuid;
 
 pub const CHAIN_A_URL: &str = "http://coordinator-a.test";

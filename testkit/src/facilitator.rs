@@ -2,15 +2,20 @@
 //! for tests and the simulation. It checks nothing: it answers what the
 //! script says and records every call. Delays use tokio time, so under a
 //! paused clock a "slow facilitator" costs no real time.
+//!
+//! [`RouterTransport`] is the x402 settler's way to call it (or any axum
+//! router) in process, without sockets.
 
-use crate::evm::Bytes32;
-use crate::wire::{SettleResponse, SupportedKind, SupportedResponse, VerifyResponse};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tower::ServiceExt;
+use x402::evm::Bytes32;
+use x402::settle::{BoxFuture, FacilitatorTransport, TransportError, TransportResponse};
+use x402::wire::{SettleResponse, SupportedKind, SupportedResponse, VerifyResponse};
 
 /// What the stub answers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -192,4 +197,68 @@ async fn supported(State(stub): State<FacilitatorStub>) -> Json<SupportedRespons
             })
             .collect(),
     })
+}
+
+/// Facilitator as an in-process axum router: no sockets, so it runs under
+/// the simulation's paused clock.
+#[derive(Debug, Clone)]
+pub struct RouterTransport {
+    router: axum::Router,
+}
+
+/// Facilitator answers are small; anything bigger is refused.
+const MAX_FACILITATOR_BODY_BYTES: usize = 64 * 1024;
+
+impl RouterTransport {
+    pub fn new(router: axum::Router) -> Self {
+        Self { router }
+    }
+
+    async fn call(
+        &self,
+        req: axum::http::Request<axum::body::Body>,
+    ) -> Result<TransportResponse, TransportError> {
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .map_err(|e| TransportError::Http(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), MAX_FACILITATOR_BODY_BYTES)
+            .await
+            .map_err(|e| TransportError::Http(e.to_string()))?;
+        Ok(TransportResponse {
+            status,
+            body: body.to_vec(),
+        })
+    }
+}
+
+impl FacilitatorTransport for RouterTransport {
+    fn get<'a>(
+        &'a self,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<TransportResponse, TransportError>> {
+        Box::pin(async move {
+            let req = axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .map_err(|e| TransportError::Http(e.to_string()))?;
+            self.call(req).await
+        })
+    }
+
+    fn post_json<'a>(
+        &'a self,
+        path: &'a str,
+        body: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<TransportResponse, TransportError>> {
+        Box::pin(async move {
+            let req = axum::http::Request::post(path)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body.to_string()))
+                .map_err(|e| TransportError::Http(e.to_string()))?;
+            self.call(req).await
+        })
+    }
 }

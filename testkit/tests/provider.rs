@@ -3,12 +3,12 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use protocol::clock::FixedClock;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::{ProviderStub, StubConfig, StubFault};
 use tower::ServiceExt;
-use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
-use worker_sim::FixedClock;
 
 const NOW_MS: i64 = 1_795_255_200_123;
 const KEY: &str = "sk-test";
@@ -101,7 +101,7 @@ async fn openai_success_shape() {
     let content = v["choices"][0]["message"]["content"].as_str().unwrap();
     assert_eq!(
         content,
-        worker_sim::outputs::llm_text("Tell me about the sea", 16)
+        testkit::outputs::llm_text("Tell me about the sea", 16)
     );
     let usage = &v["usage"];
     assert_eq!(usage["prompt_tokens"], 5);
@@ -248,7 +248,7 @@ async fn task_shaped_prompts_get_task_shaped_answers() {
         .await
         .json();
     let label = v["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(worker_sim::outputs::LABELS.contains(&label));
+    assert!(testkit::outputs::LABELS.contains(&label));
 }
 
 #[tokio::test]
@@ -270,7 +270,7 @@ async fn anthropic_success_shape() {
     assert_eq!(v["content"][0]["type"], "text");
     assert_eq!(
         v["content"][0]["text"].as_str().unwrap(),
-        worker_sim::outputs::llm_text("Tell me about the sea", 16)
+        testkit::outputs::llm_text("Tell me about the sea", 16)
     );
     assert_eq!(v["stop_reason"], "end_turn");
     assert!(v["stop_sequence"].is_null());

@@ -2,9 +2,9 @@
 //! no sockets, so a simulation can drive the real coordinator and provider
 //! stubs under a paused tokio clock.
 
-use super::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use axum::body::Body;
 use futures_util::future::BoxFuture;
+use router::{HttpRequest, HttpResponse, HttpTransport, TransportError};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
@@ -109,26 +109,12 @@ impl HttpTransport for InProcessTransport {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
-            let status = response.status().as_u16();
-            let headers = response
-                .headers()
-                .iter()
-                .map(|(n, v)| {
-                    (
-                        n.as_str().to_owned(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
-            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            let (parts, body) = response.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX)
                 .await
                 .map_err(|e| TransportError::Other(format!("reading body: {e}")))?
                 .to_vec();
-            Ok(HttpResponse {
-                status,
-                headers,
-                body,
-            })
+            Ok(HttpResponse::from_http(parts.status, &parts.headers, body))
         })
     }
 }

@@ -14,11 +14,11 @@
 pub mod anthropic;
 pub mod openai;
 
-use crate::clock::SharedClock;
 use crate::outputs;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use protocol::clock::SharedClock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};

@@ -2,10 +2,10 @@
 //! stub served on loopback. Needs `python3` with `pip install openai`; a
 //! missing package fails the test, it does not skip.
 
+use protocol::clock::FixedClock;
 use std::process::Command;
 use std::sync::Arc;
-use worker_sim::stub::{ProviderStub, StubConfig, StubFault};
-use worker_sim::FixedClock;
+use testkit::{ProviderStub, StubConfig, StubFault};
 
 #[test]
 fn official_openai_sdk_parses_stub_answers() {
@@ -24,16 +24,12 @@ fn official_openai_sdk_parses_stub_answers() {
     stub.script(3, StubFault::RateLimited { retry_after_s: 2 });
     stub.script(4, StubFault::ServerError);
     stub.script(5, StubFault::MalformedJson);
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    runtime.spawn(worker_sim::stub::serve(listener, stub.router()));
+    let base = runtime.block_on(testkit::serve_loopback(stub.router()));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk_check.py");
     let output = Command::new("python3")
         .arg(script)
-        .arg(format!("http://{addr}/v1"))
+        .arg(format!("{base}/v1"))
         .arg("sk-sdk")
         .env("NO_PROXY", "127.0.0.1")
         .output()
