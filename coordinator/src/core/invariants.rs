@@ -111,10 +111,11 @@ impl Core {
         self.check_dispatch()
     }
 
-    /// Panics with the violation when checks are on: in debug builds, or
-    /// with `Config::check_invariants`. The shell calls it after each event.
+    /// Panics with the violation when `Config::check_invariants` is on (by
+    /// default in debug builds, and always in the simulation). The shell
+    /// calls it after each event.
     pub fn assert_invariants(&self, now_ms: i64) {
-        if cfg!(debug_assertions) || self.config.check_invariants {
+        if self.config.check_invariants {
             if let Err(v) = self.check_invariants(now_ms) {
                 panic!("core invariant broken after an event at {now_ms} ms: {v}");
             }
