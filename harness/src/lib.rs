@@ -16,5 +16,5 @@ pub mod scenario;
 pub mod transcript;
 pub mod world;
 
-pub use runner::{run_simulated, Outcome, RunReport};
+pub use runner::{run_simulated, run_simulated_with, Outcome, RunReport};
 pub use scenario::Scenario;

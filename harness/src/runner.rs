@@ -4,10 +4,12 @@
 
 use crate::matcher::{self, Vars};
 use crate::scenario::{
-    Action, Alter, CommitMany, Control, Expect, FacilitatorControl, HttpCall, InstanceAction, Pay,
-    RouterCall, RouterFn, Scenario, SimDuration, Step, StubControl, WaitUntil, WorkerAction,
+    Action, Alter, CommitMany, Control, Expect, FacilitatorControl, HttpCall, InstanceAction,
+    InstanceControl, Pay, RouterCall, RouterFn, Scenario, SimDuration, Sockets, Step,
+    StoreWriteKind, StubControl, WaitUntil, WorkerAction,
 };
 use crate::world::World;
+use coordinator::sqlite::StoreWrite;
 use protocol::api::{JobStatus, PrivacyClass};
 use router::{HttpRequest, LlmRequest, TaskRequest};
 use serde_json::{json, Value};
@@ -64,15 +66,29 @@ impl RunReport {
     }
 }
 
-/// Runs `scenario` in the simulation with `seed` (the scenario's unless overridden).
+/// Runs `scenario` in the simulation with `seed` (the scenario's unless
+/// overridden), tokio's own RNG seeded from the same seed.
 pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
     let seed = seed.unwrap_or(scenario.seed);
+    run_simulated_with(scenario, seed, seed)
+}
+
+/// Runs `scenario` with `seed`, and tokio's internal RNG (unbiased
+/// `select!` branch order, among others) seeded from `tokio_seed`. Nothing
+/// observable may depend on that RNG: a transcript is the same under every
+/// `tokio_seed`, which the harness checks (the second of its two runs uses
+/// another one). Without `--cfg tokio_unstable` the tokio seed is not set.
+pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> RunReport {
     // Time only: an accidental real socket or file wait fails loudly.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
+        &tokio_seed.to_le_bytes(),
+    ));
+    #[cfg(not(tokio_unstable))]
+    let _ = tokio_seed;
+    let runtime = builder.build().expect("a current-thread runtime");
     let report = runtime.block_on(async {
         let mut world = match World::build(scenario, seed).await {
             Ok(w) => w,
@@ -154,6 +170,16 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
     }
     for (i, step) in scenario.steps.iter().enumerate() {
         let number = i + 1;
+        // A supervisor restarts an instance whose armed crash fired.
+        if let Err(message) = world.restart_crashed().await {
+            return (
+                number,
+                Outcome::Failed {
+                    step: number,
+                    message,
+                },
+            );
+        }
         if let Some(name) = &step.name {
             world
                 .transcript
@@ -238,6 +264,7 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
             run_facilitator_control(control, world)?;
             None
         }
+        Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
     };
     // The loader refuses `expect` and `capture` on actions without an answer.
     match answer {
@@ -361,19 +388,42 @@ async fn run_worker_control(
     Ok(())
 }
 
-async fn run_instance_control(
-    control: &Control<InstanceAction>,
-    world: &mut World,
-) -> Result<(), String> {
+async fn run_instance_control(control: &InstanceControl, world: &mut World) -> Result<(), String> {
+    let at = control.write.map_or(String::new(), |w| format!(" {w}"));
     world.transcript.log(
         "harness",
-        format!("instance {} {}", control.name, control.action),
+        format!("instance {} {}{at}", control.name, control.action),
     );
     match control.action {
         InstanceAction::Stop => world.set_instance_up(&control.name, false),
         InstanceAction::Start => world.set_instance_up(&control.name, true),
         InstanceAction::Restart => world.restart_instance(&control.name).await,
+        InstanceAction::CrashAfter => {
+            let write = match control.write.ok_or("crash_after needs write")? {
+                StoreWriteKind::NonceReserved => StoreWrite::NonceReserved,
+                StoreWriteKind::NonceSpent => StoreWrite::NonceSpent,
+                StoreWriteKind::NonceReleased => StoreWrite::NonceReleased,
+                StoreWriteKind::Commit => StoreWrite::Commit,
+            };
+            world.crash_after(&control.name, write)
+        }
     }
+}
+
+/// Opens half-open worker connections and answers how many the instance
+/// upgraded and how many it refused.
+async fn run_sockets(sockets: &Sockets, world: &mut World) -> Result<Answer, String> {
+    let (opened, refused) = world
+        .open_idle_sockets(&sockets.instance, sockets.count, &sockets.client)
+        .await?;
+    world.transcript.log(
+        &sockets.client,
+        format!(
+            "opened {opened} idle worker sockets to {}, {refused} refused",
+            sockets.instance
+        ),
+    );
+    Ok(Answer::body(json!({"opened": opened, "refused": refused})))
 }
 
 fn run_stub_control(control: &StubControl, world: &World) -> Result<(), String> {
@@ -445,7 +495,8 @@ async fn run_http(call: &HttpCall, world: &mut World, vars: &mut Vars) -> Result
             .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
         request.headers.push((k.to_ascii_lowercase(), v));
     }
-    let answer = exchange(world, &call.instance, request.clone(), &path, &shown).await;
+    let from = call.client.as_deref();
+    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
     let Some(pay) = &call.pay else {
         return Ok(answer);
     };
@@ -463,13 +514,14 @@ async fn run_http(call: &HttpCall, world: &mut World, vars: &mut Vars) -> Result
     vars.insert("last_payment".into(), json!(value));
     vars.insert("last_payment_header".into(), json!(name));
     request.headers.push((name.to_ascii_lowercase(), value));
-    Ok(exchange(world, &call.instance, request, &path, &shown).await)
+    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
 }
 
 /// Sends one request and logs it and its answer.
 async fn exchange(
     world: &World,
     instance: &str,
+    client: Option<&str>,
     request: HttpRequest,
     path: &str,
     shown: &str,
@@ -479,11 +531,16 @@ async fn exchange(
         .iter()
         .any(|(k, _)| k == "x-payment" || k == "payment-signature");
     let note = if paid { " [paid]" } else { "" };
+    let from = client.map_or(String::new(), |c| format!(" (from {c})"));
     world.transcript.log(
         instance,
-        format!("> {} {path}{note} {shown}", request.method),
+        format!("> {} {path}{note}{from} {shown}", request.method),
     );
-    match world.http.send(request).await {
+    let transport = match client {
+        Some(name) => world.client(name),
+        None => world.http.clone(),
+    };
+    match transport.send(request).await {
         Ok(r) => {
             let body: Value = serde_json::from_slice(&r.body)
                 .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));

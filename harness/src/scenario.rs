@@ -182,6 +182,8 @@ pub struct TimingOverrides {
 pub struct LimitOverrides {
     pub queue_len_max: Option<usize>,
     pub claims_per_minute_max: Option<u32>,
+    /// WebSocket connections still in hello/auth at once (503 beyond).
+    pub handshakes_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -271,10 +273,11 @@ pub enum Action {
     Advance(SimDuration),
     WaitUntil(WaitUntil),
     Worker(Control<WorkerAction>),
-    Instance(Control<InstanceAction>),
+    Instance(InstanceControl),
     Stub(StubControl),
     CommitMany(CommitMany),
     Facilitator(FacilitatorControl),
+    Sockets(Sockets),
 }
 
 choice!(
@@ -289,6 +292,7 @@ choice!(
         Stub => "stub",
         CommitMany => "commit_many",
         Facilitator => "facilitator",
+        Sockets => "sockets",
     }
 );
 
@@ -304,6 +308,7 @@ const STEP_KEYS: &[&str] = &[
     "stub",
     "commit_many",
     "facilitator",
+    "sockets",
     "expect",
     "capture",
 ];
@@ -320,6 +325,7 @@ impl Action {
             Action::Stub(_) => ActionKey::Stub,
             Action::CommitMany(_) => ActionKey::CommitMany,
             Action::Facilitator(_) => ActionKey::Facilitator,
+            Action::Sockets(_) => ActionKey::Sockets,
         }
     }
 
@@ -327,7 +333,11 @@ impl Action {
     pub fn answers(&self) -> bool {
         matches!(
             self,
-            Action::Http(_) | Action::Router(_) | Action::WaitUntil(_) | Action::CommitMany(_)
+            Action::Http(_)
+                | Action::Router(_)
+                | Action::WaitUntil(_)
+                | Action::CommitMany(_)
+                | Action::Sockets(_)
         )
     }
 
@@ -341,6 +351,7 @@ impl Action {
                 | Action::Instance(_)
                 | Action::Stub(_)
                 | Action::Facilitator(_)
+                | Action::Sockets(_)
         )
     }
 
@@ -356,6 +367,7 @@ impl Action {
             ActionKey::Stub => Action::Stub(map.next_value()?),
             ActionKey::CommitMany => Action::CommitMany(map.next_value()?),
             ActionKey::Facilitator => Action::Facilitator(map.next_value()?),
+            ActionKey::Sockets => Action::Sockets(map.next_value()?),
         })
     }
 }
@@ -467,6 +479,9 @@ pub struct HttpCall {
     /// the scenario payer, send again with the payment header. The header
     /// value is kept in `{{last_payment}}` (its name in `{{last_payment_header}}`).
     pub pay: Option<Pay>,
+    /// The client sending it, with its own address (per-client limits
+    /// count it apart); by default the one shared scenario client.
+    pub client: Option<String>,
 }
 
 /// How the payer treats the 402 answer.
@@ -624,8 +639,64 @@ choice!(
         Start => "start",
         /// Crash and recover from the store.
         Restart => "restart",
+        /// Arm a crash right after the instance's next store write of
+        /// kind `write`; the instance restarts at the next step.
+        CrashAfter => "crash_after",
     }
 );
+
+/// An instance action; `write` goes with `crash_after` and only with it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceControl {
+    pub name: String,
+    pub action: InstanceAction,
+    pub write: Option<StoreWriteKind>,
+}
+
+choice!(
+    /// A write of the coordinator's store (for `crash_after`).
+    StoreWriteKind {
+        NonceReserved => "nonce_reserved",
+        NonceSpent => "nonce_spent",
+        NonceReleased => "nonce_released",
+        /// A commit of jobs, pairings and trust.
+        Commit => "commit",
+    }
+);
+
+/// Opens WebSocket connections to an instance's worker endpoint that
+/// complete the HTTP upgrade and then say nothing (half-open handshakes,
+/// as a flood would hold them). They stay open until the run ends.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sockets {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub count: u32,
+    /// The client opening them; each client has its own address.
+    #[serde(default = "idle_client")]
+    pub client: String,
+}
+
+impl InstanceControl {
+    /// `write` names the crash point of `crash_after` and means nothing
+    /// for the other actions.
+    fn check(&self) -> Result<(), String> {
+        match (self.action, self.write) {
+            (InstanceAction::CrashAfter, None) => Err(format!(
+                "crash_after needs write = one of {}",
+                StoreWriteKind::NAMES.join(", ")
+            )),
+            (InstanceAction::CrashAfter, Some(_)) | (_, None) => Ok(()),
+            (action, Some(_)) => Err(format!("write goes with crash_after, not with {action}")),
+        }
+    }
+}
+
+fn idle_client() -> String {
+    "idle".into()
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -698,6 +769,11 @@ impl Scenario {
                     "step {} advances simulated time or injects a fault; set live = false",
                     i + 1
                 ));
+            }
+            if let Action::Instance(control) = &step.action {
+                control
+                    .check()
+                    .map_err(|e| format!("step {}: {e}", i + 1))?;
             }
         }
         for w in &scenario.workers {
@@ -775,7 +851,7 @@ mod tests {
             9,
             "unknown field `advanse`, expected one of `name`, `http`, `router`, `advance`, \
              `wait_until`, `worker`, `instance`, `stub`, `commit_many`, `facilitator`, \
-             `expect`, `capture`",
+             `sockets`, `expect`, `capture`",
         );
         let err = load_error("[[steps]]\nhttp = { path = \"/\", bogus = 1 }\n");
         assert_error(&err, 9, "unknown field `bogus`");
@@ -788,7 +864,7 @@ mod tests {
             &err,
             8,
             "a step needs exactly one action: http, router, advance, wait_until, worker, \
-             instance, stub, commit_many, facilitator (it has none)",
+             instance, stub, commit_many, facilitator, sockets (it has none)",
         );
     }
 
@@ -801,7 +877,7 @@ mod tests {
             &err,
             10,
             "a step needs exactly one action: http, router, advance, wait_until, worker, \
-             instance, stub, commit_many, facilitator (it has advance and wait_until)",
+             instance, stub, commit_many, facilitator, sockets (it has advance and wait_until)",
         );
     }
 
@@ -966,5 +1042,23 @@ mod tests {
         keys.extend(ActionKey::NAMES);
         keys.extend(["expect", "capture"]);
         assert_eq!(STEP_KEYS, keys.as_slice());
+    }
+
+    #[test]
+    fn crash_after_needs_its_write_and_only_it_takes_one() {
+        let err =
+            load_error("[[steps]]\ninstance = { name = \"chain_a\", action = \"crash_after\" }\n");
+        assert!(err.contains("crash_after needs write = one of nonce_reserved, nonce_spent, nonce_released, commit"), "{err}");
+        let err = load_error(
+            "[[steps]]\ninstance = { name = \"chain_a\", action = \"restart\", write = \"commit\" }\n",
+        );
+        assert!(
+            err.contains("write goes with crash_after, not with restart"),
+            "{err}"
+        );
+        let err = load_error(
+            "[[steps]]\ninstance = { name = \"chain_a\", action = \"crash_after\", write = \"nonce_spnt\" }\n",
+        );
+        assert_error(&err, 9, "nonce_spent");
     }
 }

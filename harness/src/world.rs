@@ -68,6 +68,8 @@ pub struct World {
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,
+    /// Half-open connections of `sockets` steps, held until the run ends.
+    idle_sockets: Vec<Box<dyn Send + Sync>>,
     pub instances: BTreeMap<String, InstanceHandle>,
     pub workers: BTreeMap<String, SimWorker>,
     pub stubs: BTreeMap<String, ProviderStub>,
@@ -113,6 +115,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     }
     if let Some(v) = instance.limits.queue_len_max {
         config.limits.queue_len_max = v;
+    }
+    if let Some(v) = instance.limits.handshakes_max {
+        config.limits.handshakes_max = v;
     }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
@@ -488,6 +493,34 @@ impl World {
         }
     }
 
+    /// Opens `count` worker connections from `client` that complete the
+    /// WebSocket upgrade and then send nothing; they stay open until the
+    /// run ends. Returns how many were upgraded and how many refused.
+    pub async fn open_idle_sockets(
+        &mut self,
+        instance: &str,
+        count: u32,
+        client: &str,
+    ) -> Result<(u32, u32), String> {
+        let net = self
+            .net
+            .clone()
+            .ok_or("idle sockets only in the simulation")?;
+        let url = format!("ws://{}/v1/workers/ws", sim_host(instance));
+        let (mut opened, mut refused) = (0, 0);
+        for _ in 0..count {
+            let mut connector = simnet::SimWsConnector::new(&net, client, url.clone());
+            match worker_sim::Connector::connect(&mut connector).await {
+                Ok(socket) => {
+                    opened += 1;
+                    self.idle_sockets.push(Box::new(socket));
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        Ok((opened, refused))
+    }
+
     fn sim_instance(&mut self, name: &str) -> Result<&mut SimInstance, String> {
         let i = self
             .instances
@@ -644,6 +677,7 @@ fn assemble(
         transcript,
         http,
         net: None,
+        idle_sockets: Vec::new(),
         instances,
         workers,
         stubs,
