@@ -4,11 +4,13 @@
 //!
 //! Layout:
 //! - [`scenario`]: the TOML format (`scenarios/README.md` documents it).
+//! - [`check`]: `harness check`: every reference resolved before a run.
 //! - [`transcript`]: timestamped lines and their rolling SHA-256 digest.
 //! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
 //! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
 
+pub mod check;
 pub mod live;
 pub mod matcher;
 pub mod runner;

@@ -1,5 +1,8 @@
-//! `harness [run] scenarios/*.toml`: runs each scenario twice under the
-//! simulation, fails if the two transcripts differ, and prints a summary.
+//! `harness [run] scenarios/*.toml`: checks every file (as `harness check`),
+//! then runs each scenario twice under the simulation, fails if the two
+//! transcripts differ, and prints a summary.
+//! `harness check scenarios/*.toml`: resolves every reference of each file
+//! (variables, workers, instances, matchers, file name) without running.
 //! `harness --live ...` runs the live-capable scenarios against real
 //! coordinator processes over real sockets.
 
@@ -14,7 +17,8 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(version, about = "Deterministic scenario runner for the coordinator")]
 struct Args {
-    /// Scenario files (TOML). A leading `run` is accepted and ignored.
+    /// Scenario files (TOML). A leading `run` is accepted and ignored; a
+    /// leading `check` checks the files without running them.
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
     /// Override every scenario's seed.
@@ -45,12 +49,23 @@ struct Row {
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
-    if args
+    let command = args
         .scenarios
         .first()
-        .is_some_and(|p| p.as_os_str() == "run")
-    {
+        .and_then(|p| p.to_str())
+        .map(str::to_owned);
+    let check_only = command.as_deref() == Some("check");
+    if matches!(command.as_deref(), Some("run" | "check")) {
         args.scenarios.remove(0);
+    }
+    let problems = check_files(&args.scenarios);
+    if problems > 0 {
+        eprintln!("{problems} problem(s) found; nothing was run");
+        return ExitCode::from(2);
+    }
+    if check_only {
+        println!("{} scenario(s) checked: no problem", args.scenarios.len());
+        return ExitCode::SUCCESS;
     }
     let mut scenarios = Vec::new();
     for path in &args.scenarios {
@@ -128,6 +143,31 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Loads and checks every file, printing `FILE:LINE: problem` lines;
+/// returns how many problems there were.
+fn check_files(paths: &[PathBuf]) -> usize {
+    let mut count = 0;
+    for path in paths {
+        let shown = path.display();
+        let loaded = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Scenario::parse(&text).map(|s| (text, s)));
+        match loaded {
+            Err(message) => {
+                eprintln!("{shown}: {message}");
+                count += 1;
+            }
+            Ok((text, scenario)) => {
+                for p in harness::check::check(path, &text, &scenario) {
+                    eprintln!("{shown}:{}: {}", p.line, p.message);
+                    count += 1;
+                }
+            }
+        }
+    }
+    count
 }
 
 /// Tokio's RNG seed of the second run: another scheduler, the same world.

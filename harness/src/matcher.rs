@@ -54,7 +54,19 @@ fn numbers_equal(e: &Value, a: &Value) -> bool {
     }
 }
 
-fn is_matcher(s: &str) -> bool {
+/// The whole-value matchers; `contains:TEXT` and `starts_with:TEXT` take an argument.
+pub const MATCHERS: [&str; 8] = [
+    "any",
+    "any_string",
+    "any_number",
+    "any_uuid",
+    "iso8601",
+    "absent_or_null",
+    "contains:TEXT",
+    "starts_with:TEXT",
+];
+
+pub fn is_matcher(s: &str) -> bool {
     matches!(
         s,
         "any" | "any_string" | "any_number" | "any_uuid" | "iso8601" | "absent_or_null"
