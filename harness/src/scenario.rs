@@ -794,17 +794,20 @@ impl Scenario {
 }
 
 /// `500ms`, `10s`, `61m`, `2h`.
+/// One syntax in every duration field (`advance`, `within`, `interval`, and
+/// worker `latency`): a whole number with a unit `ms`, `s`, `m` or `h`; a bare
+/// number means milliseconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} needs a unit: ms, s, m or h"))?;
+        .unwrap_or(text.len());
     let (num, unit) = text.split_at(split);
     let n: u64 = num
         .parse()
         .map_err(|_| format!("{text:?} is not a duration"))?;
     let ms = match unit {
-        "ms" => n,
+        "" | "ms" => n,
         "s" => n * 1_000,
         "m" => n * 60_000,
         "h" => n * 3_600_000,
@@ -821,7 +824,8 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("61m").unwrap(), Duration::from_secs(3660));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert!(parse_duration("5").is_err());
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_millis(5));
+        assert!(parse_duration("").is_err());
         assert!(parse_duration("5d").is_err());
     }
 
@@ -903,9 +907,10 @@ mod tests {
     fn a_bad_duration_is_a_load_error_at_its_value() {
         let err = load_error("[[steps]]\nadvance = \"1d\"\n");
         assert_error(&err, 9, "\"1d\": unit must be ms, s, m or h");
-        let err =
-            load_error("[[steps]]\ncommit_many = { count = 1, body = {}, interval = \"2\" }\n");
-        assert_error(&err, 9, "\"2\" needs a unit: ms, s, m or h");
+        // A bare number is milliseconds, in every duration field alike.
+        assert_eq!(parse_duration("2"), Ok(Duration::from_millis(2)));
+        assert_eq!(parse_duration("2ms"), parse_duration("2"));
+        assert_eq!(parse_duration("61m"), Ok(Duration::from_secs(61 * 60)));
         let err = load_error(
             "[[steps]]\nwait_until = { job = \"j\", status = \"failed\", within = \"s\" }\n",
         );

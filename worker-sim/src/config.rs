@@ -82,15 +82,24 @@ impl Latency {
     }
 }
 
-/// `"50"` fixed, `"20..80"` uniform, `"100~20"` normal (mean~stddev).
+/// `"50"` fixed, `"20..80"` uniform, `"100~20"` normal (mean~stddev); each
+/// number in milliseconds, optionally written `50ms`, or in seconds as `2s`.
 impl FromStr for Latency {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
+        // Each part: a whole number of milliseconds, with or without `ms`,
+        // or of seconds with `s` (the scenario files' one duration syntax).
         let num = |s: &str| {
-            s.trim()
-                .parse::<u64>()
-                .map_err(|_| format!("bad latency {text:?}: want MS, MIN..MAX or MEAN~STDDEV"))
+            let s = s.trim();
+            let (digits, scale) = match (s.strip_suffix("ms"), s.strip_suffix('s')) {
+                (Some(ms), _) => (ms, 1),
+                (None, Some(secs)) => (secs, 1_000),
+                (None, None) => (s, 1),
+            };
+            digits.parse::<u64>().map(|n| n * scale).map_err(|_| {
+                format!("bad latency {text:?}: want MS, MIN..MAX or MEAN~STDDEV (e.g. 50ms, 20ms..200ms, 1s)")
+            })
         };
         if let Some((a, b)) = text.split_once("..") {
             let (min_ms, max_ms) = (num(a)?, num(b)?);
@@ -257,6 +266,15 @@ mod tests {
                 stddev_ms: 20
             })
         );
+        assert_eq!("50ms".parse::<Latency>(), Ok(Latency::Fixed { ms: 50 }));
+        assert_eq!(
+            "20ms..2s".parse::<Latency>(),
+            Ok(Latency::Uniform {
+                min_ms: 20,
+                max_ms: 2_000
+            })
+        );
+        assert!("5m".parse::<Latency>().is_err());
         assert!("80..20".parse::<Latency>().is_err());
         assert!("fast".parse::<Latency>().is_err());
 
