@@ -26,7 +26,13 @@ pub fn coordinator_bin(bin: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
-pub fn main(scenarios: &[Scenario], bin: Option<&Path>) -> ExitCode {
+/// Runs the live-capable scenarios; with `verbose`, prints each transcript
+/// through the filter.
+pub fn main(
+    scenarios: &[Scenario],
+    bin: Option<&Path>,
+    verbose: Option<&crate::transcript::LineFilter>,
+) -> ExitCode {
     let bin = match coordinator_bin(bin) {
         Ok(b) => b,
         Err(e) => {
@@ -42,16 +48,21 @@ pub fn main(scenarios: &[Scenario], bin: Option<&Path>) -> ExitCode {
         let report = run_live(scenario, &bin);
         let result = match &report.outcome {
             Outcome::Passed => "ok".to_owned(),
-            Outcome::Failed { step, message } => {
+            outcome => {
                 failed += 1;
-                format!("FAIL at step {step}: {message}")
+                format!("FAIL at {}", outcome.failure().unwrap_or_default())
             }
         };
         println!(
             "{:<width$}  {:>5} steps  {result}",
             report.name, report.steps_run
         );
-        if matches!(report.outcome, Outcome::Failed { .. }) {
+        if let Some(filter) = verbose {
+            for line in report.transcript.iter().filter(|l| filter.shows(l)) {
+                println!("    {line}");
+            }
+        }
+        if report.outcome != Outcome::Passed {
             let tail = report.transcript.len().saturating_sub(15);
             for line in &report.transcript[tail..] {
                 println!("    {line}");

@@ -8,7 +8,7 @@
 
 use clap::Parser;
 use harness::runner::{run_simulated_with, Outcome, RunReport};
-use harness::transcript::first_difference;
+use harness::transcript::{first_difference, LineFilter};
 use harness::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -30,9 +30,15 @@ struct Args {
     /// Run only scenarios whose name contains this text.
     #[arg(long)]
     filter: Option<String>,
-    /// Print every transcript.
+    /// Print every transcript (live runs too).
     #[arg(long, short)]
     verbose: bool,
+    /// With -v: print only these kinds of lines (http, frames, events, router, harness).
+    #[arg(long, value_name = "KINDS")]
+    show: Option<String>,
+    /// With -v: leave out lines containing any of these words (e.g. heartbeat).
+    #[arg(long, value_name = "WORDS")]
+    hide: Option<String>,
     /// Run against live coordinator processes instead of the simulation.
     #[arg(long)]
     live: bool,
@@ -89,8 +95,15 @@ fn main() -> ExitCode {
         eprintln!("error: no scenario to run");
         return ExitCode::from(2);
     }
+    let filter = match LineFilter::parse(args.show.as_deref(), args.hide.as_deref()) {
+        Ok(f) => args.verbose.then_some(f),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if args.live {
-        return harness::live::main(&scenarios, args.coordinator_bin.as_deref());
+        return harness::live::main(&scenarios, args.coordinator_bin.as_deref(), filter.as_ref());
     }
 
     let bar = ProgressBar::new(scenarios.len() as u64);
@@ -105,10 +118,10 @@ fn main() -> ExitCode {
     }
     bar.finish_and_clear();
 
-    if args.verbose {
+    if let Some(filter) = &filter {
         for row in &rows {
             println!("--- {}", row.report.name);
-            for line in &row.report.transcript {
+            for line in row.report.transcript.iter().filter(|l| filter.shows(l)) {
                 println!("{line}");
             }
         }
@@ -184,7 +197,7 @@ fn run_twice(scenario: &Scenario, seed: Option<u64>) -> Row {
     let wall_ms = started.elapsed().as_millis();
     let second = run_simulated_with(scenario, seed, seed ^ SECOND_TOKIO_SEED);
     let failure = match &first.outcome {
-        Outcome::Failed { step, message } => Some(format!("step {step}: {message}")),
+        failed @ (Outcome::Failed { .. } | Outcome::InvariantBroken { .. }) => failed.failure(),
         Outcome::Passed if first.digest != second.digest => {
             let (line, a, b) = first_difference(&first.transcript, &second.transcript).unwrap_or((
                 0,

@@ -19,7 +19,29 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Passed,
-    Failed { step: usize, message: String },
+    /// Step `step` (1-based; 0: before the first step) failed.
+    Failed {
+        step: usize,
+        message: String,
+    },
+    /// Every step passed; an end-of-run invariant did not hold.
+    InvariantBroken {
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// What failed, in the scenario's words; `None` when it passed.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Outcome::Passed => None,
+            Outcome::Failed { step: 0, message } => {
+                Some(format!("before the first step: {message}"))
+            }
+            Outcome::Failed { step, message } => Some(format!("step {step}: {message}")),
+            Outcome::InvariantBroken { message } => Some(format!("invariants: {message}")),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -210,13 +232,16 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
             world
                 .transcript
                 .log("harness", format!("FAILED invariant: {message}"));
-            (
-                scenario.steps.len(),
-                Outcome::Failed {
-                    step: scenario.steps.len() + 1,
-                    message,
-                },
-            )
+            let history = job_history(&message, &world.transcript.lines());
+            let message = if history.is_empty() {
+                message
+            } else {
+                format!(
+                    "{message}\n  the job's history:\n    {}",
+                    history.join("\n    ")
+                )
+            };
+            (scenario.steps.len(), Outcome::InvariantBroken { message })
         }
     }
 }
@@ -837,14 +862,39 @@ fn check_job(
             }
         }
     }
+    let error = job
+        .error
+        .map_or(String::new(), |e| format!(" (result.error {})", e.as_str()));
     if scenario.invariants.all_jobs_terminal && !job.status.is_terminal() {
-        return Err(format!("{name}: job {} is still {}", job.id, job.status));
+        return Err(format!(
+            "{name}: job {} is still {} after {} attempt(s){error}",
+            job.id, job.status, job.attempts
+        ));
     }
     if scenario.invariants.all_jobs_completed && job.status != JobStatus::Completed {
         return Err(format!(
-            "{name}: job {} is {}, not completed",
-            job.id, job.status
+            "{name}: job {} is {}, not completed, after {} attempt(s){error}",
+            job.id, job.status, job.attempts
         ));
     }
     Ok(())
+}
+
+/// The transcript lines that mention the first job id in `message`, for an
+/// invariant failure: the job's history as the run saw it.
+fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
+    const HISTORY_LINES_MAX: usize = 12;
+    let Some(id) = message
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .find(|w| w.len() == 36 && uuid::Uuid::parse_str(w).is_ok())
+    else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = transcript
+        .iter()
+        .filter(|l| l.contains(id))
+        .map(|l| l.chars().take(240).collect())
+        .collect();
+    let skip = lines.len().saturating_sub(HISTORY_LINES_MAX);
+    lines.into_iter().skip(skip).collect()
 }

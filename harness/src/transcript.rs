@@ -79,3 +79,137 @@ pub fn first_difference(a: &[String], b: &[String]) -> Option<(usize, String, St
         })
     })
 }
+
+/// What a transcript line shows, for `-v --show KINDS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LineKind {
+    /// HTTP requests and answers (scenario clients and the router).
+    Http,
+    /// WebSocket frames a worker sent (`->`) or received (`<-`).
+    Frames,
+    /// Worker events (`{"event": ...}`) and router results.
+    Events,
+    /// The router's own lines.
+    Router,
+    /// The harness: steps, faults, restarts, invariants.
+    Harness,
+}
+
+impl LineKind {
+    pub const NAMES: [&'static str; 5] = ["http", "frames", "events", "router", "harness"];
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "http" => LineKind::Http,
+            "frames" => LineKind::Frames,
+            "events" => LineKind::Events,
+            "router" => LineKind::Router,
+            "harness" => LineKind::Harness,
+            _ => return None,
+        })
+    }
+
+    /// Classifies `[+S.mmm] ACTOR TEXT`.
+    pub fn of(line: &str) -> Self {
+        let rest = line.split_once("] ").map_or(line, |(_, r)| r);
+        let (actor, text) = rest.split_once(' ').unwrap_or((rest, ""));
+        if text.starts_with("-> ") || text.starts_with("<- ") {
+            LineKind::Frames
+        } else if text.starts_with("> ") || text.starts_with("< ") || text.starts_with("http ") {
+            LineKind::Http
+        } else if actor == "harness" || actor == "payer" {
+            LineKind::Harness
+        } else if actor == "router" {
+            LineKind::Router
+        } else {
+            LineKind::Events
+        }
+    }
+}
+
+/// Which lines `-v` prints: the kinds in `show` (all when empty), minus
+/// lines containing any of the `hide` words.
+#[derive(Debug, Clone, Default)]
+pub struct LineFilter {
+    pub show: Vec<LineKind>,
+    pub hide: Vec<String>,
+}
+
+impl LineFilter {
+    /// From `--show a,b` and `--hide x,y`; an unknown kind names the valid ones.
+    pub fn parse(show: Option<&str>, hide: Option<&str>) -> Result<Self, String> {
+        let words = |s: Option<&str>| -> Vec<String> {
+            s.map(|s| {
+                s.split(',')
+                    .map(|w| w.trim().to_owned())
+                    .filter(|w| !w.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let show = words(show)
+            .iter()
+            .map(|k| {
+                LineKind::parse(k).ok_or_else(|| {
+                    format!("--show {k:?}: kinds are {}", LineKind::NAMES.join(", "))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            show,
+            hide: words(hide),
+        })
+    }
+
+    pub fn shows(&self, line: &str) -> bool {
+        (self.show.is_empty() || self.show.contains(&LineKind::of(line)))
+            && !self.hide.iter().any(|w| line.contains(w.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classified_by_their_shape() {
+        assert_eq!(
+            LineKind::of("[+0.001s] chain_a > GET /v1/health "),
+            LineKind::Http
+        );
+        assert_eq!(
+            LineKind::of("[+0.001s] router http > GET http://a"),
+            LineKind::Http
+        );
+        assert_eq!(
+            LineKind::of("[+5.000s] w -> {\"type\":\"heartbeat\"}"),
+            LineKind::Frames
+        );
+        assert_eq!(
+            LineKind::of("[+0.000s] w {\"event\":\"connecting\"}"),
+            LineKind::Events
+        );
+        assert_eq!(
+            LineKind::of("[+0.000s] harness step 1: x"),
+            LineKind::Harness
+        );
+        assert_eq!(
+            LineKind::of("[+0.1s] router < {\"route\":\"x\"}"),
+            LineKind::Http
+        );
+    }
+
+    #[test]
+    fn show_and_hide_combine() {
+        let f = LineFilter::parse(Some("frames,harness"), Some("heartbeat")).unwrap();
+        assert!(f.shows("[+5.000s] w -> {\"type\":\"accept\"}"));
+        assert!(!f.shows("[+5.000s] w -> {\"type\":\"heartbeat\"}"));
+        assert!(!f.shows("[+0.001s] chain_a > GET /v1/health "));
+        assert!(f.shows("[+0.000s] harness step 1: x"));
+        let err = LineFilter::parse(Some("frame"), None).unwrap_err();
+        assert!(
+            err.contains("kinds are http, frames, events, router, harness"),
+            "{err}"
+        );
+    }
+}
