@@ -404,8 +404,10 @@ impl Core {
         }
         let limits = &self.config.limits;
         let bytes = JOB_OVERHEAD_BYTES + submission_bytes(submission);
+        // It must fit where it waits and where it will be kept once done
+        // (its output then counts too; see ARCHITECTURE.md, Limits).
         if self.queued_bytes + bytes > limits.queued_bytes_max
-            || self.kept_bytes >= limits.kept_bytes_max
+            || self.kept_bytes + bytes > limits.kept_bytes_max
         {
             return Err(Refused::StorageFull);
         }
