@@ -81,6 +81,12 @@ pub struct Limits {
     pub frame_bytes_max: usize,
     /// Pending jobs held at once; a commit beyond it gets 503.
     pub queue_len_max: usize,
+    /// Bytes of non-terminal jobs (fixed overhead, user id, payload text);
+    /// a commit that would go beyond it gets 503.
+    pub queued_bytes_max: usize,
+    /// Bytes of terminal jobs kept (with their outputs) until retention
+    /// deletes them; while at or over it, commits get 503.
+    pub kept_bytes_max: usize,
     pub max_tokens_max: u32,
     /// `max_tokens` when an LLM payload leaves it out.
     pub max_tokens_default: u32,
@@ -119,6 +125,8 @@ impl Default for Limits {
             body_bytes_max: 256 * 1024,
             frame_bytes_max: 1024 * 1024,
             queue_len_max: 100_000,
+            queued_bytes_max: 256 * 1024 * 1024,
+            kept_bytes_max: 1024 * 1024 * 1024,
             max_tokens_max: 32_768,
             max_tokens_default: 256,
             user_id_chars_max: 256,

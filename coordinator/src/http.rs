@@ -2,7 +2,7 @@
 //! only translate between HTTP and core events; decisions live in the core.
 
 use crate::coordinator::Coordinator;
-use crate::core::CommitError;
+use crate::core::{CommitError, PaidWith, Payment};
 use crate::error::ApiError;
 use crate::session;
 use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, LimitScope};
@@ -10,7 +10,7 @@ use crate::validate;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -224,9 +224,11 @@ async fn commit_cheap(
 }
 
 /// Validates (400, never charged), then with payments on: authorizes the
-/// payment (402), checks the job would be admitted (422/503, the payment's
-/// nonce is released, nothing is charged), settles (402 on failure, no job),
-/// and only then creates the job with the settlement as its `payment_ref`.
+/// payment (402), decides admission once (422/503: the refusal is recorded
+/// in the same event, the payment's nonce is released, nothing is charged),
+/// settles (402 on failure, no job), and only then creates the job with the
+/// settlement as its `payment_ref`, spending the nonce in the same write.
+/// A retry of a payment that already bought this job gets the same 201.
 async fn commit(
     c: Coordinator,
     tier: Tier,
@@ -235,45 +237,80 @@ async fn commit(
 ) -> Result<Response, ApiError> {
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
-    let paid = match c.payments() {
-        None => None,
-        Some(gate) => {
-            let job_type = submission.job_type;
-            let price = c.config().prices.price(tier, job_type);
-            let url = format!("{}{}", public_base_url(&c, &headers), tier.commit_path());
-            let offer = gate.offer(price, &url, &format!("{tier} {job_type} compute job"));
-            let now_seconds = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
-            let auth = gate
-                .authorize(&offer, &headers, now_seconds)
-                .map_err(|r| ApiError::Payment(Box::new(r)))?;
-            if c.read(|core| core.admission(&submission)).is_err() {
-                // Refused for free: the commit below records and answers it.
-                gate.cancel(&auth);
-                None
-            } else {
-                let paid = gate
-                    .settle(auth)
-                    .await
-                    .map_err(|r| ApiError::Payment(Box::new(r)))?;
-                Some(paid)
+    let Some(gate) = c.payments() else {
+        let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+        return answer_commit(&c, committed, None).await;
+    };
+    let price = c.config().prices.price(tier, submission.job_type);
+    let url = format!("{}{}", public_base_url(&c, &headers), tier.commit_path());
+    let offer = gate.offer(
+        price,
+        &url,
+        &format!("{tier} {} compute job", submission.job_type),
+    );
+    let now_seconds = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
+    let auth = match gate.authorize(&offer, &headers, now_seconds) {
+        Ok(auth) => auth,
+        Err(refusal) => {
+            if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
+                let bought = gate
+                    .nonce_key(&offer, &headers, now_seconds)
+                    .and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                if let Some((job_id, response_header)) = bought {
+                    return answer_commit(&c, Ok(job_id), Some(&response_header)).await;
+                }
             }
+            return Err(ApiError::Payment(Box::new(refusal)));
         }
     };
-    let payment_ref = paid.as_ref().map(|p| p.payment_ref().to_owned());
-    let committed = c.with(|core, now_ms| core.commit(submission, tier, payment_ref, now_ms));
+    // One decision: a refusal is recorded here, under the same lock, and
+    // admission is never asked again for this request.
+    if let Err(refused) = c.with(|core, now_ms| core.admit(&submission, tier, now_ms)) {
+        gate.cancel(&auth);
+        return answer_commit(&c, Err(refused), None).await;
+    }
+    let paid = gate
+        .settle_unspent(auth)
+        .await
+        .map_err(|r| ApiError::Payment(Box::new(r)))?;
+    let response_header = paid.settlement.payment_response_header();
+    let payment = Payment {
+        payment_ref: paid.payment_ref().to_owned(),
+        paid_with: PaidWith {
+            nonce: paid.nonce_key,
+            response_header: response_header.clone(),
+        },
+    };
+    let committed = c.with(|core, now_ms| core.commit(submission, tier, Some(payment), now_ms));
+    answer_commit(&c, committed, Some(&response_header)).await
+}
+
+/// The answer to a commit, once what it reports is durable: 201 with the
+/// job id (and the payment's `PAYMENT-RESPONSE` when paid), or the refusal.
+async fn answer_commit(
+    c: &Coordinator,
+    committed: Result<uuid::Uuid, CommitError>,
+    payment_response: Option<&str>,
+) -> Result<Response, ApiError> {
     // The 201 promises the job exists, so it must survive a crash first.
     c.durable().await.map_err(|_| ApiError::Internal)?;
     match committed {
         Ok(job_id) => {
             let mut response =
                 (StatusCode::CREATED, Json(CommitResponse { job_id })).into_response();
-            if let Some(paid) = &paid {
-                paid.insert_response_headers(response.headers_mut());
+            if let Some(value) = payment_response.and_then(|v| HeaderValue::from_str(v).ok()) {
+                for name in [x402::wire::PAYMENT_RESPONSE, x402::wire::X_PAYMENT_RESPONSE] {
+                    if let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {
+                        response.headers_mut().insert(name, value.clone());
+                    }
+                }
             }
             Ok(response)
         }
         Err(CommitError::NoTrustedWorker(job_id)) => Err(ApiError::NoTrustedWorker(job_id)),
-        Err(e @ CommitError::QueueFull) => Err(ApiError::Unavailable(e.to_string())),
+        Err(e @ (CommitError::QueueFull | CommitError::StorageFull)) => {
+            Err(ApiError::Unavailable(e.to_string()))
+        }
     }
 }
 

@@ -179,6 +179,18 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
                 })?;
             (Some(store.clone()), store.clone(), store)
         };
+    if let Some(store) = &store {
+        // Recovery of payments: no commit is in flight yet.
+        let released = store
+            .release_reserved_nonces()
+            .map_err(|source| StartError::OpenStore {
+                db: settings.db.clone(),
+                source,
+            })?;
+        if released > 0 {
+            tracing::warn!(released, "payment reservations left by a crash released");
+        }
+    }
     let mut config = settings.config.clone();
     config.check_invariants |= parts.runtime == Runtime::Simulation;
     let coordinator = Coordinator::open(config, parts.clock, parts.rng, records)

@@ -279,6 +279,19 @@ impl SqliteStore {
         }
     }
 
+    /// Forgets the payment nonces left reserved: at start, no commit is in
+    /// flight, so a reservation is one whose process died before the spend
+    /// (which is written with the job it bought). The payer may retry. If a
+    /// facilitator had settled it in that window, its retry fails to settle
+    /// and the facilitator's records are the reconciliation source. Returns
+    /// how many were released.
+    pub fn release_reserved_nonces(&self) -> Result<usize, SqliteError> {
+        Ok(self
+            .shared
+            .conn()
+            .execute("DELETE FROM payment_nonces WHERE state = 'reserved'", [])?)
+    }
+
     /// Stops the store as a killed process stops: what is not committed
     /// yet is dropped, nothing more is written, waiting flushes never
     /// succeed. For the simulation's crashes (and tests of recovery).
@@ -296,6 +309,15 @@ impl SqliteStore {
     pub fn crash_after(&self, write: StoreWrite, then: impl FnOnce() + Send + 'static) {
         *lock(&self.shared.crash_point) = Some((write, Box::new(then)));
     }
+}
+
+/// Marks a reserved payment nonce spent.
+const SPEND_NONCE: &str = "UPDATE payment_nonces SET state = 'spent'
+     WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4";
+
+/// Whether a batch spends a payment nonce (for [`StoreWrite::NonceSpent`]).
+fn spends_nonce(changes: &[Change]) -> bool {
+    changes.iter().any(|c| matches!(c, Change::NonceSpent(_)))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -399,6 +421,9 @@ impl Shared {
             tracing::error!(error = %e, "group commit failed");
         }
         self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
+        if spends_nonce(&changes) {
+            self.wrote(StoreWrite::NonceSpent);
+        }
         self.wrote(StoreWrite::Commit);
         true
     }
@@ -501,6 +526,7 @@ fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(
         "INSERT INTO trust (user_id, provider_pubkey, paired_at_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (user_id, provider_pubkey) DO UPDATE SET paired_at_ms = excluded.paired_at_ms",
     )?;
+    let mut spend_stmt = tx.prepare_cached(SPEND_NONCE)?;
     // A batch often holds several versions of one record (a job committed,
     // assigned, accepted and completed between two commits); only the last
     // is written. Upserts of distinct keys commute, so the order is free.
@@ -531,6 +557,14 @@ fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(
             Change::Trust(e) => {
                 trust_stmt.execute(params![e.user_id, e.provider_pubkey, e.paired_at_ms])?;
             }
+            Change::NonceSpent(key) => {
+                spend_stmt.execute(params![
+                    key.chain_id as i64,
+                    &key.asset.0[..],
+                    &key.from.0[..],
+                    &key.nonce.0[..]
+                ])?;
+            }
         }
     }
     Ok(())
@@ -542,6 +576,7 @@ enum Key<'a> {
     Job(uuid::Uuid),
     Pairing(&'a str),
     Trust(&'a str, &'a str),
+    Nonce(&'a NonceKey),
 }
 
 impl<'a> Key<'a> {
@@ -550,6 +585,7 @@ impl<'a> Key<'a> {
             Change::Job(job) => Key::Job(job.id),
             Change::Pairing(p) => Key::Pairing(&p.code),
             Change::Trust(e) => Key::Trust(&e.user_id, &e.provider_pubkey),
+            Change::NonceSpent(key) => Key::Nonce(key),
         }
     }
 }
@@ -619,6 +655,9 @@ impl Store for SqliteStore {
                     Err(e) => Err(e.to_string()),
                 };
                 self.shared.publish(outcome);
+                if spends_nonce(changes) {
+                    self.shared.wrote(StoreWrite::NonceSpent);
+                }
                 self.shared.wrote(StoreWrite::Commit);
                 Ok(written?)
             }
@@ -713,8 +752,7 @@ impl NonceStore for SqliteStore {
             return;
         }
         let r = self.shared.conn().execute(
-            "UPDATE payment_nonces SET state = 'spent'
-             WHERE chain_id = ?1 AND asset = ?2 AND payer = ?3 AND nonce = ?4",
+            SPEND_NONCE,
             params![
                 key.chain_id as i64,
                 &key.asset.0[..],
@@ -803,8 +841,14 @@ mod tests {
             let body = serde_json::json!({"job_type": "TASK", "user_id": user,
                 "payload": {"task_type": "summarize", "input": "x"}});
             let s = crate::validate::submission(&body, &core.config().limits).unwrap();
-            core.commit(s, Tier::Cheap, Some("pay-1".into()), 1_000)
-                .unwrap();
+            let payment = crate::core::Payment {
+                payment_ref: "pay-1".into(),
+                paid_with: crate::core::PaidWith {
+                    nonce: key(user.len() as u8),
+                    response_header: "e30=".into(),
+                },
+            };
+            core.commit(s, Tier::Cheap, Some(payment), 1_000).unwrap();
         }
         let code = core.create_pairing("a", "ip", 1_000).unwrap().code;
         core.claim_pairing(&code, Ok("0xkey"), "ip", 1_001).unwrap();

@@ -65,6 +65,8 @@ impl Store for MemoryStore {
                     t.trust
                         .insert((e.user_id.clone(), e.provider_pubkey.clone()), e.clone());
                 }
+                // Nonces live in the payment gate's own store here.
+                Change::NonceSpent(_) => {}
             }
         }
         Ok(())

@@ -81,3 +81,16 @@ fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
         "{stderr}"
     );
 }
+
+/// Issue 16 #1: retention is on by default, and the job byte budgets are flags.
+#[test]
+fn retention_is_on_by_default_and_job_bytes_are_bounded() {
+    let out = run(&["--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help_of(&help, "--retention-hours").contains("[default: 24]"),
+        "{help}"
+    );
+    assert!(help_of(&help, "--queued-bytes-max").contains("[default: 268435456]"));
+    assert!(help_of(&help, "--kept-bytes-max").contains("[default: 1073741824]"));
+}

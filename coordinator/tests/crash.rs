@@ -6,7 +6,10 @@
 //! - every job that got a 201 exists;
 //! - every job seen `completed` is still `completed` with the same output and receipt;
 //! - every claimed pairing is listed;
-//! - every payment that bought a job (x402, local settlement) is refused when replayed;
+//! - every payment that bought a job (x402, local settlement), retried,
+//!   gets that same job and buys no other;
+//! - no payment nonce is spent without the job it bought (issue 16 #7: the
+//!   spend and the job are one transaction), checked on the database itself;
 //! - at the end, with no worker online, every job turns terminal within the
 //!   pending timeout: none is left stuck (deadlines survive, held jobs are requeued).
 
@@ -43,8 +46,8 @@ struct Promised {
     completed: BTreeMap<Uuid, (Value, Value)>,
     /// Claims that got a 200: (user, provider key).
     claimed: Vec<(String, String)>,
-    /// Payments that bought a job: (commit path, job, header name, header value).
-    paid: Vec<(String, Value, &'static str, String)>,
+    /// Payments that bought a job: (commit path, job, header name, header value, job id).
+    paid: Vec<(String, Value, &'static str, String, Uuid)>,
 }
 
 struct Running {
@@ -165,7 +168,7 @@ async fn drive_jobs(base: String, promised: Arc<Mutex<Promised>>, task: u64, see
             let mut p = promised.lock().unwrap();
             p.committed.push(id);
             p.paid
-                .push((path, job.clone(), payment.name, payment.value));
+                .push((path, job.clone(), payment.name, payment.value, id));
             mine.push(id);
         }
         // Poll the oldest jobs not yet seen terminal.
@@ -306,7 +309,7 @@ async fn check(base: &str, promised: &Promised) {
             .any(|p| p["provider_pubkey"] == key.as_str());
         assert!(listed, "claimed pairing of {user} with {key} is not listed");
     }
-    for (path, job, name, value) in &promised.paid {
+    for (path, job, name, value, id) in &promised.paid {
         let res = http
             .post(format!("{base}{path}"))
             .header(*name, value)
@@ -314,11 +317,43 @@ async fn check(base: &str, promised: &Promised) {
             .send()
             .await
             .unwrap();
-        assert_eq!(res.status(), 402, "a used payment bought a second job");
+        assert_eq!(res.status(), 201, "a retried payment gets its job");
         let body: Value = res.json().await.unwrap();
+        assert_eq!(
+            body["job_id"],
+            id.to_string(),
+            "the same job, not a second one"
+        );
+    }
+}
+
+/// On the database of a killed coordinator: every spent payment nonce has
+/// the job it bought.
+fn check_no_spend_without_job(db: &Path) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT nonce FROM payment_nonces WHERE state = 'spent'")
+        .unwrap();
+    let spent: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, Vec<u8>>(0))
+        .unwrap()
+        .map(|n| format!("0x{}", hex::encode(n.unwrap())))
+        .collect();
+    let mut stmt = conn.prepare("SELECT body FROM jobs").unwrap();
+    let bought: std::collections::BTreeSet<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .filter_map(|body| {
+            let job: Value = serde_json::from_str(&body.unwrap()).unwrap();
+            job["paid_with"]["nonce"]["nonce"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    for nonce in &spent {
         assert!(
-            body["error"].as_str().unwrap_or("").contains("nonce"),
-            "refused for the used nonce: {body}"
+            bought.contains(nonce),
+            "nonce {nonce} is spent but bought no job"
         );
     }
 }
@@ -356,6 +391,7 @@ async fn killed_coordinator_loses_nothing() {
         for t in tasks {
             t.abort();
         }
+        check_no_spend_without_job(&db);
     }
     let p = promised.lock().unwrap().clone();
     assert!(

@@ -156,7 +156,8 @@ async fn a_valid_payment_buys_exactly_one_job_and_lands_in_the_receipt() {
         serde_json::from_value(record["receipt"].clone()).unwrap();
     receipt.verify(&record["result"]["output"]).unwrap();
 
-    // The same payment again is refused, and creates no job.
+    // The same payment again buys nothing more: a retry gets the same
+    // job (idempotent, issue 16 #7), another job gets nonce_already_used.
     let again = post(
         &app,
         "/v1/jobs/commit/fast",
@@ -164,12 +165,26 @@ async fn a_valid_payment_buys_exactly_one_job_and_lands_in_the_receipt() {
         Some((&name, &value)),
     )
     .await;
-    assert_eq!(again.status, StatusCode::PAYMENT_REQUIRED);
-    assert!(
-        again.body["error"].as_str().unwrap().contains("nonce"),
-        "{}",
-        again.body
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
+    assert_eq!(again.body["job_id"], job.as_str());
+    assert_eq!(
+        again.headers["payment-response"],
+        r.headers["payment-response"]
     );
+    let other = post(
+        &app,
+        "/v1/jobs/commit/fast",
+        &llm_job("bob"),
+        Some((&name, &value)),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::PAYMENT_REQUIRED);
+    assert!(
+        other.body["error"].as_str().unwrap().contains("nonce"),
+        "{}",
+        other.body
+    );
+    assert_eq!(c.read(|core| core.pending_jobs()), 0);
 }
 
 /// Signs a payment for terms changed from those of the 402 answer, as a

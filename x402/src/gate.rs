@@ -79,6 +79,8 @@ pub struct Authorized {
 pub struct Paid {
     pub verified: Option<VerifiedPayment>,
     pub settlement: Settlement,
+    /// The payment's identity in the nonce store.
+    pub nonce_key: NonceKey,
 }
 
 impl Paid {
@@ -120,6 +122,14 @@ fn non_evm_nonce_key(config: &PaymentConfig, payment: &DecodedPayment) -> NonceK
         asset: config.asset,
         from: Address([0; 20]),
         nonce: Bytes32(protocol::signing::keccak256(&bytes)),
+    }
+}
+
+/// A 402 for `reason`, with the offer's accepts list.
+fn refuse(offer: &PaymentOffer, reason: Reason) -> Refusal {
+    Refusal::Refused {
+        answer: offer.payment_refused(&reason),
+        reason,
     }
 }
 
@@ -189,39 +199,12 @@ impl PaymentGate {
         headers: &HeaderMap,
         now_seconds: u64,
     ) -> Result<Authorized, Refusal> {
-        let refuse = |reason: Reason| Refusal::Refused {
-            answer: offer.payment_refused(&reason),
-            reason,
-        };
-        let payment = match payment_from_headers(headers) {
-            Ok(Some(p)) => p,
-            Ok(None) => return Err(Refusal::Required(offer.payment_required())),
-            Err(e) => return Err(refuse(e.reason())),
-        };
-        let (verified, nonce_key, valid_before) = if self.config.chain_id().is_none() {
-            // Non-EVM: the facilitator verifies and the chain refuses a
-            // second spend, but two concurrent commits with one payment
-            // would both reach the facilitator; the local reservation makes
-            // one of them lose here, as on EVM.
-            if !self.config.is_our_network(&payment.network) {
-                return Err(refuse(Reason::InvalidNetwork));
-            }
-            let key = non_evm_nonce_key(&self.config, &payment);
-            (
-                None,
-                key,
-                now_seconds.saturating_add(self.config.max_timeout_seconds),
-            )
-        } else {
-            let verified = verify_exact_evm(offer, &payment, now_seconds).map_err(refuse)?;
-            let key = verified.nonce_key();
-            let valid_before = verified.valid_before;
-            (Some(verified), key, valid_before)
-        };
+        let (payment, verified, nonce_key, valid_before) =
+            self.identify(offer, headers, now_seconds)?;
         self.nonces.purge_expired(now_seconds);
         self.nonces
             .check_and_mark(nonce_key, valid_before)
-            .map_err(|_| refuse(Reason::NonceAlreadyUsed))?;
+            .map_err(|_| refuse(offer, Reason::NonceAlreadyUsed))?;
         Ok(Authorized {
             offer: offer.clone(),
             payment,
@@ -230,22 +213,76 @@ impl PaymentGate {
         })
     }
 
+    /// The identity of the request's payment, if it is one that would pass
+    /// [`Self::authorize`] but for its nonce: lets a server answer a retry
+    /// of a payment that already bought something (idempotency).
+    pub fn nonce_key(
+        &self,
+        offer: &PaymentOffer,
+        headers: &HeaderMap,
+        now_seconds: u64,
+    ) -> Option<NonceKey> {
+        self.identify(offer, headers, now_seconds)
+            .ok()
+            .map(|(_, _, key, _)| key)
+    }
+
+    /// Decodes and verifies a payment: the payment, what verification
+    /// established, its replay identity and until when it is valid.
+    fn identify(
+        &self,
+        offer: &PaymentOffer,
+        headers: &HeaderMap,
+        now_seconds: u64,
+    ) -> Result<(DecodedPayment, Option<VerifiedPayment>, NonceKey, u64), Refusal> {
+        let payment = match payment_from_headers(headers) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(Refusal::Required(offer.payment_required())),
+            Err(e) => return Err(refuse(offer, e.reason())),
+        };
+        if self.config.chain_id().is_none() {
+            // Non-EVM: the facilitator verifies and the chain refuses a
+            // second spend, but two concurrent commits with one payment
+            // would both reach the facilitator; the local reservation makes
+            // one of them lose here, as on EVM.
+            if !self.config.is_our_network(&payment.network) {
+                return Err(refuse(offer, Reason::InvalidNetwork));
+            }
+            let key = non_evm_nonce_key(&self.config, &payment);
+            let valid_before = now_seconds.saturating_add(self.config.max_timeout_seconds);
+            return Ok((payment, None, key, valid_before));
+        }
+        let verified =
+            verify_exact_evm(offer, &payment, now_seconds).map_err(|r| refuse(offer, r))?;
+        let key = verified.nonce_key();
+        let valid_before = verified.valid_before;
+        Ok((payment, Some(verified), key, valid_before))
+    }
+
     /// Settles an authorized payment. On failure the nonce is released, so
     /// the payer may retry, and no job must be created.
     pub async fn settle(&self, auth: Authorized) -> Result<Paid, Refusal> {
+        let paid = self.settle_unspent(auth).await?;
+        self.nonces.mark_spent(&paid.nonce_key);
+        Ok(paid)
+    }
+
+    /// Like [`Self::settle`], but leaves the nonce reserved: the caller
+    /// records the spend itself, in the same write as what the payment
+    /// bought (a crash must not leave one without the other). On failure
+    /// the nonce is released, as by `settle`.
+    pub async fn settle_unspent(&self, auth: Authorized) -> Result<Paid, Refusal> {
         let req = SettleRequest {
             offer: &auth.offer,
             payment: &auth.payment,
             verified: auth.verified.as_ref(),
         };
         match self.settler.settle(req).await {
-            Ok(settlement) => {
-                self.nonces.mark_spent(&auth.nonce_key);
-                Ok(Paid {
-                    verified: auth.verified,
-                    settlement,
-                })
-            }
+            Ok(settlement) => Ok(Paid {
+                verified: auth.verified,
+                settlement,
+                nonce_key: auth.nonce_key,
+            }),
             Err(reason) => {
                 self.cancel(&auth);
                 Err(Refusal::Refused {

@@ -14,7 +14,9 @@ use std::sync::Mutex;
 /// The identity of a payment: for EVM, the authorization as the token
 /// contract sees it; for other networks, `chain_id` 0 and a hash of the
 /// payload as `nonce` (see `gate`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct NonceKey {
     pub chain_id: u64,
     pub asset: Address,

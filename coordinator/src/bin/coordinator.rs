@@ -67,6 +67,14 @@ struct Args {
     /// Most pending jobs held at once.
     #[arg(long, env = "COORDINATOR_QUEUE_LEN_MAX", default_value_t = 100_000)]
     queue_len_max: usize,
+    /// Most bytes held by jobs not yet finished (overhead, user id,
+    /// payload text); a commit beyond it gets 503.
+    #[arg(long, env = "COORDINATOR_QUEUED_BYTES_MAX", default_value_t = 256 * 1024 * 1024)]
+    queued_bytes_max: usize,
+    /// Most bytes held by finished jobs kept for polling (with outputs);
+    /// while at it, commits get 503 until retention deletes old ones.
+    #[arg(long, env = "COORDINATOR_KEPT_BYTES_MAX", default_value_t = 1024 * 1024 * 1024)]
+    kept_bytes_max: usize,
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.
     #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
     handshakes_max: usize,
@@ -131,9 +139,9 @@ struct Args {
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
     /// Completed and failed jobs older than this are deleted (checked every
-    /// 5 minutes). Unset: kept forever.
-    #[arg(long, env = "COORDINATOR_RETENTION_HOURS")]
-    retention_hours: Option<u64>,
+    /// 5 minutes). 0 keeps them until `--kept-bytes-max` refuses commits.
+    #[arg(long, env = "COORDINATOR_RETENTION_HOURS", default_value_t = 24)]
+    retention_hours: u64,
 }
 
 impl Args {
@@ -190,6 +198,8 @@ impl Args {
         let l = &mut config.limits;
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
+        l.queued_bytes_max = self.queued_bytes_max;
+        l.kept_bytes_max = self.kept_bytes_max;
         l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
         l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;
         l.pairing_creates_per_client_per_minute_max =
@@ -199,7 +209,7 @@ impl Args {
             config,
             db: self.db.clone(),
             payment: self.payment_config()?,
-            retention_hours: self.retention_hours,
+            retention_hours: (self.retention_hours > 0).then_some(self.retention_hours),
         })
     }
 }

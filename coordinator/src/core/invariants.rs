@@ -14,6 +14,11 @@ use uuid::Uuid;
 /// The first invariant found broken, with what it takes to debug it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvariantViolation {
+    #[error("byte budgets: counted {counted:?} (queued, kept) but the jobs hold {held:?}")]
+    JobBytes {
+        counted: (usize, usize),
+        held: (usize, usize),
+    },
     #[error("dispatch: pending job {job} (attempts {attempts}, avoiding {avoid:?}) could go to free worker {session}")]
     PendingWithFreeWorker {
         job: Uuid,
@@ -108,7 +113,8 @@ impl Core {
         self.check_jobs(now_ms)?;
         self.check_workers()?;
         self.check_queues()?;
-        self.check_dispatch()
+        self.check_dispatch()?;
+        self.check_bytes()
     }
 
     /// Panics with the violation when `Config::check_invariants` is on (by
@@ -137,6 +143,25 @@ impl Core {
             return Err(InvariantViolation::StrayTimers {
                 timers: self.timers.len(),
                 jobs: live,
+            });
+        }
+        Ok(())
+    }
+
+    /// The byte budgets' counters match the jobs they count.
+    fn check_bytes(&self) -> Result<(), InvariantViolation> {
+        let mut held = (0, 0);
+        for job in self.jobs.values() {
+            if job.status.is_terminal() {
+                held.1 += job.footprint_bytes;
+            } else {
+                held.0 += job.footprint_bytes;
+            }
+        }
+        if held != (self.queued_bytes, self.kept_bytes) {
+            return Err(InvariantViolation::JobBytes {
+                counted: (self.queued_bytes, self.kept_bytes),
+                held,
             });
         }
         Ok(())

@@ -21,7 +21,7 @@ pub use invariants::InvariantViolation;
 
 use crate::config::Config;
 use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
-use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, PrivacyClass, Tier};
+use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, Payload, PrivacyClass, Tier};
 use protocol::receipt::Receipt;
 use protocol::time::format_ms;
 use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
@@ -30,6 +30,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
+use x402::NonceKey;
 
 pub type SessionId = u64;
 
@@ -89,6 +90,9 @@ pub struct Job {
     #[serde(default)]
     pub recoveries: u32,
     pub payment_ref: Option<String>,
+    /// The payment that bought the job, for answering its retries.
+    #[serde(default)]
+    pub paid_with: Option<PaidWith>,
     /// While pending: when it fails unassigned. While assigned or running: the lease end.
     pub deadline_ms: Option<i64>,
     /// Commit order; a requeued job keeps it.
@@ -108,6 +112,39 @@ pub struct Job {
     /// leaves, so queues hold only pending jobs.
     #[serde(skip)]
     queue_pos: Option<i64>,
+    /// What the job counts against the byte budgets (see [`footprint_bytes`]).
+    #[serde(skip)]
+    footprint_bytes: usize,
+}
+
+/// The payment a job was bought with: its identity in the nonce store, and
+/// the `PAYMENT-RESPONSE` value its 201 carried, so that a retry of the same
+/// payment gets the same answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaidWith {
+    pub nonce: NonceKey,
+    pub response_header: String,
+}
+
+/// A settled payment, as the core records it with the job it bought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payment {
+    pub payment_ref: String,
+    pub paid_with: PaidWith,
+}
+
+/// Bytes a job is taken to hold, in memory and on disk, beyond its
+/// variable parts: ids, times, status, receipt, map and index entries.
+const JOB_OVERHEAD_BYTES: usize = 1024;
+
+/// What a job counts against the byte budgets: a fixed overhead plus its
+/// variable parts (user id, payload text, output).
+fn footprint_bytes(job: &Job) -> usize {
+    let output_bytes = job
+        .output
+        .as_ref()
+        .map_or(0, |o| serde_json::to_vec(o).map_or(0, |v| v.len()));
+    JOB_OVERHEAD_BYTES + submission_bytes(&job.submission) + output_bytes
 }
 
 impl Job {
@@ -137,6 +174,9 @@ pub enum Change {
     Job(Box<Job>),
     Pairing(Pairing),
     Trust(TrustEntry),
+    /// A payment was settled and bought the job changed in the same event;
+    /// a store that also holds the nonces writes both in one transaction.
+    NonceSpent(NonceKey),
 }
 
 /// What a session must do, in order.
@@ -152,6 +192,8 @@ pub enum Outbound {
 pub enum Refused {
     NoTrustedWorker,
     QueueFull,
+    /// The byte budget of queued or kept jobs is used up.
+    StorageFull,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -160,6 +202,8 @@ pub enum CommitError {
     NoTrustedWorker(Uuid),
     #[error("the job queue is full; retry later")]
     QueueFull,
+    #[error("job storage is full; retry later")]
+    StorageFull,
 }
 
 /// Why a worker frame about a job was refused.
@@ -257,6 +301,12 @@ pub struct Core {
     /// Per job type, workers with a free slot, least loaded first.
     idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>>,
     trust: Trust,
+    /// Jobs bought with a payment, by the payment's nonce.
+    paid: HashMap<NonceKey, Uuid>,
+    /// Footprint of the non-terminal jobs (`limits.queued_bytes_max`).
+    queued_bytes: usize,
+    /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
+    kept_bytes: usize,
     timers: BTreeSet<Timer>,
     next_seq: u64,
     next_session: SessionId,
@@ -276,6 +326,9 @@ impl Core {
             session_of: HashMap::new(),
             idle: BTreeMap::new(),
             trust: Trust::default(),
+            paid: HashMap::new(),
+            queued_bytes: 0,
+            kept_bytes: 0,
             timers: BTreeSet::new(),
             next_seq: 0,
             next_session: 1,
@@ -328,10 +381,15 @@ impl Core {
 
     // ---- jobs ----
 
+    /// Bytes held by non-terminal and by kept terminal jobs.
+    pub fn job_bytes(&self) -> (usize, usize) {
+        (self.queued_bytes, self.kept_bytes)
+    }
+
     /// Whether a job would be accepted now: a PRIVATE job needs a trusted
-    /// worker of its user online with the capability, and the queue needs
-    /// room. Paid commits ask this before settling, so a refusal is free.
-    pub fn admission(&self, submission: &JobSubmission) -> Result<(), Refused> {
+    /// worker of its user online with the capability, and the queue and the
+    /// byte budgets need room.
+    fn admission(&self, submission: &JobSubmission) -> Result<(), Refused> {
         let private = submission.privacy_class == PrivacyClass::Private;
         if private
             && self
@@ -344,31 +402,129 @@ impl Core {
         if self.pending_count >= self.config.limits.queue_len_max {
             return Err(Refused::QueueFull);
         }
+        let limits = &self.config.limits;
+        let bytes = JOB_OVERHEAD_BYTES + submission_bytes(submission);
+        // It must fit where it waits and where it will be kept once done
+        // (its output then counts too; see ARCHITECTURE.md, Limits).
+        if self.queued_bytes + bytes > limits.queued_bytes_max
+            || self.kept_bytes + bytes > limits.kept_bytes_max
+        {
+            return Err(Refused::StorageFull);
+        }
         Ok(())
     }
 
-    /// Accepts a validated job. A PRIVATE job whose user has no trusted
-    /// worker online with the capability is recorded as failed and refused.
-    /// A paid job (with a `payment_ref`) was admitted before settlement and
-    /// is never refused: if its trusted worker left in the meantime it waits
-    /// in the queue like any PRIVATE job whose worker is away.
+    /// Admission and its refusal as one decision: `Ok` if the job would be
+    /// accepted now; else why not, with a refused PRIVATE job recorded as
+    /// `failed` / `no_trusted_worker` (without its payload). A paid commit
+    /// asks this before settling, so a refusal is free, and then commits
+    /// with its payment, which is never refused: nothing decided here is
+    /// ever decided again.
+    pub fn admit(
+        &mut self,
+        submission: &JobSubmission,
+        tier: Tier,
+        now_ms: i64,
+    ) -> Result<(), CommitError> {
+        match self.admission(submission) {
+            Ok(()) => Ok(()),
+            Err(Refused::QueueFull) => Err(CommitError::QueueFull),
+            Err(Refused::StorageFull) => Err(CommitError::StorageFull),
+            Err(Refused::NoTrustedWorker) => Err(self.record_refusal(submission, tier, now_ms)),
+        }
+    }
+
+    /// Keeps a PRIVATE job refused for want of a trusted worker as a failed
+    /// job, pollable, without its payload: a refusal must not let a client
+    /// park data here. Returns the refusal to answer.
+    fn record_refusal(
+        &mut self,
+        submission: &JobSubmission,
+        tier: Tier,
+        now_ms: i64,
+    ) -> CommitError {
+        let mut submission = submission.clone();
+        submission.payload = match submission.payload {
+            Payload::Llm { max_tokens, .. } => Payload::Llm {
+                prompt: String::new(),
+                max_tokens,
+            },
+            Payload::Task { task_type, .. } => Payload::Task {
+                task_type,
+                input: String::new(),
+            },
+        };
+        let mut job = self.new_job(submission, tier, None, now_ms);
+        if self.kept_bytes + job.footprint_bytes > self.config.limits.kept_bytes_max {
+            return CommitError::StorageFull;
+        }
+        let id = job.id;
+        job.status = JobStatus::Failed;
+        job.error = Some(FailureReason::NoTrustedWorker);
+        self.kept_bytes += job.footprint_bytes;
+        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.jobs.insert(id, job);
+        CommitError::NoTrustedWorker(id)
+    }
+
+    /// Accepts a validated job. Unpaid, it goes through [`Self::admit`]. A
+    /// paid job was admitted before settlement and is never refused: if its
+    /// trusted worker left in the meantime it waits in the queue like any
+    /// PRIVATE job whose worker is away. Its nonce is spent in the same
+    /// change set as the job is created, so a store writes both or neither.
     pub fn commit(
         &mut self,
         submission: JobSubmission,
         tier: Tier,
-        payment_ref: Option<String>,
+        payment: Option<Payment>,
         now_ms: i64,
     ) -> Result<Uuid, CommitError> {
-        let refused = match payment_ref {
-            Some(_) => None,
-            None => self.admission(&submission).err(),
-        };
-        if refused == Some(Refused::QueueFull) {
-            return Err(CommitError::QueueFull);
+        if payment.is_none() {
+            self.admit(&submission, tier, now_ms)?;
         }
+        let job = self.new_job(submission, tier, payment, now_ms);
+        let id = job.id;
+        self.queued_bytes += job.footprint_bytes;
+        let spent = job.paid_with.as_ref().map(|p| p.nonce);
+        self.jobs.insert(id, job);
+        self.place(id, None, false, now_ms);
+        if let Some(nonce) = spent {
+            self.paid.insert(nonce, id);
+            self.changes.push(Change::NonceSpent(nonce));
+        }
+        Ok(id)
+    }
+
+    /// The job a payment bought, if it is this submission on this tier, and
+    /// the `PAYMENT-RESPONSE` it was answered with: a retry of a paid commit
+    /// gets the same answer.
+    pub fn paid_job(
+        &self,
+        nonce: &NonceKey,
+        submission: &JobSubmission,
+        tier: Tier,
+    ) -> Option<(Uuid, String)> {
+        let job = self.jobs.get(self.paid.get(nonce)?)?;
+        let paid_with = job.paid_with.as_ref()?;
+        (job.submission == *submission && job.tier == tier)
+            .then(|| (job.id, paid_with.response_header.clone()))
+    }
+
+    /// A fresh pending job with the next id and commit order.
+    fn new_job(
+        &mut self,
+        submission: JobSubmission,
+        tier: Tier,
+        payment: Option<Payment>,
+        now_ms: i64,
+    ) -> Job {
         let id = uuid::Builder::from_random_bytes(self.rng.gen()).into_uuid();
         let seq = self.next_seq;
         self.next_seq += 1;
+        let (payment_ref, paid_with) = match payment {
+            Some(p) => (Some(p.payment_ref), Some(p.paid_with)),
+            None => (None, None),
+        };
         let mut job = Job {
             id,
             submission,
@@ -382,23 +538,17 @@ impl Core {
             attempts: 0,
             recoveries: 0,
             payment_ref,
+            paid_with,
             deadline_ms: None,
             seq,
             worker: None,
             avoid: None,
             timer: None,
             queue_pos: None,
+            footprint_bytes: 0,
         };
-        if refused == Some(Refused::NoTrustedWorker) {
-            job.status = JobStatus::Failed;
-            job.error = Some(FailureReason::NoTrustedWorker);
-            self.changes.push(Change::Job(Box::new(job.clone())));
-            self.jobs.insert(id, job);
-            return Err(CommitError::NoTrustedWorker(id));
-        }
-        self.jobs.insert(id, job);
-        self.place(id, None, false, now_ms);
-        Ok(id)
+        job.footprint_bytes = footprint_bytes(&job);
+        job
     }
 
     /// Hands a pending job to the best free eligible worker (other than
@@ -608,6 +758,9 @@ impl Core {
     fn fail(&mut self, id: Uuid, reason: FailureReason) {
         self.clear_timer(&id);
         let job = self.jobs.get_mut(&id).expect("failed job exists");
+        debug_assert!(!job.status.is_terminal(), "job {id} failed twice");
+        self.queued_bytes -= job.footprint_bytes;
+        self.kept_bytes += job.footprint_bytes;
         job.status = JobStatus::Failed;
         job.error = Some(reason);
         job.worker = None;
@@ -654,6 +807,9 @@ impl Core {
         job.status = JobStatus::Completed;
         job.output = Some(output);
         job.receipt = Some(receipt);
+        self.queued_bytes -= job.footprint_bytes;
+        job.footprint_bytes = footprint_bytes(job);
+        self.kept_bytes += job.footprint_bytes;
         job.completed_at_ms = Some(now_ms);
         job.worker = None;
         job.deadline_ms = None;
@@ -894,6 +1050,15 @@ impl Core {
     pub fn trusted_providers(&self, user_id: &str) -> Vec<TrustEntry> {
         self.trust.list(user_id)
     }
+}
+
+/// The variable bytes of a submission: its user id and payload text.
+fn submission_bytes(s: &JobSubmission) -> usize {
+    let payload_bytes = match &s.payload {
+        Payload::Llm { prompt, .. } => prompt.len(),
+        Payload::Task { input, .. } => input.len(),
+    };
+    s.user_id.len() + payload_bytes
 }
 
 fn queue_key(job: &Job) -> QueueKey {

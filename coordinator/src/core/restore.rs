@@ -33,6 +33,15 @@ impl Core {
         for mut job in jobs {
             job.worker = None;
             let id = job.id;
+            job.footprint_bytes = super::footprint_bytes(&job);
+            if job.status.is_terminal() {
+                self.kept_bytes += job.footprint_bytes;
+            } else {
+                self.queued_bytes += job.footprint_bytes;
+            }
+            if let Some(paid_with) = &job.paid_with {
+                self.paid.insert(paid_with.nonce, id);
+            }
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
                     self.jobs.insert(id, job);
@@ -106,9 +115,20 @@ impl Core {
     /// jobs have no queue entry or live timer, so nothing else refers to them.
     pub fn forget_terminal_jobs(&mut self, created_before_ms: i64) -> usize {
         let before = self.jobs.len();
+        let mut freed_bytes = 0;
+        let mut unpaid = Vec::new();
         self.jobs.retain(|_, j: &mut Job| {
-            !(j.status.is_terminal() && j.created_at_ms < created_before_ms)
+            let keep = !(j.status.is_terminal() && j.created_at_ms < created_before_ms);
+            if !keep {
+                freed_bytes += j.footprint_bytes;
+                unpaid.extend(j.paid_with.as_ref().map(|p| p.nonce));
+            }
+            keep
         });
+        self.kept_bytes -= freed_bytes;
+        for nonce in &unpaid {
+            self.paid.remove(nonce);
+        }
         before - self.jobs.len()
     }
 }

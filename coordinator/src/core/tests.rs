@@ -533,13 +533,28 @@ fn swarm(seed: u64, events: usize, failing: bool) {
                 } else {
                     Tier::Cheap
                 };
-                let paid = rng.gen_bool(0.1).then(|| "pay".to_string());
+                let paid = rng.gen_bool(0.1).then(|| {
+                    let mut nonce = x402::evm::Bytes32::default();
+                    rng.fill(&mut nonce.0);
+                    crate::core::Payment {
+                        payment_ref: "pay".to_string(),
+                        paid_with: crate::core::PaidWith {
+                            nonce: x402::NonceKey {
+                                chain_id: 84532,
+                                asset: x402::Address::default(),
+                                from: x402::Address::default(),
+                                nonce,
+                            },
+                            response_header: String::new(),
+                        },
+                    }
+                });
                 let out = r
                     .core
                     .commit(submission(job_type, user, privacy), tier, paid, r.now_ms);
                 match out {
                     Ok(id) | Err(CommitError::NoTrustedWorker(id)) => ids.push(id),
-                    Err(CommitError::QueueFull) => {}
+                    Err(CommitError::QueueFull | CommitError::StorageFull) => {}
                 }
             }
             30..=39 => {
