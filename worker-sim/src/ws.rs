@@ -115,3 +115,46 @@ impl Connector for WsConnector {
         WsConnection::connect_with(&self.url, self.nodelay).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client `WsConnection` and the server's raw stream, over an in-memory pipe.
+    async fn pair() -> (
+        WsConnection<tokio::io::DuplexStream>,
+        WebSocketStream<tokio::io::DuplexStream>,
+    ) {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let (client, server) = tokio::join!(
+            tokio_tungstenite::client_async("ws://sim/v1/workers/ws", client_io),
+            tokio_tungstenite::accept_async(server_io),
+        );
+        let (client, _response) = client.unwrap();
+        (WsConnection::from_stream(client), server.unwrap())
+    }
+
+    #[tokio::test]
+    async fn binary_frames_are_reported_pings_skipped_and_close_ends_it() {
+        let (mut conn, mut server) = pair().await;
+        server.send(Message::Ping(vec![1].into())).await.unwrap();
+        server
+            .send(Message::Binary(vec![1, 2, 3].into()))
+            .await
+            .unwrap();
+        server.send(Message::Text("hi".into())).await.unwrap();
+        assert_eq!(conn.recv().await, Incoming::Binary(3));
+        assert_eq!(conn.recv().await, Incoming::Text("hi".into()));
+        conn.send("back".into()).await.unwrap();
+        // The pong answering the ping comes first.
+        let mut texts = Vec::new();
+        while texts.is_empty() {
+            if let Message::Text(text) = server.next().await.unwrap().unwrap() {
+                texts.push(text.as_str().to_owned());
+            }
+        }
+        assert_eq!(texts, ["back"]);
+        server.close(None).await.unwrap();
+        assert_eq!(conn.recv().await, Incoming::Closed);
+    }
+}
