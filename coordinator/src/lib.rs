@@ -8,7 +8,7 @@
 //! - [`coordinator`]: the shell around the core: lock, clock, store, session
 //!   outboxes, the timer task.
 //! - [`http`]: the HTTP API (`app()`), [`error`]: every error response.
-//! - [`session`]: one worker's WebSocket session, over any [`session::Connection`].
+//! - [`session`]: one worker's WebSocket session, over any `protocol::connection::FrameConnection`.
 //! - [`validate`]: request body validation.
 //! - [`config`], [`clock`], [`store`]: what is injected; [`sqlite`]: the durable store.
 

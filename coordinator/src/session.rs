@@ -2,7 +2,7 @@
 //! that forwards the core's assigns and cancels to the worker and the
 //! worker's accepts, results and rejects to the core.
 //!
-//! The session is written against [`Connection`], a stream of text frames,
+//! The session is written against [`FrameConnection`], a stream of text frames,
 //! so the same code serves real WebSockets and the simulation's in-memory
 //! channels. Receipts are verified here, outside the core's lock, because
 //! signature recovery is the most expensive step of a job.
@@ -15,36 +15,16 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use protocol::api::JobType;
+use protocol::connection::{FrameConnection, Incoming, SendError};
 use protocol::signing;
 use protocol::worker::{
     challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
-
-/// What a connection delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Incoming {
-    Text(String),
-    /// A binary frame of this many bytes; the protocol is text only.
-    Binary(usize),
-    Closed,
-}
-
-/// The connection closed while sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Closed;
-
-/// A bidirectional stream of text frames. `recv` must be cancel-safe.
-pub trait Connection: Send {
-    fn recv(&mut self) -> impl Future<Output = Incoming> + Send;
-    fn send(&mut self, text: String) -> impl Future<Output = Result<(), Closed>> + Send;
-    fn close(&mut self) -> impl Future<Output = ()> + Send;
-}
 
 /// `GET /v1/workers/ws`.
 pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Response {
@@ -65,15 +45,16 @@ pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Resp
         .write_buffer_size(1024)
         .max_message_size(hard_limit)
         .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run_admitted(c, WsConnection(socket), Some(permit)))
+        .on_upgrade(move |socket| run_admitted(c, AxumConnection(socket), Some(permit)))
 }
 
-/// An axum WebSocket as a [`Connection`].
-pub struct WsConnection(pub WebSocket);
+/// An axum WebSocket as a [`FrameConnection`].
+struct AxumConnection(WebSocket);
 
-impl Connection for WsConnection {
+impl FrameConnection for AxumConnection {
     async fn recv(&mut self) -> Incoming {
         loop {
+            // `WebSocket::recv` is a stream poll, so cancel-safe.
             return match self.0.recv().await {
                 Some(Ok(Message::Text(text))) => Incoming::Text(text.as_str().to_owned()),
                 Some(Ok(Message::Binary(bytes))) => Incoming::Binary(bytes.len()),
@@ -84,38 +65,15 @@ impl Connection for WsConnection {
         }
     }
 
-    async fn send(&mut self, text: String) -> Result<(), Closed> {
+    async fn send(&mut self, text: String) -> Result<(), SendError> {
         self.0
             .send(Message::Text(text.into()))
             .await
-            .map_err(|_| Closed)
+            .map_err(|e| SendError::Failed(e.into()))
     }
 
     async fn close(&mut self) {
         let _ = self.0.send(Message::Close(None)).await;
-    }
-}
-
-/// The coordinator's end of an in-memory connection, for the simulation.
-pub struct ChannelConnection {
-    pub from_worker: mpsc::Receiver<String>,
-    pub to_worker: mpsc::Sender<String>,
-}
-
-impl Connection for ChannelConnection {
-    async fn recv(&mut self) -> Incoming {
-        self.from_worker
-            .recv()
-            .await
-            .map_or(Incoming::Closed, Incoming::Text)
-    }
-
-    async fn send(&mut self, text: String) -> Result<(), Closed> {
-        self.to_worker.send(text).await.map_err(|_| Closed)
-    }
-
-    async fn close(&mut self) {
-        self.from_worker.close();
     }
 }
 
@@ -127,12 +85,12 @@ struct Peer {
 }
 
 /// Runs a worker session to its end.
-pub async fn run<C: Connection>(c: Coordinator, conn: C) {
+pub async fn run(c: Coordinator, conn: impl FrameConnection) {
     run_admitted(c, conn, None).await;
 }
 
 /// Runs a session whose handshake holds `permit` until it completes.
-async fn run_admitted<C: Connection>(
+async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
     mut conn: C,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -150,17 +108,20 @@ async fn run_admitted<C: Connection>(
     conn.close().await;
 }
 
-async fn send_frame<C: Connection>(conn: &mut C, frame: &CoordinatorFrame) -> Result<(), Closed> {
+async fn send_frame<C: FrameConnection>(
+    conn: &mut C,
+    frame: &CoordinatorFrame,
+) -> Result<(), SendError> {
     let text = serde_json::to_string(frame).expect("frames serialise");
     conn.send(text).await
 }
 
-async fn send_error<C: Connection>(
+async fn send_error<C: FrameConnection>(
     conn: &mut C,
     code: ErrorCode,
     message: impl Into<String>,
     job_id: Option<Uuid>,
-) -> Result<(), Closed> {
+) -> Result<(), SendError> {
     send_frame(
         conn,
         &CoordinatorFrame::Error {
@@ -173,13 +134,13 @@ async fn send_error<C: Connection>(
 }
 
 /// Parses a text frame, answering oversized and malformed ones with an error frame.
-async fn parse_frame<C: Connection>(
+async fn parse_frame<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut C,
     incoming: Incoming,
-) -> Result<Option<WorkerFrame>, Closed> {
+) -> Result<Option<WorkerFrame>, SendError> {
     let text = match incoming {
-        Incoming::Closed => return Err(Closed),
+        Incoming::Closed => return Err(SendError::Closed),
         Incoming::Binary(_) => {
             send_error(
                 conn,
@@ -212,7 +173,7 @@ async fn parse_frame<C: Connection>(
 
 /// The next frame of the handshake: `Some(None)` for a bad frame already
 /// answered, `None` when the connection closed or the deadline passed.
-async fn handshake_frame<C: Connection>(
+async fn handshake_frame<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut C,
     deadline: Instant,
@@ -228,7 +189,7 @@ async fn handshake_frame<C: Connection>(
 }
 
 /// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
-async fn handshake<C: Connection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
+async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
     let timing = &c.config().timing;
     let deadline = Instant::now() + Duration::from_millis(timing.auth_timeout_ms);
     let network = c.config().network.clone();
@@ -339,7 +300,7 @@ fn check_hello(
 }
 
 /// The authenticated loop; returns why it ended.
-async fn serve<C: Connection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
+async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
     let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
     let mut silent_until = Instant::now() + heartbeat_timeout;
     // Jobs this session holds, as they were assigned, to check results against.
@@ -373,7 +334,7 @@ async fn serve<C: Connection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) ->
                 // Any frame, even a bad one, shows the worker is alive.
                 silent_until = Instant::now() + heartbeat_timeout;
                 let frame = match parse_frame(c, conn, incoming).await {
-                    Err(Closed) => return "connection closed",
+                    Err(_) => return "connection closed",
                     Ok(None) => continue,
                     Ok(Some(frame)) => frame,
                 };
@@ -385,13 +346,13 @@ async fn serve<C: Connection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) ->
     }
 }
 
-async fn handle<C: Connection>(
+async fn handle<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut C,
     peer: &Peer,
     held: &mut HashMap<Uuid, Assignment>,
     frame: WorkerFrame,
-) -> Result<(), Closed> {
+) -> Result<(), SendError> {
     let session = peer.session;
     let refused = match frame {
         WorkerFrame::Heartbeat => None,

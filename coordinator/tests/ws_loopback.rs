@@ -201,11 +201,12 @@ async fn malformed_frames_get_error_frames_and_the_connection_survives() {
         assert_eq!(error_code(&w.recv().await), Some(code), "{text}");
     }
     if let Wire::Ws(ws) = &mut w.wire {
-        ws.send(tokio_tungstenite::tungstenite::Message::Binary(
-            vec![1, 2, 3].into(),
-        ))
-        .await
-        .unwrap();
+        ws.stream_mut()
+            .send(tokio_tungstenite::tungstenite::Message::Binary(
+                vec![1, 2, 3].into(),
+            ))
+            .await
+            .unwrap();
     }
     assert_eq!(error_code(&w.recv().await), Some(ErrorCode::MalformedFrame));
     // Still connected and still served.
@@ -240,7 +241,7 @@ async fn connections_still_authenticating_are_bounded() {
     drop(silent);
     for _ in 0..100 {
         if let Ok((stream, _)) = tokio_tungstenite::connect_async(&s.ws_url).await {
-            let w = TestWorker::connect(Wire::Ws(Box::new(stream)), 1, &["TASK"], 1).await;
+            let w = TestWorker::connect(Wire::ws_stream(stream), 1, &["TASK"], 1).await;
             assert!(w.session_id > 0);
             return;
         }

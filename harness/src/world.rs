@@ -510,7 +510,7 @@ impl World {
         let (mut opened, mut refused) = (0, 0);
         for _ in 0..count {
             let mut connector = simnet::SimWsConnector::new(&net, client, url.clone());
-            match worker_sim::Connector::connect(&mut connector).await {
+            match protocol::connection::Connector::connect(&mut connector).await {
                 Ok(socket) => {
                     opened += 1;
                     self.idle_sockets.push(Box::new(socket));

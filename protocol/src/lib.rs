@@ -9,10 +9,13 @@
 //! - [`money`]: USD prices held as integer micro-dollars, never floats.
 //! - [`time`]: the one timestamp format of the API.
 //! - [`clock`]: the injected source of wall-clock time (`Clock`).
+//! - [`connection`]: the text-frame connection (`FrameConnection`) and its dialer
+//!   (`Connector`) both ends are written against, and in-memory channels.
 
 pub mod api;
 pub mod canonical;
 pub mod clock;
+pub mod connection;
 pub mod money;
 pub mod receipt;
 pub mod signing;

@@ -3,8 +3,9 @@
 //! handshake (HTTP upgrade) with tokio-tungstenite, as on a socket.
 
 use crate::{host_of, Net, SimStream};
+use protocol::connection::{ConnectError, Connector};
 use std::net::SocketAddr;
-use worker_sim::{Connector, TransportError, WsTransport};
+use worker_sim::WsConnection;
 
 #[derive(Clone)]
 pub struct SimWsConnector {
@@ -25,18 +26,17 @@ impl SimWsConnector {
 }
 
 impl Connector for SimWsConnector {
-    type Transport = WsTransport<SimStream>;
+    type Connection = WsConnection<SimStream>;
 
-    async fn connect(&mut self) -> Result<Self::Transport, TransportError> {
-        let connect = |e: &dyn std::fmt::Display| TransportError::Connect(e.to_string());
-        let host = host_of(&self.url).map_err(|e| connect(&e))?;
+    async fn connect(&mut self) -> Result<Self::Connection, ConnectError> {
+        let host = host_of(&self.url).map_err(|e| ConnectError::Failed(e.into()))?;
         let stream = self
             .net
             .connect(self.from, &host)
-            .map_err(|e| connect(&e))?;
+            .map_err(|e| ConnectError::Failed(e.into()))?;
         let (ws, _response) = tokio_tungstenite::client_async(self.url.as_str(), stream)
             .await
-            .map_err(|e| connect(&e))?;
-        Ok(WsTransport::from_stream(ws))
+            .map_err(|e| ConnectError::Failed(e.into()))?;
+        Ok(WsConnection::from_stream(ws))
     }
 }

@@ -6,14 +6,15 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), worker_sim::WorkerError> {
-//! use worker_sim::{channel_connector, EventLog, TokioClock, Worker, WorkerConfig};
+//! use protocol::connection::channel_connector;
+//! use worker_sim::{EventLog, TokioClock, Worker, WorkerConfig};
 //! let (connector, mut acceptor) = channel_connector();
 //! let log = EventLog::new();
 //! let mut worker = Worker::new(WorkerConfig::with_seed(7), TokioClock::shared(1_795_255_200_000))?
 //!     .with_observer(std::sync::Arc::new(log.clone()));
 //! tokio::spawn(async move { worker.run(connector).await });
-//! // Each (re)connect yields a peer; hand it to the coordinator's session logic:
-//! // `coordinator::session::run(c, ChannelConnection { from_worker: peer.from_worker, to_worker: peer.to_worker })`.
+//! // Each (re)connect yields the coordinator's end; hand it to the session logic:
+//! // `coordinator::session::run(c, peer)`.
 //! let peer = acceptor.accept().await.unwrap();
 //! # drop(peer); Ok(()) }
 //! ```
@@ -28,8 +29,8 @@ use crate::clock::SharedClock;
 use crate::config::{rng_for, KeyError, Stream, WorkerConfig};
 use crate::event::{EventKind, NullObserver, Observer, WorkerEvent};
 use crate::fault::{HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
-use crate::transport::{Connector, Transport, TransportError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use protocol::connection::{ConnectError, Connector, FrameConnection, Incoming};
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
 use protocol::worker::{
@@ -118,6 +119,16 @@ impl std::fmt::Debug for Worker {
 }
 
 type Step<T = ()> = Result<T, SessionEnd>;
+
+/// A text frame, `None` for a binary frame (not part of the protocol, so
+/// skipped unseen), or the end of the session once the peer has gone.
+fn text_of(incoming: Incoming) -> Step<Option<String>> {
+    match incoming {
+        Incoming::Text(text) => Ok(Some(text)),
+        Incoming::Binary(_) => Ok(None),
+        Incoming::Closed => Err(SessionEnd::PeerClosed("connection closed by peer".into())),
+    }
+}
 
 impl Worker {
     /// A worker with the simulated backend and no observer; its key comes
@@ -213,9 +224,9 @@ impl Worker {
             self.emit(EventKind::Connecting {
                 attempt: failures + 1,
             });
-            let transport = match connector.connect().await {
+            let conn = match connector.connect().await {
                 Ok(t) => t,
-                Err(TransportError::Shutdown) => {
+                Err(ConnectError::Shutdown) => {
                     self.emit(EventKind::Stopped {
                         reason: "connector shut down".into(),
                     });
@@ -235,7 +246,7 @@ impl Worker {
                     continue;
                 }
             };
-            let (end, welcomed) = self.session(transport).await;
+            let (end, welcomed) = self.session(conn).await;
             if welcomed {
                 failures = 0;
             } else {
@@ -285,7 +296,7 @@ impl Worker {
     }
 
     /// One connection; returns how it ended and whether it got to `welcome`.
-    async fn session<T: Transport>(&mut self, mut t: T) -> (SessionEnd, bool) {
+    async fn session<T: FrameConnection>(&mut self, mut t: T) -> (SessionEnd, bool) {
         let mut welcomed = false;
         let end = match self.session_inner(&mut t, &mut welcomed).await {
             Err(end) => end,
@@ -299,12 +310,12 @@ impl Worker {
         (end, welcomed)
     }
 
-    async fn send_frame<T: Transport>(&self, t: &mut T, frame: &WorkerFrame) -> Step {
+    async fn send_frame<T: FrameConnection>(&self, t: &mut T, frame: &WorkerFrame) -> Step {
         let text = serde_json::to_string(frame).expect("worker frames serialise");
         self.send_raw(t, text).await
     }
 
-    async fn send_raw<T: Transport>(&self, t: &mut T, text: String) -> Step {
+    async fn send_raw<T: FrameConnection>(&self, t: &mut T, text: String) -> Step {
         self.emit(EventKind::FrameOut {
             frame: text.clone(),
         });
@@ -314,12 +325,11 @@ impl Worker {
     }
 
     /// The next coordinator frame that parses; unparsable ones are reported and skipped.
-    async fn recv_frame<T: Transport>(&self, t: &mut T) -> Step<CoordinatorFrame> {
+    async fn recv_frame<T: FrameConnection>(&self, t: &mut T) -> Step<CoordinatorFrame> {
         loop {
-            let text = t
-                .recv()
-                .await
-                .ok_or_else(|| SessionEnd::PeerClosed("connection closed by peer".into()))?;
+            let Some(text) = text_of(t.recv().await)? else {
+                continue;
+            };
             if let Some(frame) = self.parse_in(text) {
                 return Ok(frame);
             }
@@ -340,7 +350,7 @@ impl Worker {
         }
     }
 
-    async fn handshake<T: Transport>(&mut self, t: &mut T) -> Step<(u64, u64)> {
+    async fn handshake<T: FrameConnection>(&mut self, t: &mut T) -> Step<(u64, u64)> {
         let fault = self.config.faults.handshake.clone();
         let hello = WorkerFrame::Hello {
             protocol_version: if fault == Some(HandshakeFault::WrongProtocolVersion) {
@@ -384,7 +394,7 @@ impl Worker {
         }
     }
 
-    async fn session_inner<T: Transport>(
+    async fn session_inner<T: FrameConnection>(
         &mut self,
         t: &mut T,
         welcomed: &mut bool,
@@ -416,10 +426,8 @@ impl Worker {
             let heartbeat_due = stop_at.is_none_or(|stop| next_heartbeat < stop);
             tokio::select! {
                 biased;
-                text = t.recv() => {
-                    let Some(text) = text else {
-                        return Err(SessionEnd::PeerClosed("connection closed by peer".into()));
-                    };
+                incoming = t.recv() => {
+                    let Some(text) = text_of(incoming)? else { continue };
                     let Some(frame) = self.parse_in(text) else { continue };
                     self.on_frame(t, frame, &mut in_flight, &mut pending).await?;
                 }
@@ -438,7 +446,7 @@ impl Worker {
         }
     }
 
-    async fn on_frame<T: Transport>(
+    async fn on_frame<T: FrameConnection>(
         &mut self,
         t: &mut T,
         frame: CoordinatorFrame,
@@ -461,7 +469,7 @@ impl Worker {
         }
     }
 
-    async fn on_assign<T: Transport>(
+    async fn on_assign<T: FrameConnection>(
         &mut self,
         t: &mut T,
         assignment: Assignment,
@@ -547,7 +555,7 @@ impl Worker {
         Ok(())
     }
 
-    async fn on_completion<T: Transport>(
+    async fn on_completion<T: FrameConnection>(
         &mut self,
         t: &mut T,
         job: InFlight,

@@ -108,7 +108,7 @@ async fn backend_calls_chat_completions_per_job_type() {
 #[tokio::test]
 async fn worker_with_real_backend_answers_and_rejects_on_backend_failure() {
     let (stub, base) = serve_stub().await;
-    let (connector, mut acceptor) = worker_sim::channel_connector();
+    let (connector, mut acceptor) = protocol::connection::channel_connector();
     let mut worker = Worker::new(
         WorkerConfig {
             latency: worker_sim::Latency::Fixed { ms: 0 },

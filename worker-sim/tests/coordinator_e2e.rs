@@ -7,9 +7,9 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Settings};
-use coordinator::session::ChannelConnection;
 use http_body_util::BodyExt;
 use protocol::api::Payload;
+use protocol::connection::channel_connector;
 use protocol::receipt::Receipt;
 use rand::SeedableRng;
 use serde_json::{json, Value};
@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use worker_sim::{
-    channel_connector, EventKind, EventLog, FaultPlan, HandshakeFault, HeartbeatFault, JobFault,
-    Latency, MalformedKind, TokioClock, Worker, WorkerConfig, WorkerError, WorkerExit,
+    EventKind, EventLog, FaultPlan, HandshakeFault, HeartbeatFault, JobFault, Latency,
+    MalformedKind, TokioClock, Worker, WorkerConfig, WorkerError, WorkerExit,
 };
 
 const EPOCH_MS: i64 = 1_795_255_200_000;
@@ -60,13 +60,7 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
     let (connector, mut acceptor) = channel_connector();
     tokio::spawn(async move {
         while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::session::run(
-                c.clone(),
-                ChannelConnection {
-                    from_worker: peer.from_worker,
-                    to_worker: peer.to_worker,
-                },
-            ));
+            tokio::spawn(coordinator::session::run(c.clone(), peer));
         }
     });
     let log = EventLog::new();

@@ -8,10 +8,9 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Settings};
-use coordinator::session::ChannelConnection;
 use coordinator::{Clock, Coordinator};
-use futures_util::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
+use protocol::connection::{channel_pair, ChannelConnection, FrameConnection, Incoming};
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
 use protocol::worker::{challenge_message, Assignment, CoordinatorFrame};
@@ -20,8 +19,8 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tower::ServiceExt;
+use worker_sim::WsConnection;
 
 /// 2026-11-21T10:00:00.000Z
 pub const EPOCH_MS: i64 = 1_795_255_200_000;
@@ -120,70 +119,53 @@ pub async fn pair(app: &Router, user: &str, key: &Keypair) {
     assert_eq!(claim.status, StatusCode::OK, "{:?}", claim.body);
 }
 
-/// A text-frame pipe to the coordinator.
+/// A text-frame pipe to the coordinator: the shared in-memory channel pair
+/// into its session logic, or worker-sim's WebSocket client.
 pub enum Wire {
-    Channel {
-        tx: mpsc::Sender<String>,
-        rx: mpsc::Receiver<String>,
-    },
-    Ws(
-        Box<
-            tokio_tungstenite::WebSocketStream<
-                tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-            >,
-        >,
-    ),
+    Channel(ChannelConnection),
+    Ws(Box<WsConnection>),
 }
 
 impl Wire {
     /// Connects over in-memory channels to the coordinator's real session logic.
     pub fn channel(c: &Coordinator) -> Self {
-        let (to_coord, from_worker) = mpsc::channel(64);
-        let (to_worker, from_coord) = mpsc::channel(64);
-        tokio::spawn(coordinator::session::run(
-            c.clone(),
-            ChannelConnection {
-                from_worker,
-                to_worker,
-            },
-        ));
-        Wire::Channel {
-            tx: to_coord,
-            rx: from_coord,
-        }
+        let (worker_end, coordinator_end) = channel_pair();
+        tokio::spawn(coordinator::session::run(c.clone(), coordinator_end));
+        Wire::Channel(worker_end)
     }
 
     pub async fn ws(url: &str) -> Self {
-        let (stream, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Wire::Ws(Box::new(stream))
+        Wire::Ws(Box::new(WsConnection::connect(url).await.unwrap()))
+    }
+
+    /// A WebSocket whose handshake the test already did.
+    pub fn ws_stream(
+        stream: tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    ) -> Self {
+        Wire::Ws(Box::new(WsConnection::from_stream(stream)))
     }
 
     pub async fn send_text(&mut self, text: String) {
-        match self {
-            Wire::Channel { tx, .. } => {
-                let _ = tx.send(text).await;
-            }
-            Wire::Ws(ws) => {
-                let _ = ws
-                    .send(tokio_tungstenite::tungstenite::Message::Text(text.into()))
-                    .await;
-            }
-        }
+        let _ = match self {
+            Wire::Channel(conn) => conn.send(text).await,
+            Wire::Ws(conn) => conn.send(text).await,
+        };
     }
 
     /// The next text frame, or `None` once the coordinator closed.
     pub async fn recv_text(&mut self) -> Option<String> {
-        match self {
-            Wire::Channel { rx, .. } => rx.recv().await,
-            Wire::Ws(ws) => loop {
-                match ws.next().await? {
-                    Ok(tokio_tungstenite::tungstenite::Message::Text(t)) => {
-                        return Some(t.to_string())
-                    }
-                    Ok(tokio_tungstenite::tungstenite::Message::Close(_)) | Err(_) => return None,
-                    Ok(_) => continue,
-                }
-            },
+        loop {
+            let incoming = match self {
+                Wire::Channel(conn) => conn.recv().await,
+                Wire::Ws(conn) => conn.recv().await,
+            };
+            match incoming {
+                Incoming::Text(text) => return Some(text),
+                Incoming::Binary(_) => continue,
+                Incoming::Closed => return None,
+            }
         }
     }
 }

@@ -2,15 +2,15 @@
 #![allow(dead_code)]
 
 use protocol::api::{JobType, Payload, PrivacyClass, TaskType};
+use protocol::connection::{
+    channel_connector, ChannelAcceptor, ChannelConnection, FrameConnection, Incoming,
+};
 use protocol::signing::{parse_public_key, verify_personal_sign};
 use protocol::worker::{challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame};
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
-use worker_sim::{
-    channel_connector, ChannelAcceptor, ChannelPeer, EventLog, TokioClock, Worker, WorkerConfig,
-    WorkerError, WorkerExit,
-};
+use worker_sim::{EventLog, TokioClock, Worker, WorkerConfig, WorkerError, WorkerExit};
 
 pub const EPOCH_MS: i64 = 1_795_255_200_000;
 pub const NETWORK: &str = "eip155:10143";
@@ -43,7 +43,7 @@ pub fn start(config: WorkerConfig) -> Started {
 }
 
 pub struct FakeCoordinator {
-    pub peer: ChannelPeer,
+    pub peer: ChannelConnection,
     pub hello: Option<WorkerFrame>,
 }
 
@@ -59,12 +59,17 @@ impl FakeCoordinator {
             .expect("worker is connected");
     }
 
+    /// The next text frame, `None` once the worker has gone.
     pub async fn recv_text(&mut self) -> Option<String> {
-        self.peer.recv().await
+        match self.peer.recv().await {
+            Incoming::Text(text) => Some(text),
+            Incoming::Binary(len) => panic!("the worker sent a binary frame of {len} bytes"),
+            Incoming::Closed => None,
+        }
     }
 
     pub async fn recv(&mut self) -> Option<WorkerFrame> {
-        let text = self.peer.recv().await?;
+        let text = self.recv_text().await?;
         Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad frame {text}: {e}")))
     }
 
@@ -81,7 +86,7 @@ impl FakeCoordinator {
     /// Same, as raw text (for malformed frames).
     pub async fn recv_text_skip_heartbeats(&mut self) -> Option<String> {
         loop {
-            let text = self.peer.recv().await?;
+            let text = self.recv_text().await?;
             if text != r#"{"type":"heartbeat"}"# {
                 return Some(text);
             }
