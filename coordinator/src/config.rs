@@ -96,6 +96,8 @@ pub struct Limits {
     pub workers_max: usize,
     /// WebSocket connections still in hello/auth at once; more get 503.
     pub handshakes_max: usize,
+    /// Of those, from one client address (IPv6 by /64); more get 503.
+    pub handshakes_per_client_max: usize,
     /// Live pairing codes (unclaimed, unexpired) at once; a create beyond it gets 503.
     pub pairing_codes_max: usize,
     /// Pairing codes remembered at once, live or dead (claimed or expired,
@@ -133,6 +135,7 @@ impl Default for Limits {
             slots_max: 64,
             workers_max: 100_000,
             handshakes_max: 1_024,
+            handshakes_per_client_max: 16,
             pairing_codes_max: 100_000,
             pairing_codes_kept_max: 200_000,
             pairing_codes_per_user_max: 5,
@@ -157,6 +160,8 @@ pub struct Timing {
     pub heartbeat_interval_ms: u64,
     /// A worker silent this long is dropped and its jobs requeued.
     pub heartbeat_timeout_ms: u64,
+    /// Time a new connection has to send hello.
+    pub hello_timeout_ms: u64,
     /// Time a new connection has to complete hello and auth.
     pub auth_timeout_ms: u64,
     pub pairing_code_ttl_ms: i64,
@@ -173,6 +178,7 @@ impl Default for Timing {
             attempts_max: 3,
             heartbeat_interval_ms: 5_000,
             heartbeat_timeout_ms: 15_000,
+            hello_timeout_ms: 2_000,
             auth_timeout_ms: 10_000,
             pairing_code_ttl_ms: 3_600_000,
             pairing_code_retention_ms: 24 * 3_600_000,

@@ -131,6 +131,7 @@ impl Settings {
         }
         let l = &mut self.config.limits;
         l.handshakes_max = l.handshakes_max.max(1);
+        l.handshakes_per_client_max = l.handshakes_per_client_max.clamp(1, l.handshakes_max);
         l.body_bytes_max = l.body_bytes_max.max(1024);
         if let Some(payment) = &self.payment {
             if payment.network != self.config.network {

@@ -10,6 +10,7 @@
 use crate::coordinator::Coordinator;
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::error::ApiError;
+use crate::http::ClientAddr;
 use crate::validate;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -27,10 +28,15 @@ use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
 /// `GET /v1/workers/ws`.
-pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
+    ws: WebSocketUpgrade,
+) -> Response {
     // Unauthenticated connections each hold a session for up to the auth
-    // timeout; past the limit, refuse before upgrading.
-    let Some(permit) = c.handshake_permit() else {
+    // timeout; past the limit in total or for this client, refuse before
+    // upgrading, so one client cannot lock every worker out.
+    let Some(permit) = c.handshake_permit(&client) else {
         return ApiError::Unavailable("too many workers are connecting; retry later".into())
             .into_response();
     };
@@ -93,7 +99,7 @@ pub async fn run(c: Coordinator, conn: impl FrameConnection) {
 async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
     mut conn: C,
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    permit: Option<crate::coordinator::HandshakePermit>,
 ) {
     let handshaken = handshake(&c, &mut conn).await;
     drop(permit);
@@ -191,11 +197,15 @@ async fn handshake_frame<C: FrameConnection>(
 /// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
 async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
     let timing = &c.config().timing;
-    let deadline = Instant::now() + Duration::from_millis(timing.auth_timeout_ms);
+    let opened = Instant::now();
+    // A worker says hello at once; only the signature may take longer (a
+    // hardware key). A silent connection gives its handshake place back soon.
+    let hello_deadline = opened + Duration::from_millis(timing.hello_timeout_ms);
+    let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
     let network = c.config().network.clone();
 
     let (pubkey, key, capabilities, slots) = loop {
-        let frame = handshake_frame(c, conn, deadline).await?;
+        let frame = handshake_frame(c, conn, hello_deadline.min(deadline)).await?;
         match frame {
             Some(WorkerFrame::Hello {
                 protocol_version,

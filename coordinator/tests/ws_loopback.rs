@@ -13,6 +13,57 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// Issue 16 finding 6: one client's silent sockets are limited per client,
+/// so another client (another source address) still gets in; a silent
+/// socket is closed at the hello timeout, well before the auth timeout.
+#[tokio::test]
+async fn silent_sockets_are_limited_per_client_and_closed_at_the_hello_timeout() {
+    let mut config = Config::default();
+    config.limits.handshakes_max = 8;
+    config.limits.handshakes_per_client_max = 2;
+    config.timing.hello_timeout_ms = 300;
+    let s = serve(config).await;
+    let from = |ip: [u8; 4]| {
+        let url = s.ws_url.clone();
+        async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket
+                .bind((std::net::Ipv4Addr::from(ip), 0).into())
+                .unwrap();
+            let addr = url.trim_start_matches("ws://").split('/').next().unwrap();
+            let stream = socket.connect(addr.parse().unwrap()).await.unwrap();
+            let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+            tokio_tungstenite::client_async(url.as_str(), stream).await
+        }
+    };
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(
+            from([127, 0, 0, 1])
+                .await
+                .expect("within the per-client limit")
+                .0,
+        );
+    }
+    match from([127, 0, 0, 1]).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+        }
+        other => panic!("expected a 503 for a third silent socket, got {other:?}"),
+    }
+    // Another client is not locked out by the first one's sockets.
+    let (stream, _) = from([127, 0, 0, 2]).await.expect("another client gets in");
+    let w = TestWorker::connect(Wire::ws_stream(stream), 1, &["TASK"], 1).await;
+    assert!(w.session_id > 0);
+    // The silent ones hear auth_timeout at the hello timeout, and go.
+    use futures_util::StreamExt;
+    let started = std::time::Instant::now();
+    let closing = silent[0].next().await.expect("a frame").expect("text");
+    let frame: CoordinatorFrame = serde_json::from_str(closing.to_text().unwrap()).unwrap();
+    assert_eq!(error_code(&frame), Some(ErrorCode::AuthTimeout));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
 struct Server {
     app: axum::Router,
     ws_url: String,

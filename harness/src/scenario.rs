@@ -184,6 +184,8 @@ pub struct LimitOverrides {
     pub claims_per_minute_max: Option<u32>,
     /// WebSocket connections still in hello/auth at once (503 beyond).
     pub handshakes_max: Option<usize>,
+    /// Of those, from one client address (503 beyond).
+    pub handshakes_per_client_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

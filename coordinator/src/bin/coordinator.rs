@@ -78,6 +78,17 @@ struct Args {
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.
     #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
     handshakes_max: usize,
+    /// Of those, from one client address (IPv6 grouped by /64); more get 503.
+    #[arg(
+        long,
+        env = "COORDINATOR_HANDSHAKES_PER_CLIENT_MAX",
+        default_value_t = 16
+    )]
+    handshakes_per_client_max: usize,
+    /// Time a new worker connection has to send hello (auth may take until
+    /// the 10 s auth timeout).
+    #[arg(long, env = "COORDINATOR_HELLO_TIMEOUT_MS", default_value_t = 2_000)]
+    hello_timeout_ms: u64,
     /// Failed pairing claims allowed per client address (IPv6: per /64) per minute.
     #[arg(
         long,
@@ -205,6 +216,8 @@ impl Args {
         l.pairing_creates_per_client_per_minute_max =
             self.pairing_creates_per_client_per_minute_max;
         l.handshakes_max = self.handshakes_max;
+        l.handshakes_per_client_max = self.handshakes_per_client_max;
+        config.timing.hello_timeout_ms = self.hello_timeout_ms;
         Ok(Settings {
             config,
             db: self.db.clone(),
