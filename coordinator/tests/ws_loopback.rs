@@ -57,7 +57,7 @@ async fn silent_sockets_are_limited_per_client_and_closed_at_the_hello_timeout()
     assert!(w.session_id > 0);
     // The silent ones hear auth_timeout at the hello timeout, and go.
     use futures_util::StreamExt;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let closing = silent[0].next().await.expect("a frame").expect("text");
     let frame: CoordinatorFrame = serde_json::from_str(closing.to_text().unwrap()).unwrap();
     assert_eq!(error_code(&frame), Some(ErrorCode::AuthTimeout));
