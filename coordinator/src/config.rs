@@ -119,6 +119,14 @@ pub struct Limits {
     /// Client addresses (or users) tracked by each rate limiter at once; a
     /// new one beyond it is refused until windows expire.
     pub rate_limited_keys_max: usize,
+    /// Largest `wait_ms` a job poll may ask for; larger gets 400.
+    pub poll_wait_ms_max: u64,
+    /// Job polls held open at once (`wait_ms`); a poll beyond it is
+    /// answered at once, never refused.
+    pub held_polls_max: usize,
+    /// Job polls one client address (IPv6: one /64) may hold open at once;
+    /// beyond it its polls are answered at once.
+    pub held_polls_per_client_max: usize,
 }
 
 impl Default for Limits {
@@ -144,6 +152,9 @@ impl Default for Limits {
             claim_failures_per_client_per_minute_max: 10,
             claim_failures_per_minute_max: 60,
             rate_limited_keys_max: 100_000,
+            poll_wait_ms_max: 30_000,
+            held_polls_max: 10_000,
+            held_polls_per_client_max: 1_000,
         }
     }
 }

@@ -6,13 +6,15 @@
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::core::{Core, Outbound, SessionId};
+use crate::core::{Change, Core, Outbound, SessionId};
 use crate::store::{Store, StoreError};
+use protocol::api::{JobRecord, JobStatus};
 use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
+use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payments are already enabled")]
@@ -81,6 +83,68 @@ struct State {
     /// per session between two reads of the session, plus one result ack per
     /// result the worker sent: the worker itself bounds the backlog.
     outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+    held: HeldPolls,
+}
+
+/// Job polls held open (`GET /v1/jobs/{id}?wait_ms=N`), woken by `flush`
+/// when an event leaves their job in another status than they saw. Kept
+/// under the state lock, so a poll registers in the same critical section
+/// as its read and cannot miss a change.
+#[derive(Default)]
+struct HeldPolls {
+    /// Per job, in arrival order; woken in job id order, then arrival order.
+    waiters: BTreeMap<Uuid, Vec<Waiter>>,
+    /// Held polls alive, counted by their [`HeldSlot`]s.
+    total: usize,
+    per_client: BTreeMap<String, usize>,
+}
+
+struct Waiter {
+    /// The status the poll read; any other status wakes it.
+    seen: JobStatus,
+    wake: oneshot::Sender<()>,
+}
+
+/// What a poll with `wait_ms` gets when it arrives: see [`Coordinator::watch_job`].
+pub enum Watch {
+    /// No such job.
+    Unknown,
+    /// Answer with this now: the job is terminal, the coordinator is
+    /// stopping, or the held-poll bound (total or per client) is reached.
+    Now(JobRecord),
+    /// Wait on it, then read the job again.
+    Held(HeldPoll),
+}
+
+/// A place among the held polls. Dropping it (answered, timed out, or the
+/// client went away) gives the place back.
+pub struct HeldPoll {
+    // Declared first so it is dropped before `_slot` prunes closed waiters.
+    woken: oneshot::Receiver<()>,
+    /// Kept for its `Drop`, which gives the place back.
+    _slot: HeldSlot,
+}
+
+struct HeldSlot {
+    coordinator: Coordinator,
+    job: Uuid,
+    client: String,
+}
+
+impl HeldPoll {
+    /// Resolves when the job's status changes, the coordinator shuts down,
+    /// or `wait_ms` passes (tokio time: virtual in the simulation).
+    pub async fn wait(mut self, wait_ms: u64) {
+        let wait = std::time::Duration::from_millis(wait_ms);
+        // Woken or timed out: either way the caller reads the job as it is.
+        let _ = tokio::time::timeout(wait, &mut self.woken).await;
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.coordinator.release_hold(&self.job, &self.client);
+    }
 }
 
 impl Coordinator {
@@ -95,6 +159,7 @@ impl Coordinator {
             state: Mutex::new(State {
                 core: Core::new(config, rng),
                 outboxes: BTreeMap::new(),
+                held: HeldPolls::default(),
             }),
             timer_wake: Notify::new(),
             stopping: AtomicBool::new(false),
@@ -206,10 +271,82 @@ impl Coordinator {
                 tracing::error!(error = %e, "store write failed");
             }
         }
+        if !state.held.waiters.is_empty() {
+            state.held.wake_changed(&changes);
+        }
         for (session, out) in state.core.take_outbox() {
             if let Some(tx) = state.outboxes.get(&session) {
                 // A closed outbox means the session is ending; it unregisters itself.
                 let _ = tx.send(out);
+            }
+        }
+    }
+
+    /// Reads a job for a poll that may wait (`wait_ms`), and registers the
+    /// wait under the same lock, so no change between the read and the
+    /// wait is missed.
+    pub fn watch_job(&self, id: Uuid, client: &str) -> Watch {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let Some(job) = state.core.job(&id) else {
+            return Watch::Unknown;
+        };
+        let limits = &self.inner.config.limits;
+        let held = &mut state.held;
+        let client_held = held.per_client.get(client).copied().unwrap_or(0);
+        if job.status.is_terminal()
+            || self.is_stopping()
+            || held.total >= limits.held_polls_max
+            || client_held >= limits.held_polls_per_client_max
+        {
+            return Watch::Now(job.record());
+        }
+        let (wake, woken) = oneshot::channel();
+        held.waiters.entry(id).or_default().push(Waiter {
+            seen: job.status,
+            wake,
+        });
+        held.total += 1;
+        *held.per_client.entry(client.to_owned()).or_default() += 1;
+        assert!(held.total <= limits.held_polls_max);
+        Watch::Held(HeldPoll {
+            woken,
+            _slot: HeldSlot {
+                coordinator: self.clone(),
+                job: id,
+                client: client.to_owned(),
+            },
+        })
+    }
+
+    /// Held polls alive now (total, and of `client`).
+    pub fn held_polls(&self, client: &str) -> (usize, usize) {
+        let state = self.lock();
+        let of_client = state.held.per_client.get(client).copied().unwrap_or(0);
+        (state.held.total, of_client)
+    }
+
+    fn release_hold(&self, job: &Uuid, client: &str) {
+        // Runs in `Drop`: a poisoned lock means the process is going down.
+        let Ok(mut state) = self.inner.state.lock() else {
+            return;
+        };
+        let held = &mut state.held;
+        assert!(held.total > 0, "a held poll released twice");
+        held.total -= 1;
+        match held.per_client.get_mut(client) {
+            Some(1) => {
+                held.per_client.remove(client);
+            }
+            Some(n) => *n -= 1,
+            None => unreachable!("a held poll of an uncounted client"),
+        }
+        // A poll that timed out leaves its waiter behind; drop it now so
+        // waiters stay bounded by the held polls alive.
+        if let Some(list) = held.waiters.get_mut(job) {
+            list.retain(|w| !w.wake.is_closed());
+            if list.is_empty() {
+                held.waiters.remove(job);
             }
         }
     }
@@ -261,8 +398,14 @@ impl Coordinator {
     /// Graceful shutdown: no new sessions, and every session is asked to
     /// close, in session order. Serving stops once `stopped` resolves.
     pub fn shutdown(&self) {
-        let state = self.lock();
+        let mut state = self.lock();
         self.inner.stopping.store(true, Ordering::SeqCst);
+        // Held polls answer now with the job as it is; new ones are not held.
+        for (_, waiters) in std::mem::take(&mut state.held.waiters) {
+            for waiter in waiters {
+                let _ = waiter.wake.send(());
+            }
+        }
         for out in state.outboxes.values() {
             let close = Outbound::Close(
                 protocol::worker::ErrorCode::ShuttingDown,
@@ -289,6 +432,36 @@ impl Coordinator {
                     return;
                 }
                 notified.await;
+            }
+        }
+    }
+}
+
+impl HeldPolls {
+    /// Wakes the polls of every job an event left in another status than
+    /// the poll saw. Only a job's last record in `changes` counts: one
+    /// event may requeue and reassign a job, which is no change to a poll.
+    fn wake_changed(&mut self, changes: &[Change]) {
+        let mut last: BTreeMap<Uuid, JobStatus> = BTreeMap::new();
+        for change in changes {
+            if let Change::Job(job) = change {
+                if self.waiters.contains_key(&job.id) {
+                    last.insert(job.id, job.status);
+                }
+            }
+        }
+        for (id, status) in last {
+            let Some(list) = self.waiters.remove(&id) else {
+                continue;
+            };
+            let (wake, keep): (Vec<Waiter>, Vec<Waiter>) =
+                list.into_iter().partition(|w| w.seen != status);
+            for waiter in wake {
+                // A closed receiver is a poll that already ended.
+                let _ = waiter.wake.send(());
+            }
+            if !keep.is_empty() {
+                self.waiters.insert(id, keep);
             }
         }
     }

@@ -1,14 +1,14 @@
 //! The HTTP API of spec section 4: routes, extractors and handlers. Handlers
 //! only translate between HTTP and core events; decisions live in the core.
 
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, Watch};
 use crate::core::{CommitError, PaidWith, Payment};
 use crate::error::ApiError;
 use crate::session;
 use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, LimitScope};
 use crate::validate;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, RawQuery, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -328,16 +328,67 @@ fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
-async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
+/// `GET /v1/jobs/{id}`, the spec's poll; with `?wait_ms=N` a long poll: a
+/// job that is not terminal is answered when its status changes, the
+/// coordinator shuts down, or N ms pass, whichever is first. Polls beyond
+/// the held-poll bounds (total, per client) are answered at once.
+async fn poll(
+    State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     // A malformed id names no job, so it is a 404 like an unknown one.
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
-    let record = c.read(|core| core.job(&id).map(|job| job.record()));
+    let wait_ms = wait_ms(query.as_deref(), c.config().limits.poll_wait_ms_max)?;
+    let record = match wait_ms {
+        None | Some(0) => c.read(|core| core.job(&id).map(|job| job.record())),
+        Some(wait_ms) => match c.watch_job(id, &client) {
+            Watch::Unknown => None,
+            Watch::Now(record) => Some(record),
+            Watch::Held(held) => {
+                held.wait(wait_ms).await;
+                c.read(|core| core.job(&id).map(|job| job.record()))
+            }
+        },
+    };
     // Memory runs ahead of the disk under group commit: show a state (a
     // `completed`, say) only once it would survive a crash.
     c.durable().await.map_err(|_| ApiError::Internal)?;
     record
         .map(|record| Json(record).into_response())
         .ok_or(ApiError::JobNotFound)
+}
+
+/// The `wait_ms` of a job poll: absent, or one whole number of
+/// milliseconds from 0 to `max_ms`. Other parameters are ignored, as the
+/// spec's poll ignores its query.
+fn wait_ms(query: Option<&str>, max_ms: u64) -> Result<Option<u64>, ApiError> {
+    let invalid = || {
+        ApiError::BadRequest(format!(
+            "wait_ms must be a whole number of milliseconds from 0 to {max_ms}"
+        ))
+    };
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))?;
+    let mut values = pairs.iter().filter(|(name, _)| name == "wait_ms");
+    let Some((_, value)) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::BadRequest("wait_ms given more than once".into()));
+    }
+    // `u64::from_str` takes a leading `+`; only digits are a number here.
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    match value.parse::<u64>() {
+        Ok(ms) if ms <= max_ms => Ok(Some(ms)),
+        _ => Err(invalid()),
+    }
 }
 
 async fn trust_create(

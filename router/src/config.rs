@@ -60,7 +60,13 @@ impl std::fmt::Debug for PaymentClients {
 /// Poll cadence and timeouts of the decentralized flow (spec section 8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollConfig {
+    /// Between polls when the coordinator does not hold polls open.
     pub poll_interval_ms: u64,
+    /// Longest `wait_ms` asked of the coordinator (a long poll, held until
+    /// the job changes status); 0 polls every `poll_interval_ms` instead.
+    /// At most the coordinator's `poll_wait_ms_max` (30 000 by default):
+    /// a coordinator refusing the wait is polled instead.
+    pub wait_ms_max: u64,
     pub task_timeout_ms: u64,
     pub llm_timeout_ms: u64,
 }
@@ -69,6 +75,7 @@ impl Default for PollConfig {
     fn default() -> Self {
         Self {
             poll_interval_ms: 500,
+            wait_ms_max: 30_000,
             task_timeout_ms: 30_000,
             llm_timeout_ms: 60_000,
         }
@@ -152,7 +159,7 @@ impl RouterConfig {
     /// `COORDINATOR_URL_CHAIN_B`, `PREFERRED_HOSTED_PROVIDER`,
     /// `OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENAI_MODEL`,
     /// `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_MODEL`,
-    /// `ROUTER_ALLOW_PRIVATE_HOSTED`, `ROUTER_POLL_INTERVAL_MS`,
+    /// `ROUTER_ALLOW_PRIVATE_HOSTED`, `ROUTER_POLL_INTERVAL_MS`, `ROUTER_POLL_WAIT_MS_MAX`,
     /// `ROUTER_TASK_TIMEOUT_MS`, `ROUTER_LLM_TIMEOUT_MS`,
     /// `ROUTER_DEFAULT_MAX_TOKENS`. Payment clients are code, not
     /// environment: set [`RouterConfig::payment_clients`] afterwards.
@@ -194,6 +201,7 @@ impl RouterConfig {
         };
         config.poll.poll_interval_ms =
             number("ROUTER_POLL_INTERVAL_MS", config.poll.poll_interval_ms)?;
+        config.poll.wait_ms_max = number("ROUTER_POLL_WAIT_MS_MAX", config.poll.wait_ms_max)?;
         config.poll.task_timeout_ms =
             number("ROUTER_TASK_TIMEOUT_MS", config.poll.task_timeout_ms)?;
         config.poll.llm_timeout_ms = number("ROUTER_LLM_TIMEOUT_MS", config.poll.llm_timeout_ms)?;

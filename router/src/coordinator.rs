@@ -12,6 +12,7 @@ use protocol::receipt::Receipt;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 /// A verified result of one coordinator.
@@ -85,15 +86,14 @@ impl CoordinatorClient {
             JobType::Task => self.poll.task_timeout_ms,
             JobType::LlmInfer => self.poll.llm_timeout_ms,
         };
-        let (output, receipt) = tokio::time::timeout(
-            Duration::from_millis(timeout_ms),
-            self.poll_until_done(job_id),
-        )
-        .await
-        .map_err(|_| AdapterError::PollTimeout {
-            job_id: job_id.to_string(),
-            timeout_ms,
-        })??;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let (output, receipt) =
+            tokio::time::timeout_at(deadline, self.poll_until_done(job_id, deadline))
+                .await
+                .map_err(|_| AdapterError::PollTimeout {
+                    job_id: job_id.to_string(),
+                    timeout_ms,
+                })??;
         Ok(CoordinatorOutcome {
             job_id,
             output,
@@ -197,17 +197,37 @@ impl CoordinatorClient {
         }
     }
 
+    /// Polls until the job is terminal. Each poll is a long poll (held by
+    /// the coordinator until the job changes status, up to the time left
+    /// before `deadline`) until the coordinator shows it does not hold
+    /// polls; from then on it polls every `poll_interval_ms`.
     async fn poll_until_done(
         &self,
         job_id: Uuid,
+        deadline: Instant,
     ) -> Result<(serde_json::Value, Receipt), AdapterError> {
         let url = join_url(&self.base_url, &format!("/v1/jobs/{job_id}"));
         let malformed = |message: String| AdapterError::MalformedResponse {
             stage: Stage::Poll,
             message,
         };
+        let mut mode = PollMode::new(self.poll.wait_ms_max);
         loop {
-            let response = self.send(Stage::Poll, HttpRequest::get(&url)).await?;
+            let wait_ms = mode.wait_ms(deadline);
+            let request_url = match wait_ms {
+                0 => url.clone(),
+                ms => format!("{url}?wait_ms={ms}"),
+            };
+            let sent_at = Instant::now();
+            let response = self
+                .send(Stage::Poll, HttpRequest::get(request_url))
+                .await?;
+            if wait_ms > 0 && response.status == 400 {
+                // A coordinator whose wait bound is lower, or that refuses
+                // unknown parameters: poll it the spec's way.
+                mode = PollMode::Interval;
+                continue;
+            }
             if response.status != 200 {
                 return Err(status_error(Stage::Poll, &response));
             }
@@ -243,9 +263,70 @@ impl CoordinatorClient {
                     });
                 }
                 JobStatus::Pending | JobStatus::Assigned | JobStatus::Running => {
-                    tokio::time::sleep(Duration::from_millis(self.poll.poll_interval_ms)).await;
+                    mode = mode.after(record.status, wait_ms, sent_at.elapsed());
+                    // A wait of 0 (the deadline is due) is a plain poll too.
+                    if mode == PollMode::Interval || wait_ms == 0 {
+                        tokio::time::sleep(Duration::from_millis(self.poll.poll_interval_ms)).await;
+                    }
                 }
             }
+        }
+    }
+}
+
+/// How the router polls one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PollMode {
+    /// Long polls of at most `wait_ms_max`; `seen` is the status of the
+    /// last answer (a job starts `pending`).
+    Held { wait_ms_max: u64, seen: JobStatus },
+    /// Plain polls every `poll_interval_ms`.
+    Interval,
+}
+
+impl PollMode {
+    fn new(wait_ms_max: u64) -> Self {
+        if wait_ms_max == 0 {
+            return PollMode::Interval;
+        }
+        PollMode::Held {
+            wait_ms_max,
+            seen: JobStatus::Pending,
+        }
+    }
+
+    /// The `wait_ms` of the next poll: what is left before `deadline`, at
+    /// most the maximum; 0 for a plain poll.
+    fn wait_ms(self, deadline: Instant) -> u64 {
+        match self {
+            PollMode::Interval => 0,
+            PollMode::Held { wait_ms_max, .. } => {
+                let left_ms = deadline
+                    .saturating_duration_since(Instant::now())
+                    .as_millis();
+                u64::try_from(left_ms).unwrap_or(u64::MAX).min(wait_ms_max)
+            }
+        }
+    }
+
+    /// The mode after a non-terminal answer with `status` to a poll that
+    /// asked to wait `wait_ms` and took `took`. A coordinator holding polls
+    /// answers early only with a status other than the one the poll saw;
+    /// one that ignores `wait_ms` answers at once with the same status.
+    /// So an answer before half the wait with the status already seen
+    /// means polls are not held (or not now: the coordinator's bound on
+    /// held polls is reached, or it is stopping), and polling takes over.
+    fn after(self, status: JobStatus, wait_ms: u64, took: Duration) -> Self {
+        let PollMode::Held { wait_ms_max, seen } = self else {
+            return self;
+        };
+        let early = took.as_millis() * 2 < u128::from(wait_ms);
+        if early && status == seen {
+            return PollMode::Interval;
+        }
+        PollMode::Held {
+            wait_ms_max,
+            seen: status,
         }
     }
 }

@@ -407,3 +407,145 @@ async fn coordinator_down_is_a_transport_failure() {
         "{failure:?}"
     );
 }
+
+/// Chain A holds polls and finishes its jobs on `timeline`.
+fn holding_world(timeline: Timeline) -> World {
+    let mut chain_a = CoordinatorState::new("eip155:8453", Outcome::Complete(json!("held")));
+    chain_a.wait = WaitSupport::Hold;
+    chain_a.timeline = timeline;
+    World::new(chain_a, CoordinatorState::new("b", Outcome::Never))
+}
+
+fn poll_log(state: &CoordinatorState) -> Vec<String> {
+    state
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("GET /v1/jobs/"))
+        .map(|l| {
+            l.split_once('?')
+                .map_or("plain".into(), |(_, q)| q.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_held_poll_answers_as_soon_as_the_job_completes() {
+    let world = holding_world(Timeline {
+        running_after_ms: 0,
+        done_after_ms: Some(50),
+    });
+    let started = Instant::now();
+    let result = world
+        .router(no_hosted_config())
+        .run_llm(LlmRequest::new("hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(result.output, json!("held"));
+    assert_eq!(result.latency_ms, 50);
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    assert_eq!(poll_log(&world.chain_a), ["wait_ms=30000"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_early_status_change_is_followed_by_another_held_poll() {
+    let world = holding_world(Timeline {
+        running_after_ms: 20,
+        done_after_ms: Some(70),
+    });
+    let mut request = TaskRequest::new(TaskType::Summarize, "text", "alice");
+    request.chain_preference = Some(router::Chain::ChainA);
+    let started = Instant::now();
+    world
+        .router(no_hosted_config())
+        .run_task(request)
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(70));
+    // pending -> running at 20 ms answers the first; the second waits for
+    // what is left of the 30 s task timeout.
+    assert_eq!(poll_log(&world.chain_a), ["wait_ms=30000", "wait_ms=29980"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_polls_keep_the_overall_timeout() {
+    let world = holding_world(Timeline {
+        running_after_ms: 0,
+        done_after_ms: None,
+    });
+    let started = Instant::now();
+    let error = world
+        .router(no_hosted_config())
+        .run_llm(LlmRequest::new("hi", "alice"))
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(60));
+    assert!(matches!(
+        first_failure(error).1,
+        AdapterError::PollTimeout {
+            timeout_ms: 60_000,
+            ..
+        }
+    ));
+    // The first poll sees `running` after its full 30 s (not early, so
+    // still held); the second asks for the 30 s left; the deadline is due
+    // when it answers, and the last chance is a plain poll.
+    assert_eq!(
+        poll_log(&world.chain_a),
+        ["wait_ms=30000", "wait_ms=30000", "plain"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_ignoring_wait_ms_is_polled_every_500_ms() {
+    let mut chain_a = CoordinatorState::new("eip155:8453", Outcome::Complete(json!("x")));
+    chain_a.pending_polls = 3;
+    let world = World::new(chain_a, CoordinatorState::new("b", Outcome::Never));
+    let started = Instant::now();
+    world
+        .router(no_hosted_config())
+        .run_llm(LlmRequest::new("hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(1_500));
+    assert_eq!(
+        poll_log(&world.chain_a),
+        ["wait_ms=30000", "plain", "plain", "plain"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_refusing_the_wait_is_polled_at_once_then_every_500_ms() {
+    let mut chain_a = CoordinatorState::new("eip155:8453", Outcome::Complete(json!("x")));
+    chain_a.wait = WaitSupport::Refuse;
+    let world = World::new(chain_a, CoordinatorState::new("b", Outcome::Never));
+    let started = Instant::now();
+    let result = world
+        .router(no_hosted_config())
+        .run_llm(LlmRequest::new("hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(result.output, json!("x"));
+    assert_eq!(started.elapsed(), Duration::from_millis(1_000));
+    assert_eq!(
+        poll_log(&world.chain_a),
+        ["wait_ms=30000", "plain", "plain", "plain"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_ms_max_zero_polls_the_spec_way() {
+    let world = holding_world(Timeline {
+        running_after_ms: 0,
+        done_after_ms: Some(700),
+    });
+    let mut config = no_hosted_config();
+    config.poll.wait_ms_max = 0;
+    let started = Instant::now();
+    world
+        .router(config)
+        .run_llm(LlmRequest::new("hi", "alice"))
+        .await
+        .unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(1_000));
+    assert_eq!(poll_log(&world.chain_a), ["plain", "plain", "plain"]);
+}

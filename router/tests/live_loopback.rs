@@ -231,3 +231,25 @@ async fn coordinator_down_then_preferred_provider_failing_then_the_other_answers
         "{message}"
     );
 }
+
+/// Workers answer in 50 ms (worker-sim's default); with polls held open
+/// the router sees the result when it exists, not at the next 500 ms poll.
+#[tokio::test]
+async fn held_polls_return_a_50_ms_job_well_before_the_500_ms_poll() {
+    let b = coordinator("eip155:10143", false, 2).await;
+    let stubs = stubs().await;
+    let router = router_for(&closed_port(), &b, &stubs, HostedProvider::ProviderA);
+    let mut latencies_ms = Vec::new();
+    for _ in 0..5 {
+        let mut request = LlmRequest::new("Say hi", "alice");
+        request.chain_preference = Some(Chain::ChainB);
+        let r = router.run_llm(request).await.unwrap();
+        assert_eq!(r.route, Route::Decentralized(Chain::ChainB));
+        latencies_ms.push(r.latency_ms);
+    }
+    latencies_ms.sort_unstable();
+    let median_ms = latencies_ms[2];
+    // 50 ms of work plus loopback HTTP; a poll every 500 ms would give
+    // at least 500. Generous for a loaded test machine.
+    assert!(median_ms < 400, "latencies {latencies_ms:?}");
+}

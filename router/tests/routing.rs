@@ -196,6 +196,7 @@ fn config_from_env_map_reads_every_variable() {
         ("ANTHROPIC_MODEL", "claude-x"),
         ("ROUTER_ALLOW_PRIVATE_HOSTED", "true"),
         ("ROUTER_POLL_INTERVAL_MS", "100"),
+        ("ROUTER_POLL_WAIT_MS_MAX", "5000"),
         ("ROUTER_TASK_TIMEOUT_MS", "1000"),
         ("ROUTER_LLM_TIMEOUT_MS", "2000"),
         ("ROUTER_DEFAULT_MAX_TOKENS", "64"),
@@ -227,6 +228,7 @@ fn config_from_env_map_reads_every_variable() {
         config.poll,
         PollConfig {
             poll_interval_ms: 100,
+            wait_ms_max: 5000,
             task_timeout_ms: 1000,
             llm_timeout_ms: 2000
         }

@@ -49,6 +49,19 @@ enum Mode {
     Endpoints,
 }
 
+/// How a client follows its job to the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum PollStyle {
+    /// Plain polls after 1, 2, 4, 8, then every 16 ms.
+    Backoff,
+    /// A plain poll at once, then every `--poll-interval-ms` (the spec
+    /// router's 500 ms).
+    Every,
+    /// Long polls: `?wait_ms=--wait-ms`, asked again at once until the job ends.
+    Wait,
+}
+
 #[derive(Debug, Parser)]
 #[command(about = "Load generator for the coordinator (loopback only)")]
 struct Args {
@@ -83,6 +96,16 @@ struct Args {
     /// Concurrent HTTP clients (each commits a job, then polls it until it ends).
     #[arg(long, default_value_t = 64)]
     clients: usize,
+    /// How clients follow their jobs; several (comma-separated) run the
+    /// load once per style, e.g. `--poll every,wait`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "backoff")]
+    poll: Vec<PollStyle>,
+    /// Interval of `--poll every`.
+    #[arg(long, default_value_t = 500)]
+    poll_interval_ms: u64,
+    /// `wait_ms` of `--poll wait` (at most the coordinator's --poll-wait-ms-max).
+    #[arg(long, default_value_t = 30_000)]
+    wait_ms: u64,
     /// Jobs to commit in `jobs` mode.
     #[arg(long, default_value_t = 20_000)]
     jobs: u64,
@@ -441,6 +464,14 @@ async fn workers_online(client: &reqwest::Client, base: &str) -> Option<u64> {
 
 // ---------------------------------------------------------------- end-to-end load
 
+fn poll_name(style: PollStyle, args: &Args) -> String {
+    match style {
+        PollStyle::Backoff => "backoff 1..16 ms".into(),
+        PollStyle::Every => format!("every {} ms", args.poll_interval_ms),
+        PollStyle::Wait => format!("wait_ms={}", args.wait_ms),
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct JobSample {
     /// Seconds since the phase started, when the job was seen to end.
@@ -508,6 +539,9 @@ struct Load<'a> {
     client: &'a reqwest::Client,
     base: &'a str,
     clients: usize,
+    poll: PollStyle,
+    poll_interval: Duration,
+    wait_ms: u64,
     pid: Option<u32>,
     progress: &'a ProgressBar,
 }
@@ -577,6 +611,16 @@ async fn run_load(load: &Load<'_>, label: &str, mode: LoadMode) -> LoadResult {
         (stop, handle)
     };
     let tickets = Arc::new(tickets);
+    let poll_style = load.poll;
+    let (poll_query, first_delay, next_delay) = match poll_style {
+        PollStyle::Backoff => (String::new(), Duration::from_millis(1), None),
+        PollStyle::Every => (String::new(), Duration::ZERO, Some(load.poll_interval)),
+        PollStyle::Wait => (
+            format!("?wait_ms={}", load.wait_ms),
+            Duration::ZERO,
+            Some(Duration::ZERO),
+        ),
+    };
     let mut tasks = Vec::new();
     for _ in 0..load.clients {
         let client = load.client.clone();
@@ -587,6 +631,7 @@ async fn run_load(load: &Load<'_>, label: &str, mode: LoadMode) -> LoadResult {
         let body = body.clone();
         let base = load.base.to_owned();
         let progress = load.progress.clone();
+        let poll_query = poll_query.clone();
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             while let Some(scheduled) = tickets.next().await {
@@ -612,11 +657,13 @@ async fn run_load(load: &Load<'_>, label: &str, mode: LoadMode) -> LoadResult {
                 };
                 let commit_us = sent.elapsed().as_micros() as u64;
                 committed.fetch_add(1, Ordering::Relaxed);
-                let poll_url = format!("{base}/v1/jobs/{job_id}");
-                let mut delay = Duration::from_millis(1);
+                let poll_url = format!("{base}/v1/jobs/{job_id}{poll_query}");
+                let mut delay = first_delay;
                 let mut polls = 0u32;
                 let ended = loop {
-                    tokio::time::sleep(delay).await;
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     polls += 1;
                     let record = match client.get(&poll_url).send().await {
                         Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
@@ -641,7 +688,7 @@ async fn run_load(load: &Load<'_>, label: &str, mode: LoadMode) -> LoadResult {
                         failures.timeout.fetch_add(1, Ordering::Relaxed);
                         break None;
                     }
-                    delay = (delay * 2).min(Duration::from_millis(16));
+                    delay = next_delay.unwrap_or((delay * 2).min(Duration::from_millis(16)));
                 };
                 let Some(record) = ended else { continue };
                 let origin = scheduled.unwrap_or(sent);
@@ -886,6 +933,15 @@ fn check(args: &Args) -> Result<(), String> {
     if args.slots == 0 || args.slots > 64 {
         return Err("--slots is 1 to 64".into());
     }
+    if args.poll.is_empty() || args.poll.len() > 3 {
+        return Err("--poll names 1 to 3 styles".into());
+    }
+    if args.poll_interval_ms == 0 || args.poll_interval_ms > 60_000 {
+        return Err("--poll-interval-ms is 1 to 60000".into());
+    }
+    if args.wait_ms == 0 || args.wait_ms > 60_000 {
+        return Err("--wait-ms is 1 to 60000".into());
+    }
     Ok(())
 }
 
@@ -1100,43 +1156,60 @@ async fn run(args: &Args) -> Result<(), String> {
         }
         Mode::Jobs | Mode::Duration | Mode::Rate => {
             worker_handles = connect_workers(&client, &base, args, args.workers, &progress).await?;
-            let load = Load {
-                client: &client,
-                base: &base,
-                clients: args.clients,
-                pid,
-                progress: &progress,
-            };
-            // A short warm-up so connection pools and allocators are in their steady state.
-            run_load(&load, "warm-up", LoadMode::Count((args.clients as u64) * 4)).await;
-            match args.mode {
-                Mode::Jobs => loads.push(run_load(&load, "jobs", LoadMode::Count(args.jobs)).await),
-                Mode::Duration => {
-                    loads.push(run_load(&load, "duration", LoadMode::Duration(args.duration)).await)
+            for (i, &style) in args.poll.iter().enumerate() {
+                let load = Load {
+                    client: &client,
+                    base: &base,
+                    clients: args.clients,
+                    poll: style,
+                    poll_interval: Duration::from_millis(args.poll_interval_ms),
+                    wait_ms: args.wait_ms,
+                    pid,
+                    progress: &progress,
+                };
+                // The default style keeps the labels reports had before `--poll`.
+                let label = |name: &str| match style {
+                    PollStyle::Backoff => name.to_owned(),
+                    other => format!("{name}, poll {}", poll_name(other, args)),
+                };
+                if i == 0 {
+                    // A short warm-up so connection pools and allocators are in their steady state.
+                    run_load(&load, "warm-up", LoadMode::Count((args.clients as u64) * 4)).await;
                 }
-                _ => {
-                    let per_s = match args.rate {
-                        Some(r) => r,
-                        None => {
-                            let peak =
-                                run_load(&load, "peak", LoadMode::Duration(args.peak_secs)).await;
-                            let r = peak.jobs_per_s * args.rate_of_peak;
-                            loads.push(peak);
-                            r
-                        }
-                    };
-                    let label = format!("rate {per_s:.0}/s");
-                    loads.push(
-                        run_load(
-                            &load,
-                            &label,
-                            LoadMode::Rate {
-                                per_s: per_s.max(1.0),
-                                secs: args.duration,
-                            },
-                        )
-                        .await,
-                    );
+                match args.mode {
+                    Mode::Jobs => loads
+                        .push(run_load(&load, &label("jobs"), LoadMode::Count(args.jobs)).await),
+                    Mode::Duration => loads.push(
+                        run_load(&load, &label("duration"), LoadMode::Duration(args.duration))
+                            .await,
+                    ),
+                    _ => {
+                        let per_s = match args.rate {
+                            Some(r) => r,
+                            None => {
+                                let peak = run_load(
+                                    &load,
+                                    &label("peak"),
+                                    LoadMode::Duration(args.peak_secs),
+                                )
+                                .await;
+                                let r = peak.jobs_per_s * args.rate_of_peak;
+                                loads.push(peak);
+                                r
+                            }
+                        };
+                        loads.push(
+                            run_load(
+                                &load,
+                                &label(&format!("rate {per_s:.0}/s")),
+                                LoadMode::Rate {
+                                    per_s: per_s.max(1.0),
+                                    secs: args.duration,
+                                },
+                            )
+                            .await,
+                        );
+                    }
                 }
             }
         }
@@ -1308,6 +1381,12 @@ async fn run(args: &Args) -> Result<(), String> {
         table.row(
             &format!("[{p}] polls per job"),
             format!("{:.2}", l.polls_per_job),
+            "-".into(),
+            "-".into(),
+        );
+        table.row(
+            &format!("[{p}] HTTP requests per job (commit + polls)"),
+            format!("{:.2}", l.polls_per_job + 1.0),
             "-".into(),
             "-".into(),
         );

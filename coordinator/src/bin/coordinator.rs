@@ -111,6 +111,19 @@ struct Args {
         default_value_t = 10
     )]
     pairing_creates_per_client_per_minute_max: u32,
+    /// Largest `wait_ms` a job poll may ask for (larger gets 400).
+    #[arg(long, env = "COORDINATOR_POLL_WAIT_MS_MAX", default_value_t = 30_000)]
+    poll_wait_ms_max: u64,
+    /// Job polls held open at once; beyond it polls are answered at once.
+    #[arg(long, env = "COORDINATOR_HELD_POLLS_MAX", default_value_t = 10_000)]
+    held_polls_max: usize,
+    /// Job polls one client address (IPv6: per /64) may hold open at once.
+    #[arg(
+        long,
+        env = "COORDINATOR_HELD_POLLS_PER_CLIENT_MAX",
+        default_value_t = 1_000
+    )]
+    held_polls_per_client_max: usize,
     /// Reverse proxies (comma-separated IPs) whose X-Forwarded-For names the
     /// client for rate limits. Default: none; the header is ignored.
     #[arg(long, env = "COORDINATOR_TRUSTED_PROXIES", value_delimiter = ',')]
@@ -218,6 +231,9 @@ impl Args {
         l.handshakes_max = self.handshakes_max;
         l.handshakes_per_client_max = self.handshakes_per_client_max;
         config.timing.hello_timeout_ms = self.hello_timeout_ms;
+        l.poll_wait_ms_max = self.poll_wait_ms_max;
+        l.held_polls_max = self.held_polls_max;
+        l.held_polls_per_client_max = self.held_polls_per_client_max;
         Ok(Settings {
             config,
             db: self.db.clone(),

@@ -48,8 +48,32 @@ pub enum Outcome {
     Never,
 }
 
+/// What the fake coordinator does with a poll's `wait_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitSupport {
+    /// Answers at once, as a spec-only coordinator does.
+    Ignore,
+    /// Holds the poll until the job's status changes or the wait ends,
+    /// following the `timeline`.
+    Hold,
+    /// 400, as a coordinator with a lower wait bound does.
+    Refuse,
+}
+
+/// With [`WaitSupport::Hold`]: a job is `pending`, then `running` from
+/// `running_after_ms` after its commit, then finishes with the outcome at
+/// `done_after_ms` (`None`: never).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    pub running_after_ms: u64,
+    pub done_after_ms: Option<u64>,
+}
+
 #[derive(Debug)]
 pub struct CoordinatorState {
+    pub wait: WaitSupport,
+    pub timeline: Timeline,
+    pub committed_at: Mutex<HashMap<Uuid, tokio::time::Instant>>,
     pub network: String,
     pub require_payment: bool,
     pub private_422: bool,
@@ -65,6 +89,12 @@ pub struct CoordinatorState {
 impl CoordinatorState {
     pub fn new(network: &str, outcome: Outcome) -> Self {
         Self {
+            wait: WaitSupport::Ignore,
+            timeline: Timeline {
+                running_after_ms: 0,
+                done_after_ms: Some(0),
+            },
+            committed_at: Mutex::new(HashMap::new()),
             network: network.into(),
             require_payment: false,
             private_422: true,
@@ -156,11 +186,40 @@ async fn commit(
             .into_response();
     }
     s.polls_left.lock().unwrap().insert(job_id, s.pending_polls);
+    s.committed_at
+        .lock()
+        .unwrap()
+        .insert(job_id, tokio::time::Instant::now());
     (StatusCode::CREATED, Json(json!({"job_id": job_id}))).into_response()
 }
 
-async fn poll(State(s): State<Arc<CoordinatorState>>, Path(id): Path<Uuid>) -> Response {
-    s.log.lock().unwrap().push(format!("GET /v1/jobs/{id}"));
+async fn poll(
+    State(s): State<Arc<CoordinatorState>>,
+    Path(id): Path<Uuid>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let wait_ms: Option<u64> = query
+        .as_deref()
+        .and_then(|q| q.strip_prefix("wait_ms="))
+        .map(|ms| ms.parse().unwrap());
+    match wait_ms {
+        Some(ms) => s
+            .log
+            .lock()
+            .unwrap()
+            .push(format!("GET /v1/jobs/{id}?wait_ms={ms}")),
+        None => s.log.lock().unwrap().push(format!("GET /v1/jobs/{id}")),
+    }
+    if s.wait == WaitSupport::Refuse && wait_ms.is_some() {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "wait_ms must be a whole number of milliseconds from 0 to 10"})),
+        )
+            .into_response();
+    }
+    if s.wait == WaitSupport::Hold {
+        return held_poll(&s, id, wait_ms.unwrap_or(0)).await;
+    }
     let mut polls = s.polls_left.lock().unwrap();
     let Some(left) = polls.get_mut(&id) else {
         return (
@@ -181,6 +240,55 @@ async fn poll(State(s): State<Arc<CoordinatorState>>, Path(id): Path<Uuid>) -> R
         *left -= 1;
         return record("pending", Value::Null, Value::Null, Value::Null);
     }
+    finished(&s, id)
+}
+
+/// A poll of a coordinator that holds polls: the job follows `s.timeline`.
+async fn held_poll(s: &CoordinatorState, id: Uuid, wait_ms: u64) -> Response {
+    use tokio::time::{Duration, Instant};
+    let committed = s.committed_at.lock().unwrap()[&id];
+    let running_at = committed + Duration::from_millis(s.timeline.running_after_ms);
+    let done_at = s
+        .timeline
+        .done_after_ms
+        .map(|ms| committed + Duration::from_millis(ms));
+    let status_at = |t: Instant| {
+        if done_at.is_some_and(|d| t >= d) {
+            "done"
+        } else if t >= running_at {
+            "running"
+        } else {
+            "pending"
+        }
+    };
+    let now = Instant::now();
+    let next_change = match status_at(now) {
+        "pending" => Some(running_at),
+        "running" => done_at,
+        _ => Some(now),
+    };
+    let until = now + Duration::from_millis(wait_ms);
+    tokio::time::sleep_until(next_change.map_or(until, |at| at.min(until))).await;
+    match status_at(Instant::now()) {
+        "done" => finished(s, id),
+        status => Json(json!({
+            "id": id, "status": status, "result": null, "receipt": null,
+            "created_at": "2026-11-21T10:00:00.000Z", "completed_at": null
+        }))
+        .into_response(),
+    }
+}
+
+/// The record of a job that reached its outcome.
+fn finished(s: &CoordinatorState, id: Uuid) -> Response {
+    let created_at = "2026-11-21T10:00:00.000Z";
+    let record = |status: &str, result: Value, receipt: Value, completed_at: Value| {
+        Json(json!({
+            "id": id, "status": status, "result": result, "receipt": receipt,
+            "created_at": created_at, "completed_at": completed_at
+        }))
+        .into_response()
+    };
     let sign = |output: &Value| {
         let body = ReceiptBody::new(
             id,
