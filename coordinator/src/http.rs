@@ -37,6 +37,7 @@ pub fn app(coordinator: Coordinator) -> Router {
         .route("/v1/trust/claim", post(trust_claim))
         .route("/v1/trust/list", get(trust_list))
         .route("/v1/workers/ws", get(session::upgrade))
+        .route("/v1/openapi.json", get(openapi_json))
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
@@ -173,6 +174,8 @@ pub fn rate_limit_key(ip: IpAddr) -> String {
     }
 }
 
+#[utoipa::path(get, path = "/v1/health", tag = "service",
+    responses((status = 200, description = "The coordinator runs", body = Health)))]
 async fn health(State(c): State<Coordinator>) -> Json<Health> {
     let workers_online = c.read(|core| core.workers_online()) as u64;
     Json(Health {
@@ -183,6 +186,15 @@ async fn health(State(c): State<Coordinator>) -> Json<Health> {
     })
 }
 
+#[utoipa::path(get, path = "/v1/quote", tag = "jobs",
+    params(
+        ("job_type" = JobType, Query, description = "What the job is"),
+        ("policy" = Option<Policy>, Query, description = "Default `AUTO`: FAST for LLM_INFER, CHEAP for TASK"),
+    ),
+    responses(
+        (status = 200, description = "Price and endpoint for the job", body = Quote),
+        (status = 400, response = crate::openapi::BadRequest),
+    ))]
 async fn quote(
     State(c): State<Coordinator>,
     QueryMap(q): QueryMap,
@@ -207,6 +219,25 @@ async fn quote(
     }))
 }
 
+#[utoipa::path(post, path = "/v1/jobs/commit/fast", tag = "jobs",
+    request_body = crate::openapi::SubmissionRequest,
+    params(
+        ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
+        ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+    ),
+    responses(
+        (status = 201, description = "Job accepted", body = CommitResponse,
+            headers(
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+            )),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 402, response = crate::openapi::PaymentRequired),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::NoTrustedWorkerAnswer),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn commit_fast(
     State(c): State<Coordinator>,
     headers: HeaderMap,
@@ -215,6 +246,25 @@ async fn commit_fast(
     commit(c, Tier::Fast, headers, body).await
 }
 
+#[utoipa::path(post, path = "/v1/jobs/commit/cheap", tag = "jobs",
+    request_body = crate::openapi::SubmissionRequest,
+    params(
+        ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
+        ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+    ),
+    responses(
+        (status = 201, description = "Job accepted", body = CommitResponse,
+            headers(
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+            )),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 402, response = crate::openapi::PaymentRequired),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::NoTrustedWorkerAnswer),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn commit_cheap(
     State(c): State<Coordinator>,
     headers: HeaderMap,
@@ -291,6 +341,12 @@ fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "The job id a commit returned (a UUID)")),
+    responses(
+        (status = 200, description = "The job", body = protocol::api::JobRecord),
+        (status = 404, response = crate::openapi::NotFound),
+    ))]
 async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
     // A malformed id names no job, so it is a 404 like an unknown one.
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
@@ -303,6 +359,16 @@ async fn poll(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Re
         .ok_or(ApiError::JobNotFound)
 }
 
+#[utoipa::path(post, path = "/v1/trust/create", tag = "trust",
+    request_body = protocol::api::CreatePairing,
+    responses(
+        (status = 201, description = "A pairing code, valid for one hour", body = PairingCode),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 429, response = crate::openapi::RateLimited),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn trust_create(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
@@ -327,6 +393,15 @@ async fn trust_create(
         .into_response())
 }
 
+#[utoipa::path(post, path = "/v1/trust/claim", tag = "trust",
+    request_body = protocol::api::ClaimPairing,
+    responses(
+        (status = 200, description = "The worker's key is now trusted by the code's user", body = Claimed),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 429, response = crate::openapi::RateLimited),
+    ))]
 async fn trust_claim(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
@@ -399,6 +474,12 @@ fn rate_limited(message: &str, retry_after_ms: i64) -> ApiError {
     }
 }
 
+#[utoipa::path(get, path = "/v1/trust/list", tag = "trust",
+    params(("user_id" = String, Query, description = "The user whose trusted workers to list")),
+    responses(
+        (status = 200, description = "The user's trusted workers", body = TrustList),
+        (status = 400, response = crate::openapi::BadRequest),
+    ))]
 async fn trust_list(
     State(c): State<Coordinator>,
     QueryMap(q): QueryMap,
@@ -417,4 +498,14 @@ async fn trust_list(
         })
         .collect();
     Ok(Json(TrustList { providers }))
+}
+
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "service",
+    responses((status = 200, description = "This contract (OpenAPI 3.1)", content_type = "application/json")))]
+pub(crate) async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document_json(),
+    )
+        .into_response()
 }

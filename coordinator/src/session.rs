@@ -11,6 +11,7 @@ use crate::coordinator::Coordinator;
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::error::ApiError;
 use crate::validate;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -47,7 +48,23 @@ pub trait Connection: Send {
 }
 
 /// `GET /v1/workers/ws`.
-pub async fn upgrade(State(c): State<Coordinator>, ws: WebSocketUpgrade) -> Response {
+#[utoipa::path(get, path = "/v1/workers/ws", tag = "service",
+    description = "The worker protocol over WebSocket (docs/worker-protocol.md): send the upgrade \
+        request, then `hello` and `auth` frames.",
+    responses(
+        (status = 101, description = "Switched to the WebSocket worker protocol"),
+        (status = 400, description = "Not a WebSocket upgrade request", body = protocol::api::ErrorBody),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
+pub async fn upgrade(
+    State(c): State<Coordinator>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    // axum's own rejection is plain text; every error answer is JSON.
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return ApiError::BadRequest(rejection.body_text()).into_response(),
+    };
     // Unauthenticated connections each hold a session for up to the auth
     // timeout; past the limit, refuse before upgrading.
     let Some(permit) = c.handshake_permit() else {

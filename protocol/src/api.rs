@@ -10,6 +10,7 @@ macro_rules! wire_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name {
             $(#[serde(rename = $text)] $variant),+
         }
@@ -80,6 +81,7 @@ impl JobStatus {
 
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     pub status: String,
     pub workers_online: u64,
@@ -89,6 +91,7 @@ pub struct Health {
 
 /// `GET /v1/quote`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Quote {
     pub price: Price,
     pub endpoint: String,
@@ -128,16 +131,19 @@ pub struct JobSubmission {
 
 /// 201 of a commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommitResponse {
     pub job_id: Uuid,
 }
 
 /// `GET /v1/jobs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRecord {
     pub id: Uuid,
     pub status: JobStatus,
     /// `{"output": ...}` when completed, `{"error": "..."}` when failed.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<serde_json::Value>,
     pub receipt: Option<Receipt>,
     pub created_at: String,
@@ -146,12 +152,14 @@ pub struct JobRecord {
 
 /// Every error answer: `{"error": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: String,
 }
 
 /// 422 of a PRIVATE commit with no trusted worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NoTrustedWorker {
     pub error: String,
     pub job_id: Uuid,
@@ -159,12 +167,14 @@ pub struct NoTrustedWorker {
 
 /// `POST /v1/trust/create` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatePairing {
     pub user_id: String,
 }
 
 /// 201 of `POST /v1/trust/create`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PairingCode {
     pub pairing_code: String,
     pub expires_at: String,
@@ -172,6 +182,7 @@ pub struct PairingCode {
 
 /// `POST /v1/trust/claim` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimPairing {
     pub pairing_code: String,
     pub provider_pubkey: String,
@@ -179,6 +190,7 @@ pub struct ClaimPairing {
 
 /// 200 of `POST /v1/trust/claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Claimed {
     pub user_id: String,
     pub paired_at: String,
@@ -186,6 +198,7 @@ pub struct Claimed {
 
 /// One entry of `GET /v1/trust/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TrustedProvider {
     pub provider_pubkey: String,
     pub paired_at: String,
@@ -193,6 +206,7 @@ pub struct TrustedProvider {
 
 /// `GET /v1/trust/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TrustList {
     pub providers: Vec<TrustedProvider>,
 }
