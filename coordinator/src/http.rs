@@ -10,7 +10,7 @@ use crate::validate;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -23,6 +23,14 @@ use protocol::time::format_ms;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
@@ -44,7 +52,76 @@ pub fn app(coordinator: Coordinator) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
         ))
+        // Outermost last: a caller's malformed id is dropped, a missing one
+        // made, copied to the answer, and carried by every log line the
+        // request's span covers.
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(RequestIds::new(
+            coordinator.now_ms(),
+        )))
+        .layer(axum::middleware::map_request(drop_malformed_request_id))
         .with_state(coordinator)
+}
+
+/// Longest caller-sent `x-request-id` kept.
+const REQUEST_ID_BYTES_MAX: usize = 64;
+
+/// Makes request ids: the coordinator's start time and a counter, so ids
+/// are unique across restarts of one deployment and deterministic in the
+/// simulation (no random source).
+#[derive(Clone)]
+struct RequestIds {
+    started_ms: i64,
+    next: Arc<AtomicU64>,
+}
+
+impl RequestIds {
+    fn new(started_ms: i64) -> Self {
+        Self {
+            started_ms,
+            next: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{:x}-{n}", self.started_ms);
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
+    }
+}
+
+/// A caller's `x-request-id` is kept only when short and made of
+/// `[A-Za-z0-9._:-]`, so it cannot forge log lines or bloat them.
+async fn drop_malformed_request_id(mut req: Request) -> Request {
+    let ok = req.headers().get(X_REQUEST_ID).is_none_or(|v| {
+        v.len() <= REQUEST_ID_BYTES_MAX
+            && v.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(b))
+    });
+    if !ok {
+        req.headers_mut().remove(X_REQUEST_ID);
+    }
+    req
+}
+
+/// The span of one request: its id, method and path. Never headers, the
+/// query or the body: they may carry payments, keys or prompts.
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let request_id = req
+        .headers()
+        .get(X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "http",
+        request_id,
+        method = %req.method(),
+        path = req.uri().path()
+    )
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -475,7 +552,7 @@ fn rate_limited(message: &str, retry_after_ms: i64) -> ApiError {
 }
 
 #[utoipa::path(get, path = "/v1/trust/list", tag = "trust",
-    params(("user_id" = String, Query, description = "The user whose trusted workers to list")),
+    params(("user_id" = String, Query, min_length = 1, description = "The user whose trusted workers to list")),
     responses(
         (status = 200, description = "The user's trusted workers", body = TrustList),
         (status = 400, response = crate::openapi::BadRequest),

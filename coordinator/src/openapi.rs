@@ -43,7 +43,7 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
     components(
         schemas(
             Health, Quote, Tier, Policy, JobType, TaskType, PrivacyClass, JobStatus,
-            SubmissionRequest, LlmPayloadRequest, TaskPayloadRequest, CommitResponse, JobRecord,
+            SubmissionRequest, LlmSubmission, TaskSubmission, LlmPayloadRequest, TaskPayloadRequest, CommitResponse, JobRecord,
             Receipt, ErrorBody, NoTrustedWorker, CreatePairing, PairingCode, ClaimPairing, Claimed,
             TrustedProvider, TrustList, PaymentRequiredBody, PaymentOption,
         ),
@@ -72,9 +72,28 @@ pub fn document_json() -> &'static str {
     &DOCUMENT
 }
 
-/// A job submission as sent (spec 2.3). Unknown top-level fields are
-/// ignored. `payload` must have the shape of `job_type`'s payload; a field
-/// that is present must have its type (`null` is refused, 400).
+/// A job submission as sent (spec 2.3): an `LLM_INFER` or a `TASK` job.
+/// Unknown top-level fields are ignored; a field that is present must have
+/// its type (`null` is refused, 400).
+pub struct SubmissionRequest;
+
+impl utoipa::PartialSchema for SubmissionRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{OneOfBuilder, Ref, Schema};
+        Schema::OneOf(
+            OneOfBuilder::new()
+                .item(Ref::from_schema_name("LlmSubmission"))
+                .item(Ref::from_schema_name("TaskSubmission"))
+                .description(Some("A job submission: an LLM_INFER or a TASK job"))
+                .build(),
+        )
+        .into()
+    }
+}
+
+impl ToSchema for SubmissionRequest {}
+
+/// An `LLM_INFER` job as sent.
 #[derive(ToSchema)]
 #[schema(example = json!({
     "job_type": "LLM_INFER",
@@ -82,28 +101,35 @@ pub fn document_json() -> &'static str {
     "payload": {"job_type": "LLM_INFER", "prompt": "Say hello", "max_tokens": 64},
     "privacy_class": "PUBLIC"
 }))]
-pub struct SubmissionRequest {
-    pub job_type: JobType,
+pub struct LlmSubmission {
+    #[schema(pattern = "^LLM_INFER$")]
+    pub job_type: String,
     /// The requesting user; not blank.
     #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
     pub user_id: String,
-    #[schema(schema_with = payload_schema)]
-    pub payload: serde_json::Value,
+    pub payload: LlmPayloadRequest,
     /// Default `PUBLIC`. A `PRIVATE` job only goes to the user's trusted workers.
     #[schema(required = false)]
     pub privacy_class: PrivacyClass,
 }
 
-/// `payload` of a submission: the one matching `job_type`.
-fn payload_schema() -> utoipa::openapi::schema::Schema {
-    use utoipa::openapi::schema::{OneOfBuilder, Ref, Schema};
-    Schema::OneOf(
-        OneOfBuilder::new()
-            .item(Ref::from_schema_name("LlmPayloadRequest"))
-            .item(Ref::from_schema_name("TaskPayloadRequest"))
-            .description(Some("The payload matching `job_type`"))
-            .build(),
-    )
+/// A `TASK` job as sent.
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "job_type": "TASK",
+    "user_id": "user-1",
+    "payload": {"task_type": "summarize", "input": "A long text."}
+}))]
+pub struct TaskSubmission {
+    #[schema(pattern = "^TASK$")]
+    pub job_type: String,
+    /// The requesting user; not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    pub user_id: String,
+    pub payload: TaskPayloadRequest,
+    /// Default `PUBLIC`. A `PRIVATE` job only goes to the user's trusted workers.
+    #[schema(required = false)]
+    pub privacy_class: PrivacyClass,
 }
 
 /// The payload of an `LLM_INFER` job.

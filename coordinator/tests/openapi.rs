@@ -105,3 +105,14 @@ fn limited_answers_document_their_headers_and_examples() {
         );
     }
 }
+
+/// Regression: a plain GET of the WebSocket route got axum's plain-text
+/// rejection, while the contract (and every other error) promises JSON.
+#[tokio::test]
+async fn a_non_upgrade_websocket_request_is_a_json_400() {
+    let clock = ManualClock::new(EPOCH_MS);
+    let app = app(coordinator(Config::default(), Arc::new(clock), 1).await);
+    let r = call(&app, "GET", "/v1/workers/ws", None).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body["error"].is_string(), "{}", r.body);
+}

@@ -10,7 +10,6 @@ macro_rules! wire_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name {
             $(#[serde(rename = $text)] $variant),+
         }
@@ -24,6 +23,25 @@ macro_rules! wire_enum {
 
             pub fn parse(text: &str) -> Option<Self> {
                 match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        // By hand: utoipa's derive does not see a `rename` given through a
+        // macro fragment and would document the Rust variant names.
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
             }
         }
 
@@ -169,6 +187,10 @@ pub struct NoTrustedWorker {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatePairing {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 256, pattern = r"\S")
+    )]
     pub user_id: String,
 }
 
@@ -184,7 +206,20 @@ pub struct PairingCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimPairing {
+    /// Case-insensitive.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[0-9a-fA-F]{6}$", example = "a1b2c3")
+    )]
     pub pairing_code: String,
+    /// A compressed secp256k1 public key.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^0x0[23][0-9a-fA-F]{64}$",
+            example = "0x0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
+        )
+    )]
     pub provider_pubkey: String,
 }
 
