@@ -6,7 +6,7 @@
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::core::{Change, Core, Outbound, SessionId};
+use crate::core::{Change, Core, FailureReason, Outbound, SessionId};
 use crate::store::{Store, StoreError};
 use protocol::api::{JobRecord, JobStatus};
 use rand_chacha::ChaCha20Rng;
@@ -266,6 +266,7 @@ impl Coordinator {
 
     fn flush(&self, state: &mut State) {
         let changes = state.core.take_changes();
+        self.log_terminal_jobs(&changes);
         if !changes.is_empty() {
             if let Err(e) = self.inner.store.apply(&changes) {
                 tracing::error!(error = %e, "store write failed");
@@ -348,6 +349,30 @@ impl Coordinator {
             if list.is_empty() {
                 held.waiters.remove(job);
             }
+        }
+    }
+
+    /// One info line per job reaching a terminal state, for operators. It
+    /// names the job, never its submission or output.
+    fn log_terminal_jobs(&self, changes: &[Change]) {
+        for change in changes {
+            let Change::Job(job) = change else { continue };
+            if !job.status.is_terminal() {
+                continue;
+            }
+            let ended_ms = job
+                .completed_at_ms
+                .unwrap_or_else(|| self.inner.clock.now_ms());
+            tracing::info!(
+                job_id = %job.id,
+                tier = %job.tier,
+                status = %job.status,
+                reason = job.error.map(FailureReason::as_str),
+                worker_session = job.last_worker,
+                attempts = job.attempts,
+                duration_ms = ended_ms - job.created_at_ms,
+                "job {}", job.status
+            );
         }
     }
 

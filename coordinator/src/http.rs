@@ -23,6 +23,14 @@ use protocol::time::format_ms;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
@@ -37,13 +45,83 @@ pub fn app(coordinator: Coordinator) -> Router {
         .route("/v1/trust/claim", post(trust_claim))
         .route("/v1/trust/list", get(trust_list))
         .route("/v1/workers/ws", get(session::upgrade))
+        .route("/v1/openapi.json", get(openapi_json))
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
         ))
+        // Outermost last: a caller's malformed id is dropped, a missing one
+        // made, copied to the answer, and carried by every log line the
+        // request's span covers.
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(RequestIds::new(
+            coordinator.now_ms(),
+        )))
+        .layer(axum::middleware::map_request(drop_malformed_request_id))
         .with_state(coordinator)
+}
+
+/// Longest caller-sent `x-request-id` kept.
+const REQUEST_ID_BYTES_MAX: usize = 64;
+
+/// Makes request ids: the coordinator's start time and a counter, so ids
+/// are unique across restarts of one deployment and deterministic in the
+/// simulation (no random source).
+#[derive(Clone)]
+struct RequestIds {
+    started_ms: i64,
+    next: Arc<AtomicU64>,
+}
+
+impl RequestIds {
+    fn new(started_ms: i64) -> Self {
+        Self {
+            started_ms,
+            next: Arc::new(AtomicU64::new(1)),
+        }
+    }
+}
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{:x}-{n}", self.started_ms);
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
+    }
+}
+
+/// A caller's `x-request-id` is kept only when short and made of
+/// `[A-Za-z0-9._:-]`, so it cannot forge log lines or bloat them.
+async fn drop_malformed_request_id(mut req: Request) -> Request {
+    let ok = req.headers().get(X_REQUEST_ID).is_none_or(|v| {
+        v.len() <= REQUEST_ID_BYTES_MAX
+            && v.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(b))
+    });
+    if !ok {
+        req.headers_mut().remove(X_REQUEST_ID);
+    }
+    req
+}
+
+/// The span of one request: its id, method and path. Never headers, the
+/// query or the body: they may carry payments, keys or prompts.
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let request_id = req
+        .headers()
+        .get(X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "http",
+        request_id,
+        method = %req.method(),
+        path = req.uri().path()
+    )
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -173,6 +251,8 @@ pub fn rate_limit_key(ip: IpAddr) -> String {
     }
 }
 
+#[utoipa::path(get, path = "/v1/health", tag = "service",
+    responses((status = 200, description = "The coordinator runs", body = Health)))]
 async fn health(State(c): State<Coordinator>) -> Json<Health> {
     let workers_online = c.read(|core| core.workers_online()) as u64;
     Json(Health {
@@ -183,6 +263,15 @@ async fn health(State(c): State<Coordinator>) -> Json<Health> {
     })
 }
 
+#[utoipa::path(get, path = "/v1/quote", tag = "jobs",
+    params(
+        ("job_type" = JobType, Query, description = "What the job is"),
+        ("policy" = Option<Policy>, Query, description = "Default `AUTO`: FAST for LLM_INFER, CHEAP for TASK"),
+    ),
+    responses(
+        (status = 200, description = "Price and endpoint for the job", body = Quote),
+        (status = 400, response = crate::openapi::BadRequest),
+    ))]
 async fn quote(
     State(c): State<Coordinator>,
     QueryMap(q): QueryMap,
@@ -207,6 +296,25 @@ async fn quote(
     }))
 }
 
+#[utoipa::path(post, path = "/v1/jobs/commit/fast", tag = "jobs",
+    request_body = crate::openapi::SubmissionRequest,
+    params(
+        ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
+        ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+    ),
+    responses(
+        (status = 201, description = "Job accepted", body = CommitResponse,
+            headers(
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+            )),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 402, response = crate::openapi::PaymentRequired),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::NoTrustedWorkerAnswer),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn commit_fast(
     State(c): State<Coordinator>,
     headers: HeaderMap,
@@ -215,6 +323,25 @@ async fn commit_fast(
     commit(c, Tier::Fast, headers, body).await
 }
 
+#[utoipa::path(post, path = "/v1/jobs/commit/cheap", tag = "jobs",
+    request_body = crate::openapi::SubmissionRequest,
+    params(
+        ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
+        ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+    ),
+    responses(
+        (status = 201, description = "Job accepted", body = CommitResponse,
+            headers(
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+            )),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 402, response = crate::openapi::PaymentRequired),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::NoTrustedWorkerAnswer),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn commit_cheap(
     State(c): State<Coordinator>,
     headers: HeaderMap,
@@ -332,6 +459,19 @@ fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
 /// job that is not terminal is answered when its status changes, the
 /// coordinator shuts down, or N ms pass, whichever is first. Polls beyond
 /// the held-poll bounds (total, per client) are answered at once.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "The job id a commit returned (a UUID)"),
+        ("wait_ms" = Option<u64>, Query, description = "Long poll: hold the request until the job's \
+            status changes, the coordinator shuts down, or this many milliseconds pass (0 to 30000 by \
+            default, `--poll-wait-ms-max`). A terminal job is answered at once; polls beyond the \
+            held-poll bounds are answered at once, never refused. Without it, the spec's poll."),
+    ),
+    responses(
+        (status = 200, description = "The job", body = protocol::api::JobRecord),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 404, response = crate::openapi::NotFound),
+    ))]
 async fn poll(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
@@ -391,6 +531,16 @@ fn wait_ms(query: Option<&str>, max_ms: u64) -> Result<Option<u64>, ApiError> {
     }
 }
 
+#[utoipa::path(post, path = "/v1/trust/create", tag = "trust",
+    request_body = protocol::api::CreatePairing,
+    responses(
+        (status = 201, description = "A pairing code, valid for one hour", body = PairingCode),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 429, response = crate::openapi::RateLimited),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 async fn trust_create(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
@@ -415,6 +565,15 @@ async fn trust_create(
         .into_response())
 }
 
+#[utoipa::path(post, path = "/v1/trust/claim", tag = "trust",
+    request_body = protocol::api::ClaimPairing,
+    responses(
+        (status = 200, description = "The worker's key is now trusted by the code's user", body = Claimed),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 429, response = crate::openapi::RateLimited),
+    ))]
 async fn trust_claim(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
@@ -487,6 +646,12 @@ fn rate_limited(message: &str, retry_after_ms: i64) -> ApiError {
     }
 }
 
+#[utoipa::path(get, path = "/v1/trust/list", tag = "trust",
+    params(("user_id" = String, Query, min_length = 1, description = "The user whose trusted workers to list")),
+    responses(
+        (status = 200, description = "The user's trusted workers", body = TrustList),
+        (status = 400, response = crate::openapi::BadRequest),
+    ))]
 async fn trust_list(
     State(c): State<Coordinator>,
     QueryMap(q): QueryMap,
@@ -505,4 +670,14 @@ async fn trust_list(
         })
         .collect();
     Ok(Json(TrustList { providers }))
+}
+
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "service",
+    responses((status = 200, description = "This contract (OpenAPI 3.1)", content_type = "application/json")))]
+pub(crate) async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document_json(),
+    )
+        .into_response()
 }

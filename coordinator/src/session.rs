@@ -12,6 +12,7 @@ use crate::core::{FailureReason, Outbound, SessionId};
 use crate::error::ApiError;
 use crate::http::ClientAddr;
 use crate::validate;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -28,11 +29,24 @@ use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
 /// `GET /v1/workers/ws`.
+#[utoipa::path(get, path = "/v1/workers/ws", tag = "service",
+    description = "The worker protocol over WebSocket (docs/worker-protocol.md): send the upgrade \
+        request, then `hello` and `auth` frames.",
+    responses(
+        (status = 101, description = "Switched to the WebSocket worker protocol"),
+        (status = 400, description = "Not a WebSocket upgrade request", body = protocol::api::ErrorBody),
+        (status = 503, response = crate::openapi::Unavailable),
+    ))]
 pub async fn upgrade(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // axum's own rejection is plain text; every error answer is JSON.
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return ApiError::BadRequest(rejection.body_text()).into_response(),
+    };
     // Unauthenticated connections each hold a session for up to the auth
     // timeout; past the limit in total or for this client, refuse before
     // upgrading, so one client cannot lock every worker out.

@@ -26,6 +26,25 @@ macro_rules! wire_enum {
             }
         }
 
+        // By hand: utoipa's derive does not see a `rename` given through a
+        // macro fragment and would document the Rust variant names.
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some([$($text),+]))
+                    .into()
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -80,6 +99,7 @@ impl JobStatus {
 
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     pub status: String,
     pub workers_online: u64,
@@ -89,6 +109,7 @@ pub struct Health {
 
 /// `GET /v1/quote`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Quote {
     pub price: Price,
     pub endpoint: String,
@@ -128,16 +149,19 @@ pub struct JobSubmission {
 
 /// 201 of a commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CommitResponse {
     pub job_id: Uuid,
 }
 
 /// `GET /v1/jobs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRecord {
     pub id: Uuid,
     pub status: JobStatus,
     /// `{"output": ...}` when completed, `{"error": "..."}` when failed.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<serde_json::Value>,
     pub receipt: Option<Receipt>,
     pub created_at: String,
@@ -146,12 +170,14 @@ pub struct JobRecord {
 
 /// Every error answer: `{"error": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: String,
 }
 
 /// 422 of a PRIVATE commit with no trusted worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NoTrustedWorker {
     pub error: String,
     pub job_id: Uuid,
@@ -159,12 +185,18 @@ pub struct NoTrustedWorker {
 
 /// `POST /v1/trust/create` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatePairing {
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 256, pattern = r"\S")
+    )]
     pub user_id: String,
 }
 
 /// 201 of `POST /v1/trust/create`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PairingCode {
     pub pairing_code: String,
     pub expires_at: String,
@@ -172,13 +204,28 @@ pub struct PairingCode {
 
 /// `POST /v1/trust/claim` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimPairing {
+    /// Case-insensitive.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[0-9a-fA-F]{6}$", example = "a1b2c3")
+    )]
     pub pairing_code: String,
+    /// A compressed secp256k1 public key.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^0x0[23][0-9a-fA-F]{64}$",
+            example = "0x0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
+        )
+    )]
     pub provider_pubkey: String,
 }
 
 /// 200 of `POST /v1/trust/claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Claimed {
     pub user_id: String,
     pub paired_at: String,
@@ -186,6 +233,7 @@ pub struct Claimed {
 
 /// One entry of `GET /v1/trust/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TrustedProvider {
     pub provider_pubkey: String,
     pub paired_at: String,
@@ -193,6 +241,7 @@ pub struct TrustedProvider {
 
 /// `GET /v1/trust/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TrustList {
     pub providers: Vec<TrustedProvider>,
 }

@@ -41,6 +41,24 @@ impl fmt::Display for Price {
     }
 }
 
+/// On the wire a price is its decimal string (`$0.010`).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Price {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(r"^\$[0-9]+\.[0-9]{3,6}$"))
+            .description(Some(
+                "USD: a dollar sign and a decimal with 3 to 6 fraction digits",
+            ))
+            .examples([serde_json::json!("$0.010")])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Price {}
+
 impl FromStr for Price {
     type Err = PriceParseError;
 

@@ -23,6 +23,7 @@ pub struct ReceiptBody {
 
 /// A signed receipt as it appears in a job record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Receipt {
     pub job_id: Uuid,
     pub provider_pubkey: String,

@@ -2,7 +2,8 @@
 //!
 //! Every flag has an environment variable of the same name in upper case
 //! with a `COORDINATOR_` prefix (`--network` is `COORDINATOR_NETWORK`).
-//! Logs go to stderr; `RUST_LOG` filters them (default `info`).
+//! Logs go to stderr, as text or JSON (`--log-format`); `RUST_LOG` filters
+//! them (default `info`).
 
 use clap::Parser;
 use coordinator::config::Config;
@@ -166,6 +167,16 @@ struct Args {
     /// 5 minutes). 0 keeps them until `--kept-bytes-max` refuses commits.
     #[arg(long, env = "COORDINATOR_RETENTION_HOURS", default_value_t = 24)]
     retention_hours: u64,
+    /// Log lines as text for people or JSON (one object a line) for log
+    /// shippers.
+    #[arg(long, env = "COORDINATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 impl Args {
@@ -246,7 +257,7 @@ impl Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_logs();
+    init_logs(args.log_format);
     let settings = match args.settings() {
         Ok(s) => s,
         Err(e) => {
@@ -295,15 +306,20 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn init_logs() {
-    tracing_subscriber::fmt()
+fn init_logs(format: LogFormat) {
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // The request span's fields (request_id) sit in `span` and `spans`.
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -100,6 +100,10 @@ pub struct Job {
     /// The session holding the job while assigned or running.
     #[serde(skip)]
     pub worker: Option<SessionId>,
+    /// The session of the latest assignment, kept after it ends so the
+    /// job's terminal log line can name the worker.
+    #[serde(skip)]
+    pub last_worker: Option<SessionId>,
     /// The session whose attempt last failed; it gets the job again only
     /// when no other eligible worker is connected.
     #[serde(skip)]
@@ -542,6 +546,7 @@ impl Core {
             deadline_ms: None,
             seq,
             worker: None,
+            last_worker: None,
             avoid: None,
             timer: None,
             queue_pos: None,
@@ -667,6 +672,7 @@ impl Core {
         let job = self.jobs.get_mut(&id).expect("assigned job exists");
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
+        job.last_worker = Some(session);
         job.attempts += 1;
         job.deadline_ms = Some(now_ms + lease_ms);
         let frame = CoordinatorFrame::Assign(Assignment {

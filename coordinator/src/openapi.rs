@@ -1,0 +1,260 @@
+//! The API contract: an OpenAPI 3.1 document generated from the handlers'
+//! `#[utoipa::path]` annotations (in `http.rs` and `session.rs`) and the body
+//! types of `protocol::api`, so it cannot drift from the code. Served at
+//! `GET /v1/openapi.json`; `docs/openapi.json` is a copy a test keeps equal.
+//!
+//! The types here exist only to describe what the code checks by hand: the
+//! commit body as sent (validated field by field in `validate.rs`, so it has
+//! no serde type of its own), the shared error answers, and the x402 402 body
+//! (built by the `x402` crate).
+
+use protocol::api::{
+    ClaimPairing, Claimed, CommitResponse, CreatePairing, ErrorBody, Health, JobRecord, JobStatus,
+    JobType, NoTrustedWorker, PairingCode, Policy, PrivacyClass, Quote, TaskType, Tier, TrustList,
+    TrustedProvider,
+};
+use protocol::receipt::Receipt;
+use std::sync::LazyLock;
+use utoipa::{OpenApi, ToResponse, ToSchema};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Compute coordinator",
+        version = "1",
+        description = "Accepts compute jobs (LLM_INFER, TASK), hands them to connected workers and returns \
+            results with a signed receipt. Commits may require an x402 payment (402). Every answer carries \
+            an `x-request-id` header (the caller's, when it sent a well-formed one), also found on the \
+            coordinator's log lines for that request.",
+        license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        crate::http::health,
+        crate::http::quote,
+        crate::http::commit_fast,
+        crate::http::commit_cheap,
+        crate::http::poll,
+        crate::http::trust_create,
+        crate::http::trust_claim,
+        crate::http::trust_list,
+        crate::http::openapi_json,
+        crate::session::upgrade,
+    ),
+    components(
+        schemas(
+            Health, Quote, Tier, Policy, JobType, TaskType, PrivacyClass, JobStatus,
+            SubmissionRequest, LlmSubmission, TaskSubmission, LlmPayloadRequest, TaskPayloadRequest, CommitResponse, JobRecord,
+            Receipt, ErrorBody, NoTrustedWorker, CreatePairing, PairingCode, ClaimPairing, Claimed,
+            TrustedProvider, TrustList, PaymentRequiredBody, PaymentOption,
+        ),
+        responses(
+            BadRequest, NotFound, UnsupportedMediaType, PayloadTooLarge, RateLimited,
+            Unavailable, PaymentRequired, NoTrustedWorkerAnswer,
+        ),
+    ),
+    tags(
+        (name = "jobs", description = "Quotes, commits and polling"),
+        (name = "trust", description = "Pairing users with their trusted workers"),
+        (name = "service", description = "Health, this contract and the worker WebSocket"),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The contract as pretty JSON with a final newline, built once.
+pub fn document_json() -> &'static str {
+    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+        let mut json = ApiDoc::openapi()
+            .to_pretty_json()
+            .expect("the OpenAPI document serializes");
+        json.push('\n');
+        json
+    });
+    &DOCUMENT
+}
+
+/// A job submission as sent (spec 2.3): an `LLM_INFER` or a `TASK` job.
+/// Unknown top-level fields are ignored; a field that is present must have
+/// its type (`null` is refused, 400).
+pub struct SubmissionRequest;
+
+impl utoipa::PartialSchema for SubmissionRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{OneOfBuilder, Ref, Schema};
+        Schema::OneOf(
+            OneOfBuilder::new()
+                .item(Ref::from_schema_name("LlmSubmission"))
+                .item(Ref::from_schema_name("TaskSubmission"))
+                .description(Some("A job submission: an LLM_INFER or a TASK job"))
+                .build(),
+        )
+        .into()
+    }
+}
+
+impl ToSchema for SubmissionRequest {}
+
+/// An `LLM_INFER` job as sent.
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "job_type": "LLM_INFER",
+    "user_id": "user-1",
+    "payload": {"job_type": "LLM_INFER", "prompt": "Say hello", "max_tokens": 64},
+    "privacy_class": "PUBLIC"
+}))]
+pub struct LlmSubmission {
+    #[schema(pattern = "^LLM_INFER$")]
+    pub job_type: String,
+    /// The requesting user; not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    pub user_id: String,
+    pub payload: LlmPayloadRequest,
+    /// Default `PUBLIC`. A `PRIVATE` job only goes to the user's trusted workers.
+    #[schema(required = false)]
+    pub privacy_class: PrivacyClass,
+}
+
+/// A `TASK` job as sent.
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "job_type": "TASK",
+    "user_id": "user-1",
+    "payload": {"task_type": "summarize", "input": "A long text."}
+}))]
+pub struct TaskSubmission {
+    #[schema(pattern = "^TASK$")]
+    pub job_type: String,
+    /// The requesting user; not blank.
+    #[schema(min_length = 1, max_length = 256, pattern = r"\S")]
+    pub user_id: String,
+    pub payload: TaskPayloadRequest,
+    /// Default `PUBLIC`. A `PRIVATE` job only goes to the user's trusted workers.
+    #[schema(required = false)]
+    pub privacy_class: PrivacyClass,
+}
+
+/// The payload of an `LLM_INFER` job.
+#[derive(ToSchema)]
+#[schema(example = json!({"prompt": "Say hello", "max_tokens": 64}))]
+pub struct LlmPayloadRequest {
+    /// Must equal the submission's `job_type` when present.
+    #[schema(required = false, pattern = "^LLM_INFER$")]
+    pub job_type: String,
+    /// Not blank.
+    #[schema(min_length = 1, pattern = r"\S")]
+    pub prompt: String,
+    /// Default 256.
+    #[schema(required = false, minimum = 1, maximum = 32768)]
+    pub max_tokens: u32,
+}
+
+/// The payload of a `TASK` job.
+#[derive(ToSchema)]
+#[schema(example = json!({"task_type": "summarize", "input": "A long text."}))]
+pub struct TaskPayloadRequest {
+    /// Must equal the submission's `job_type` when present.
+    #[schema(required = false, pattern = "^TASK$")]
+    pub job_type: String,
+    pub task_type: TaskType,
+    pub input: String,
+}
+
+/// One way to pay (x402 `exact`): the spec's fields plus x402 v1's.
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "x402Version": 1,
+    "scheme": "exact",
+    "price": "$0.010",
+    "network": "base-sepolia",
+    "payTo": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+    "maxAmountRequired": "10000",
+    "amount": "10000",
+    "resource": "http://localhost:8080/v1/jobs/commit/fast",
+    "description": "FAST LLM_INFER compute job",
+    "mimeType": "application/json",
+    "maxTimeoutSeconds": 300,
+    "extra": {"name": "USDC", "version": "2"}
+}))]
+pub struct PaymentOption {
+    pub scheme: String,
+    pub price: protocol::money::Price,
+    /// The x402 v1 network name where one exists (`base-sepolia`), else CAIP-2.
+    pub network: String,
+    #[schema(rename = "payTo")]
+    pub pay_to: String,
+    pub asset: String,
+    /// The price in the asset's atomic units.
+    #[schema(rename = "maxAmountRequired")]
+    pub max_amount_required: String,
+    pub resource: String,
+    #[schema(rename = "maxTimeoutSeconds")]
+    pub max_timeout_seconds: u64,
+}
+
+/// The body of a 402: why, and how to pay (spec 4.3, x402 v1).
+#[derive(ToSchema)]
+pub struct PaymentRequiredBody {
+    #[schema(rename = "x402Version")]
+    pub x402_version: u8,
+    /// `X-PAYMENT header is required`, or why the payment sent was refused.
+    pub error: String,
+    pub accepts: Vec<PaymentOption>,
+}
+
+/// Missing or invalid fields or parameters; for a claim, also the code's
+/// state (`invalid_code`, `already_claimed`, `expired`).
+#[derive(ToResponse)]
+#[response(examples(
+    ("missing fields" = (value = json!({"error": "Missing required fields: job_type, payload, user_id"}))),
+    ("bad job type" = (value = json!({"error": "job_type must be LLM_INFER or TASK"}))),
+    ("claim" = (value = json!({"error": "invalid_code"}))),
+))]
+pub struct BadRequest(pub ErrorBody);
+
+/// No such job (a malformed id names none either).
+#[derive(ToResponse)]
+#[response(example = json!({"error": "job not found"}))]
+pub struct NotFound(pub ErrorBody);
+
+/// The body is not `application/json` (or `+json`).
+#[derive(ToResponse)]
+#[response(example = json!({"error": "Content-Type must be application/json"}))]
+pub struct UnsupportedMediaType(pub ErrorBody);
+
+/// The body is larger than the limit (256 KiB by default).
+#[derive(ToResponse)]
+#[response(example = json!({"error": "request body is larger than 262144 bytes"}))]
+pub struct PayloadTooLarge(pub ErrorBody);
+
+/// Too many attempts from this address or for this user; retry after
+/// `Retry-After` seconds.
+#[derive(ToResponse)]
+#[response(
+    headers(("Retry-After" = u64, description = "Seconds until the limit's window ends")),
+    example = json!({"error": "too many pairing codes created from this address; retry later"})
+)]
+pub struct RateLimited(pub ErrorBody);
+
+/// A bounded resource is full (job queue, live pairing codes,
+/// handshakes) or the coordinator is stopping; retry later.
+#[derive(ToResponse)]
+#[response(example = json!({"error": "the job queue is full; retry later"}))]
+pub struct Unavailable(pub ErrorBody);
+
+/// Payment gating is on and no payment was sent, or the payment was
+/// refused. Nothing was charged.
+#[derive(ToResponse)]
+#[response(headers((
+    "PAYMENT-REQUIRED" = String,
+    description = "Base64 of the x402 v2 PaymentRequired object (CAIP-2 network)"
+)))]
+pub struct PaymentRequired(pub PaymentRequiredBody);
+
+/// A PRIVATE job and no trusted worker of the user online: the job is
+/// recorded `failed` (`no_trusted_worker`) and can be polled.
+#[derive(ToResponse)]
+#[response(example = json!({
+    "error": "no_trusted_worker",
+    "job_id": "0b6c1f0e-9c53-4d5e-8a0f-2f5d4c3b2a19"
+}))]
+pub struct NoTrustedWorkerAnswer(pub NoTrustedWorker);
