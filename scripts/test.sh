@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: installs the test-only outside pieces (the
-# official x402 TypeScript client, the OpenAI Python SDK) when missing, then
+# official x402 TypeScript client, the OpenAI and Anthropic Python SDKs) when missing, then
 # runs every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,10 @@ fi
 if ! python3 -c 'import openai' 2>/dev/null; then
   echo "== installing the OpenAI Python SDK (for the provider-stub check)"
   python3 -m pip install --quiet --disable-pip-version-check openai
+fi
+if ! python3 -c 'import anthropic' 2>/dev/null; then
+  echo "== installing the Anthropic Python SDK (for the provider-stub check)"
+  python3 -m pip install --quiet --disable-pip-version-check anthropic
 fi
 
 echo "== cargo test --workspace"

@@ -9,10 +9,12 @@
 //! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
 //! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
+//! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
 
 pub mod check;
 pub mod live;
 pub mod matcher;
+pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod transcript;

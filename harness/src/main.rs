@@ -7,6 +7,7 @@
 //! coordinator processes over real sockets.
 
 use clap::Parser;
+use harness::report::{self, ScenarioReport};
 use harness::runner::{run_simulated_with, Outcome, RunReport};
 use harness::transcript::{first_difference, LineFilter};
 use harness::Scenario;
@@ -24,7 +25,8 @@ struct Args {
     /// Override every scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Write each transcript and a summary.json into this directory.
+    /// Write each transcript, a summary.json and report.html (the transcripts
+    /// as swimlane timelines) into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Run only scenarios whose name contains this text.
@@ -128,7 +130,7 @@ fn main() -> ExitCode {
     }
     print_table(&rows);
     if let Some(dir) = &args.out {
-        if let Err(e) = write_out(dir, &rows) {
+        if let Err(e) = write_out(dir, &scenarios, &rows) {
             eprintln!("error: writing {}: {e}", dir.display());
             return ExitCode::FAILURE;
         }
@@ -242,10 +244,12 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-fn write_out(dir: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
+fn write_out(dir: &std::path::Path, scenarios: &[Scenario], rows: &[Row]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut summary = Vec::new();
-    for row in rows {
+    let mut reports = Vec::new();
+    assert_eq!(scenarios.len(), rows.len(), "one row per scenario");
+    for (scenario, row) in scenarios.iter().zip(rows) {
         let r = &row.report;
         std::fs::write(
             dir.join(format!("{}.transcript", r.name)),
@@ -257,9 +261,11 @@ fn write_out(dir: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
             "result": if row.failure.is_some() { "fail" } else { "pass" },
             "failure": row.failure,
         }));
+        reports.push(ScenarioReport::new(scenario, r, row.failure.as_deref()));
     }
     std::fs::write(
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summary).unwrap_or_default(),
-    )
+    )?;
+    std::fs::write(dir.join("report.html"), report::render(&reports))
 }

@@ -1,5 +1,5 @@
 //! Runs `openai_sdk_check.py` (official OpenAI Python SDK) against the OpenAI
-//! stub served on loopback. Needs `python3` with `pip install openai`; a
+//! stub served on loopback: plain and streamed calls, faults in both. Needs `python3` with `pip install openai`; a
 //! missing package fails the test, it does not skip.
 
 use protocol::clock::FixedClock;
@@ -24,6 +24,8 @@ fn official_openai_sdk_parses_stub_answers() {
     stub.script(3, StubFault::RateLimited { retry_after_s: 2 });
     stub.script(4, StubFault::ServerError);
     stub.script(5, StubFault::MalformedJson);
+    stub.script(9, StubFault::CutStream { after_events: 3 });
+    stub.script(10, StubFault::MalformedJson);
     let base = runtime.block_on(testkit::serve_loopback(stub.router()));
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk_check.py");
@@ -42,6 +44,12 @@ fn official_openai_sdk_parses_stub_answers() {
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
     let statuses: Vec<u16> = stub.calls().iter().map(|c| c.status).collect();
-    assert_eq!(statuses, vec![200, 200, 401, 429, 500, 200]);
+    assert_eq!(
+        statuses,
+        vec![200, 200, 401, 429, 500, 200, 200, 200, 200, 200, 200]
+    );
+    let streamed: Vec<bool> = stub.calls().iter().map(|c| c.stream).collect();
+    assert_eq!(streamed[..6], [false; 6]);
+    assert_eq!(streamed[6..], [true; 5]);
     println!("{stdout}");
 }

@@ -413,3 +413,320 @@ async fn anthropic_accepts_a_bearer_key_as_recent_sdks_send() {
     let r = call(&stub, "/v1/messages", &headers, messages_body("x")).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 }
+
+/// A streamed answer read frame by frame: the body's pieces until its end or
+/// the error that cut it.
+struct Streamed {
+    content_type: String,
+    text: String,
+    cut: bool,
+}
+
+impl Streamed {
+    /// `(event name, data)` of every server-sent event.
+    fn events(&self) -> Vec<(Option<String>, String)> {
+        self.text
+            .split_terminator("\n\n")
+            .map(|event| {
+                let mut name = None;
+                let mut data = String::new();
+                for line in event.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = Some(n.to_owned());
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data = d.to_owned();
+                    } else {
+                        panic!("unexpected SSE line {line:?}");
+                    }
+                }
+                (name, data)
+            })
+            .collect()
+    }
+
+    fn data(&self) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|(_, data)| data != "[DONE]")
+            .map(|(_, data)| serde_json::from_str(&data).unwrap())
+            .collect()
+    }
+}
+
+async fn stream_call(
+    stub: &ProviderStub,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> Streamed {
+    let mut request = Request::post(path).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = stub
+        .router()
+        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut body = response.into_body();
+    let mut text = String::new();
+    let mut cut = false;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => text.push_str(std::str::from_utf8(frame.data_ref().unwrap()).unwrap()),
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    Streamed {
+        content_type,
+        text,
+        cut,
+    }
+}
+
+fn streaming(mut body: Value, include_usage: Option<bool>) -> Value {
+    body["stream"] = json!(true);
+    if let Some(include_usage) = include_usage {
+        body["stream_options"] = json!({ "include_usage": include_usage });
+    }
+    body
+}
+
+#[tokio::test]
+async fn openai_streams_chunks_that_add_up_to_the_plain_answer() {
+    let plain = call(
+        &openai(4),
+        "/v1/chat/completions",
+        &[BEARER],
+        chat_body("Tell me about the sea"),
+    )
+    .await
+    .json();
+    let stub = openai(4);
+    let streamed = stream_call(
+        &stub,
+        "/v1/chat/completions",
+        &[BEARER],
+        streaming(chat_body("Tell me about the sea"), Some(true)),
+    )
+    .await;
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    assert!(!streamed.cut);
+    let events = streamed.events();
+    assert!(events.iter().all(|(name, _)| name.is_none()));
+    assert_eq!(events.last().unwrap().1, "[DONE]");
+    let chunks = streamed.data();
+    // The same seed draws the same id, streamed or not.
+    assert!(chunks.iter().all(|c| c["id"] == plain["id"]
+        && c["object"] == "chat.completion.chunk"
+        && c["created"] == plain["created"]
+        && c["model"] == "gpt-4o-mini"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, plain["choices"][0]["message"]["content"]);
+    let (usage, choices) = chunks.split_last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"], plain["usage"]);
+    assert!(choices.iter().all(|c| c["usage"].is_null()));
+    let finish: Vec<&Value> = choices
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, vec!["stop"]);
+    assert_eq!(choices.last().unwrap()["choices"][0]["delta"], json!({}));
+    assert!(stub.calls()[0].stream);
+
+    // Without include_usage: no usage field, no usage chunk.
+    let streamed = stream_call(
+        &openai(4),
+        "/v1/chat/completions",
+        &[BEARER],
+        streaming(chat_body("Tell me about the sea"), None),
+    )
+    .await;
+    let chunks = streamed.data();
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()));
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+}
+
+/// Regression: the OpenAI stub used to refuse `stream: true` with a 400.
+#[tokio::test]
+async fn openai_stream_requests_are_answered_and_bad_stream_fields_refused() {
+    let stub = openai(1);
+    let streamed = stream_call(
+        &stub,
+        "/v1/chat/completions",
+        &[BEARER],
+        streaming(chat_body("hi"), Some(false)),
+    )
+    .await;
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    let mut body = chat_body("hi");
+    body["stream_options"] = json!({"include_usage": true});
+    let r = call(&stub, "/v1/chat/completions", &[BEARER], body).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("stream_options"));
+    let mut body = chat_body("hi");
+    body["stream"] = json!("yes");
+    let r = call(&stub, "/v1/chat/completions", &[BEARER], body).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // Errors before the answer starts stay plain JSON, as with the real API.
+    stub.script_next(StubFault::RateLimited { retry_after_s: 1 });
+    let r = call(
+        &stub,
+        "/v1/chat/completions",
+        &[BEARER],
+        streaming(chat_body("hi"), None),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+}
+
+#[tokio::test]
+async fn anthropic_streams_the_documented_event_sequence() {
+    let plain = call(
+        &anthropic(2),
+        "/v1/messages",
+        &ANTHROPIC_HEADERS,
+        messages_body("Tell me about the sea"),
+    )
+    .await
+    .json();
+    let streamed = stream_call(
+        &anthropic(2),
+        "/v1/messages",
+        &ANTHROPIC_HEADERS,
+        streaming(messages_body("Tell me about the sea"), None),
+    )
+    .await;
+    assert!(streamed.content_type.starts_with("text/event-stream"));
+    assert!(!streamed.cut);
+    let events = streamed.events();
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_deref().unwrap()).collect();
+    let deltas = names
+        .iter()
+        .filter(|n| **n == "content_block_delta")
+        .count();
+    assert!(deltas > 1);
+    let mut want = vec!["message_start", "content_block_start", "ping"];
+    want.extend(std::iter::repeat_n("content_block_delta", deltas));
+    want.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(names, want);
+    let data = streamed.data();
+    // Each event's data names its own type.
+    for ((name, _), data) in events.iter().zip(&data) {
+        assert_eq!(data["type"], name.as_deref().unwrap());
+    }
+    let start = &data[0]["message"];
+    assert_eq!(start["id"], plain["id"]);
+    assert_eq!(start["content"], json!([]));
+    assert!(start["stop_reason"].is_null());
+    assert_eq!(
+        start["usage"]["input_tokens"],
+        plain["usage"]["input_tokens"]
+    );
+    let text: String = data
+        .iter()
+        .filter(|d| d["type"] == "content_block_delta")
+        .map(|d| {
+            assert_eq!(d["delta"]["type"], "text_delta");
+            d["delta"]["text"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(text, plain["content"][0]["text"]);
+    let delta = &data[data.len() - 2];
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert_eq!(
+        delta["usage"]["output_tokens"],
+        plain["usage"]["output_tokens"]
+    );
+}
+
+#[tokio::test]
+async fn cut_stream_drops_the_answer_after_the_given_events() {
+    let stub = anthropic(2);
+    stub.script(0, StubFault::CutStream { after_events: 4 });
+    let streamed = stream_call(
+        &stub,
+        "/v1/messages",
+        &ANTHROPIC_HEADERS,
+        streaming(messages_body("Tell me about the sea"), None),
+    )
+    .await;
+    assert!(streamed.cut, "the body ends in an error, not its end");
+    let names: Vec<String> = streamed
+        .events()
+        .into_iter()
+        .map(|(n, _)| n.unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta"
+        ]
+    );
+    let call = &stub.calls()[0];
+    assert_eq!(
+        (call.status, call.fault.as_deref(), call.stream),
+        (200, Some("cut_stream"), true)
+    );
+
+    // A plain answer is cut in the middle of its JSON.
+    let stub = openai(1);
+    stub.script(0, StubFault::CutStream { after_events: 0 });
+    let streamed = stream_call(
+        &stub,
+        "/v1/chat/completions",
+        &[BEARER],
+        chat_body("Tell me about the sea"),
+    )
+    .await;
+    assert!(streamed.cut);
+    assert!(streamed.content_type.starts_with("application/json"));
+    assert!(
+        streamed.text.starts_with("{\"") && serde_json::from_str::<Value>(&streamed.text).is_err()
+    );
+
+    let c: StubConfig =
+        toml::from_str("[[faults]]\ncall = 1\nkind = \"cut_stream\"\nafter_events = 3\n").unwrap();
+    assert_eq!(c.faults[0].fault, StubFault::CutStream { after_events: 3 });
+}
+
+#[tokio::test]
+async fn malformed_json_in_a_stream_is_one_broken_event() {
+    let stub = anthropic(2);
+    stub.script(0, StubFault::MalformedJson);
+    let streamed = stream_call(
+        &stub,
+        "/v1/messages",
+        &ANTHROPIC_HEADERS,
+        streaming(messages_body("x"), None),
+    )
+    .await;
+    let events = streamed.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0.as_deref(), Some("message_start"));
+    assert!(serde_json::from_str::<Value>(&events[0].1).is_err());
+}

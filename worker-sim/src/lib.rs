@@ -8,12 +8,14 @@
 //! - [`backend`]: how a job is executed: simulated, or an OpenAI-compatible server.
 //! - [`event`]: what a worker did, for logs and simulation transcripts.
 //! - [`worker`]: the worker itself: handshake, heartbeats, slots, jobs, reconnects.
+//! - [`owner`]: the owner's one-off commands: make a key file, claim a pairing code.
 
 pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod event;
 pub mod fault;
+pub mod owner;
 pub mod worker;
 pub mod ws;
 

@@ -4,10 +4,12 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::api::JobType;
 use protocol::signing::Keypair;
+use rand::SeedableRng;
 use std::path::PathBuf;
 use std::sync::Arc;
 use testkit::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::event::TracingObserver;
+use worker_sim::owner;
 use worker_sim::{
     Backend, FaultPlan, Latency, OpenAiBackend, ReconnectPolicy, SharedClock, SimBackend, Worker,
     WorkerConfig, WsConnector,
@@ -31,6 +33,38 @@ struct Cli {
 enum Command {
     /// Serve a hosted-provider stub (OpenAI Chat Completions or Anthropic Messages).
     StubProvider(StubArgs),
+    /// Write a new worker key file (mode 0600) and print its public key.
+    Keygen(KeygenArgs),
+    /// Claim a user's pairing code for the key in a key file, so the user's
+    /// PRIVATE jobs may go to the worker running with that key.
+    Claim(ClaimArgs),
+}
+
+#[derive(Args, Debug)]
+struct KeygenArgs {
+    /// Where to write the secret (hex, one line; what `--key-file` reads).
+    #[arg(long, default_value = "worker.key")]
+    key_file: PathBuf,
+    /// Overwrite an existing key file (its key is lost).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args, Debug)]
+struct ClaimArgs {
+    /// Coordinator HTTP base URL (the worker URL `ws://HOST/v1/workers/ws` works too).
+    #[arg(
+        long,
+        env = "WORKER_SIM_COORDINATOR",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    coordinator: String,
+    /// The pairing code the user got from `POST /v1/trust/create`.
+    #[arg(long)]
+    code: String,
+    /// The worker's key file (from `worker-sim keygen`).
+    #[arg(long, default_value = "worker.key")]
+    key_file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -133,14 +167,47 @@ async fn main() {
         )
         .init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Some(Command::StubProvider(args)) => stub_provider(args).await,
-        None => run_workers(cli.run).await,
+    // The owner's commands answer a person at a terminal: plain lines on
+    // stderr, not log records.
+    let (result, for_a_person) = match cli.command {
+        Some(Command::StubProvider(args)) => (stub_provider(args).await, false),
+        Some(Command::Keygen(args)) => (keygen(args), true),
+        Some(Command::Claim(args)) => (claim(args).await, true),
+        None => (run_workers(cli.run).await, false),
     };
     if let Err(message) = result {
-        tracing::error!("{message}");
+        if for_a_person {
+            eprintln!("error: {message}");
+        } else {
+            tracing::error!("{message}");
+        }
         std::process::exit(1);
     }
+}
+
+fn keygen(args: KeygenArgs) -> Result<(), String> {
+    // A key is the one thing here that must not come from a seed.
+    let mut rng = rand_chacha::ChaCha20Rng::from_entropy();
+    let keypair = owner::keygen(&args.key_file, args.force, &mut rng).map_err(|e| e.to_string())?;
+    eprintln!(
+        "wrote the worker's secret key to {} (keep it private); its public key:",
+        args.key_file.display()
+    );
+    println!("{}", keypair.public_key_hex());
+    Ok(())
+}
+
+async fn claim(args: ClaimArgs) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    let claimed = owner::claim(&http, &args.coordinator, &args.code, &args.key_file)
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "paired at {}: PRIVATE jobs of this user may now go to this worker; user id:",
+        claimed.paired_at
+    );
+    println!("{}", claimed.user_id);
+    Ok(())
 }
 
 async fn stub_provider(args: StubArgs) -> Result<(), String> {
@@ -304,7 +371,28 @@ mod tests {
         .unwrap();
         match cli.command {
             Some(Command::StubProvider(args)) => assert_eq!(args.kind, ProviderKind::Anthropic),
-            None => panic!("expected the stub-provider subcommand"),
+            other => panic!("expected the stub-provider subcommand, got {other:?}"),
         }
+
+        let cli = Cli::try_parse_from([
+            "worker-sim",
+            "claim",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--code",
+            "3f9a1c",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Claim(args)) => {
+                assert_eq!(args.code, "3f9a1c");
+                assert_eq!(args.key_file, PathBuf::from("worker.key"));
+            }
+            other => panic!("expected the claim subcommand, got {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["worker-sim", "claim"]).is_err(),
+            "--code"
+        );
     }
 }

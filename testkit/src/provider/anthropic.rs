@@ -1,8 +1,14 @@
 //! Anthropic Messages: `POST /v1/messages` with `x-api-key` and
 //! `anthropic-version` (a `Authorization: Bearer` key is accepted too). Errors use Anthropic's
-//! `{"type": "error", "error": {"type", "message"}}` shape.
+//! `{"type": "error", "error": {"type", "message"}}` shape. A streamed answer
+//! is `message_start`, `content_block_start`, a `ping`, one `content_block_delta`
+//! (`text_delta`) per word, `content_block_stop`, `message_delta` (stop reason,
+//! output usage) and `message_stop`.
 
-use super::{content_text, handle_call, words, ChatRequest, Dialect, ErrorKind, StubState};
+use super::{
+    content_text, handle_call, sse_event, text_pieces, words, ChatRequest, Dialect, ErrorKind,
+    StreamOptions, StubState,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -69,9 +75,15 @@ impl Dialect for Anthropic {
             None => String::new(),
             Some(s) => content_text(s).ok_or("system: must be a string or text blocks")?,
         };
+        let stream = match body.get("stream") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(StreamOptions::default()),
+            Some(_) => return Err("stream: Input should be a valid boolean".into()),
+        };
         let mut request = ChatRequest {
             model,
             system,
+            stream,
             max_tokens: Some(max_tokens),
             ..ChatRequest::default()
         };
@@ -121,6 +133,55 @@ impl Dialect for Anthropic {
                 "output_tokens": words(content)
             }
         })
+    }
+
+    fn stream_events(state: &StubState, request: &ChatRequest, content: &str) -> Vec<String> {
+        let event = |name: &str, data: Value| sse_event(Some(name), &data.to_string());
+        let mut events = vec![
+            event(
+                "message_start",
+                json!({"type": "message_start", "message": {
+                    "id": state.next_id("msg_", 24),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": request.model,
+                    "content": [],
+                    "stop_reason": null,
+                    "stop_sequence": null,
+                    "usage": {"input_tokens": request.prompt_tokens(), "output_tokens": 1}
+                }}),
+            ),
+            event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}}),
+            ),
+            event("ping", json!({"type": "ping"})),
+        ];
+        for piece in text_pieces(content) {
+            events.push(event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": piece}}),
+            ));
+        }
+        events.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ));
+        events.push(event(
+            "message_delta",
+            json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": words(content)}}),
+        ));
+        events.push(event("message_stop", json!({"type": "message_stop"})));
+        events
+    }
+
+    /// Anthropic's SDK reads events by name; a nameless one it would skip.
+    fn truncated_event(state: &StubState) -> String {
+        sse_event(Some("message_start"), &Self::truncated(state))
     }
 
     fn truncated(state: &StubState) -> String {

@@ -10,6 +10,10 @@
 //!
 //! Order of checks per call: a scripted `unauthorized` fault, the auth header,
 //! the request shape, then the other scripted faults.
+//!
+//! A request with `"stream": true` is answered with server-sent events in the
+//! provider's streaming format (one text delta per word); errors before the
+//! answer starts (401, 429, 500) stay plain JSON, as with the real APIs.
 
 pub mod anthropic;
 pub mod openai;
@@ -63,8 +67,15 @@ pub enum StubFault {
     ServerError,
     /// A normal answer after `delay_ms` (tokio time).
     Slow { delay_ms: u64 },
-    /// 200 with a truncated JSON body.
+    /// 200 with a truncated JSON body (streaming: one event with truncated JSON data).
     MalformedJson,
+    /// 200, then the connection drops after `after_events` server-sent events
+    /// (a non-streaming answer: after the first half of its JSON body), with
+    /// no end of the chunked body: what a client sees when a stream is cut.
+    CutStream {
+        #[serde(default)]
+        after_events: usize,
+    },
 }
 
 fn default_retry_after_s() -> u64 {
@@ -79,6 +90,7 @@ impl StubFault {
             StubFault::ServerError => "server_error",
             StubFault::Slow { .. } => "slow",
             StubFault::MalformedJson => "malformed_json",
+            StubFault::CutStream { .. } => "cut_stream",
         }
     }
 }
@@ -140,6 +152,9 @@ pub struct RecordedCall {
     pub max_tokens: Option<u64>,
     pub status: u16,
     pub fault: Option<String>,
+    /// Whether the caller asked for server-sent events.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 /// A request reduced to what the stub needs.
@@ -150,6 +165,14 @@ pub(crate) struct ChatRequest {
     pub messages: Vec<String>,
     pub last_user: String,
     pub max_tokens: Option<u64>,
+    /// Server-sent events were asked for.
+    pub stream: Option<StreamOptions>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StreamOptions {
+    /// OpenAI's `stream_options.include_usage`: a last chunk carrying usage.
+    pub include_usage: bool,
 }
 
 impl ChatRequest {
@@ -320,6 +343,98 @@ pub(crate) trait Dialect {
     fn success(state: &StubState, request: &ChatRequest, content: &str) -> serde_json::Value;
     /// The start of a success body, cut off: what `malformed_json` sends.
     fn truncated(state: &StubState) -> String;
+    /// A streamed answer, each element one whole server-sent event.
+    fn stream_events(state: &StubState, request: &ChatRequest, content: &str) -> Vec<String>;
+    /// What `malformed_json` sends to a streaming request.
+    fn truncated_event(state: &StubState) -> String {
+        sse_event(None, &Self::truncated(state))
+    }
+}
+
+/// One server-sent event: an optional `event:` line, one `data:` line.
+pub(crate) fn sse_event(event: Option<&str>, data: &str) -> String {
+    debug_assert!(!data.contains('\n'), "one data line per event");
+    match event {
+        Some(event) => format!("event: {event}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    }
+}
+
+/// The pieces a streamed answer delivers the text in: word by word, each
+/// with the whitespace after it, so the pieces concatenate to `content`.
+pub(crate) fn text_pieces(content: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut in_space = false;
+    for (at, c) in content.char_indices() {
+        if c.is_whitespace() {
+            in_space = true;
+        } else if in_space {
+            pieces.push(&content[start..at]);
+            start = at;
+            in_space = false;
+        }
+    }
+    if start < content.len() {
+        pieces.push(&content[start..]);
+    }
+    pieces
+}
+
+/// A 200 whose body is `pieces`, then (when `cut`) a dropped connection
+/// after the first `after` of them instead of the body's end.
+fn piecewise_response(
+    content_type: &'static str,
+    pieces: Vec<String>,
+    cut: Option<usize>,
+) -> Response {
+    let (pieces, failure) = match cut {
+        None => (pieces, None),
+        Some(after) => {
+            let kept = pieces.into_iter().take(after).collect();
+            let error = std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the stub cut the stream (cut_stream fault)",
+            );
+            (kept, Some(Err(error)))
+        }
+    };
+    let chunks = pieces
+        .into_iter()
+        .map(|piece| Ok(axum::body::Bytes::from(piece)))
+        .chain(failure);
+    // A pause before each piece lets hyper flush what came before it: the
+    // client sees events one at a time, and a cut after them, instead of a
+    // connection dropped before the headers (hyper drops the unsent buffer).
+    let chunks = futures_util::StreamExt::then(futures_util::stream::iter(chunks), |chunk| async {
+        tokio::task::yield_now().await;
+        chunk
+    });
+    let mut response = Response::new(axum::body::Body::from_stream(chunks));
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(content_type),
+    );
+    if content_type == SSE_CONTENT_TYPE {
+        headers.insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-cache"),
+        );
+    }
+    response
+}
+
+const SSE_CONTENT_TYPE: &str = "text/event-stream; charset=utf-8";
+
+/// `text` split in two at a character boundary near its middle.
+fn halves(text: String) -> Vec<String> {
+    let mut middle = text.len() / 2;
+    while !text.is_char_boundary(middle) {
+        middle -= 1;
+    }
+    let (first, second) = text.split_at(middle);
+    vec![first.to_owned(), second.to_owned()]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,6 +480,7 @@ pub(crate) async fn handle_call<D: Dialect>(
         max_tokens: parsed.as_ref().ok().and_then(|r| r.max_tokens),
         status: 0,
         fault: None,
+        stream: parsed.as_ref().is_ok_and(|r| r.stream.is_some()),
     };
     // Record before any slow sleep so the call order is the arrival order.
     let slot = {
@@ -423,6 +539,11 @@ pub(crate) async fn handle_call<D: Dialect>(
             );
             return finish(500, Some(f), response);
         }
+        Some(f @ StubFault::MalformedJson) if request.stream.is_some() => {
+            let event = D::truncated_event(&state);
+            let response = piecewise_response(SSE_CONTENT_TYPE, vec![event], None);
+            return finish(200, Some(f), response);
+        }
         Some(f @ StubFault::MalformedJson) => {
             let response = (
                 StatusCode::OK,
@@ -435,11 +556,25 @@ pub(crate) async fn handle_call<D: Dialect>(
         Some(StubFault::Slow { delay_ms }) => {
             tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
         }
-        Some(StubFault::Unauthorized) | None => {}
+        Some(StubFault::Unauthorized | StubFault::CutStream { .. }) | None => {}
     }
     let content = answer_for(&request.system, &request.last_user, request.max_tokens);
-    let body = D::success(&state, &request, &content);
-    finish(200, fault.as_ref(), axum::Json(body).into_response())
+    let cut = match fault {
+        Some(StubFault::CutStream { after_events }) => Some(after_events),
+        _ => None,
+    };
+    let response = if request.stream.is_some() {
+        let events = D::stream_events(&state, &request, &content);
+        piecewise_response(SSE_CONTENT_TYPE, events, cut)
+    } else if cut.is_some() {
+        let body = D::success(&state, &request, &content).to_string();
+        piecewise_response("application/json", halves(body), Some(1))
+    } else {
+        // The plain answer stays byte-for-byte what it was before streaming.
+        let body = D::success(&state, &request, &content);
+        axum::Json(body).into_response()
+    };
+    finish(200, fault.as_ref(), response)
 }
 
 /// Text of a message `content`: a string, or an array of `{type:"text", text}` parts.

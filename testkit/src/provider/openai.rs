@@ -1,8 +1,14 @@
 //! OpenAI Chat Completions: `POST /v1/chat/completions` with
 //! `Authorization: Bearer <key>`, plus `GET /v1/models`. Errors use OpenAI's
-//! `{"error": {"message", "type", "param", "code"}}` shape.
+//! `{"error": {"message", "type", "param", "code"}}` shape. A streamed answer
+//! is `chat.completion.chunk` events: the role, one content delta per word, a
+//! last choice chunk with `finish_reason`, a usage chunk (empty `choices`) when
+//! `stream_options.include_usage`, then `data: [DONE]`.
 
-use super::{content_text, handle_call, words, ChatRequest, Dialect, ErrorKind, StubState};
+use super::{
+    content_text, handle_call, sse_event, text_pieces, words, ChatRequest, Dialect, ErrorKind,
+    StreamOptions, StubState,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -64,11 +70,24 @@ impl Dialect for OpenAi {
             .and_then(Value::as_array)
             .filter(|m| !m.is_empty())
             .ok_or("'messages' must be a non-empty array")?;
-        if body.get("stream").and_then(Value::as_bool) == Some(true) {
-            return Err("this stub does not stream; set stream to false".into());
+        let stream = match body.get("stream") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(StreamOptions {
+                include_usage: body
+                    .pointer("/stream_options/include_usage")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            }),
+            Some(_) => return Err("'stream' must be a boolean".into()),
+        };
+        if stream.is_none() && body.get("stream_options").is_some_and(|v| !v.is_null()) {
+            return Err(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.".into(),
+            );
         }
         let mut request = ChatRequest {
             model,
+            stream,
             max_tokens: body
                 .get("max_completion_tokens")
                 .or_else(|| body.get("max_tokens"))
@@ -136,6 +155,51 @@ impl Dialect for OpenAi {
             },
             "system_fingerprint": "fp_worker_sim"
         })
+    }
+
+    fn stream_events(state: &StubState, request: &ChatRequest, content: &str) -> Vec<String> {
+        let id = state.next_id("chatcmpl-", 29);
+        let created = state.now_ms().div_euclid(1000);
+        let include_usage = request.stream.is_some_and(|s| s.include_usage);
+        let chunk = |choices: Value, usage: Option<Value>| {
+            let mut chunk = json!({
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": request.model,
+                "system_fingerprint": "fp_worker_sim",
+                "choices": choices,
+            });
+            // With include_usage every chunk has the field, null until the last.
+            if include_usage {
+                chunk["usage"] = usage.unwrap_or(Value::Null);
+            }
+            sse_event(None, &chunk.to_string())
+        };
+        let choice = |delta: Value, finish_reason: Value| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}]);
+        let mut events = vec![chunk(
+            choice(
+                json!({"role": "assistant", "content": "", "refusal": null}),
+                Value::Null,
+            ),
+            None,
+        )];
+        for piece in text_pieces(content) {
+            events.push(chunk(choice(json!({"content": piece}), Value::Null), None));
+        }
+        events.push(chunk(choice(json!({}), json!("stop")), None));
+        if include_usage {
+            let prompt_tokens = request.prompt_tokens();
+            let completion_tokens = words(content);
+            let usage = json!({
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens
+            });
+            events.push(chunk(json!([]), Some(usage)));
+        }
+        events.push(sse_event(None, "[DONE]"));
+        events
     }
 
     fn truncated(state: &StubState) -> String {
