@@ -186,6 +186,8 @@ pub struct LimitOverrides {
     pub handshakes_max: Option<usize>,
     /// Of those, from one client address (503 beyond).
     pub handshakes_per_client_max: Option<usize>,
+    /// Job polls held at once (`wait_ms`); beyond it a poll is answered at once.
+    pub held_polls_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -122,6 +122,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.handshakes_per_client_max {
         config.limits.handshakes_per_client_max = v;
     }
+    if let Some(v) = instance.limits.held_polls_max {
+        config.limits.held_polls_max = v;
+    }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }
