@@ -254,6 +254,9 @@ async fn spawn_server(
     cmd.args(args)
         .env("RUST_LOG", "warn")
         .env("COORDINATOR_LISTEN", format!("127.0.0.1:{port}"))
+        // Every load-tool worker dials from 127.0.0.1, one client as the
+        // coordinator counts them: let them all handshake at once.
+        .env("COORDINATOR_HANDSHAKES_PER_CLIENT_MAX", "1024")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log_file))
