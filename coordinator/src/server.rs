@@ -156,7 +156,6 @@ pub struct Server {
     /// Timer and retention tasks; stopped when the server ends.
     tasks: Vec<JoinHandle<()>>,
     serving: Option<JoinHandle<()>>,
-    local_addr: Option<SocketAddr>,
 }
 
 /// Opens the store, restores the state it holds, gates payments and starts
@@ -227,7 +226,6 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
         store,
         tasks,
         serving: None,
-        local_addr: None,
     })
 }
 
@@ -262,11 +260,6 @@ impl Server {
         crate::http::app(self.coordinator.clone())
     }
 
-    /// The address `serve` listens on.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.local_addr
-    }
-
     /// Serves the API on a TCP socket, with `TCP_NODELAY` on every
     /// connection: frames are small and latency matters, and without it an
     /// assign written right after a `result_accepted` waits for the
@@ -284,7 +277,6 @@ impl Server {
     where
         L: axum::serve::Listener<Addr = SocketAddr>,
     {
-        self.local_addr = listener.local_addr().ok();
         let service = self
             .app()
             .into_make_service_with_connect_info::<SocketAddr>();

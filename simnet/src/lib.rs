@@ -158,14 +158,6 @@ impl Net {
             h.refusing = refusing;
         }
     }
-
-    /// Whether `host` accepts connections now.
-    pub fn is_listening(&self, host: &str) -> bool {
-        self.lock()
-            .hosts
-            .get(host)
-            .is_some_and(|h| !h.refusing && h.accept.as_ref().is_some_and(|tx| !tx.is_closed()))
-    }
 }
 
 /// `127.<kind>.x.y`, the `n`th address of a kind (1: hosts, 2: peers).
