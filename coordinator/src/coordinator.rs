@@ -7,6 +7,7 @@
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::{Change, Core, FailureReason, Outbound, SessionId};
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use protocol::api::{JobRecord, JobStatus};
 use rand_chacha::ChaCha20Rng;
@@ -75,6 +76,9 @@ struct Inner {
     handshakes: Arc<tokio::sync::Semaphore>,
     /// Unauthenticated connections per client address.
     handshakes_by_client: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// This coordinator's own registry: many coordinators share a process
+    /// in the simulation, so there is no global recorder.
+    metrics: Metrics,
 }
 
 struct State {
@@ -167,6 +171,7 @@ impl Coordinator {
             payments: std::sync::OnceLock::new(),
             handshakes: Arc::new(tokio::sync::Semaphore::new(handshakes_max)),
             handshakes_by_client: Arc::new(Mutex::new(BTreeMap::new())),
+            metrics: Metrics::new(),
         });
         Self { inner }
     }
@@ -232,6 +237,15 @@ impl Coordinator {
         self.inner.payments.get()
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The metrics in the Prometheus text format, gauges read from the core now.
+    pub fn render_metrics(&self) -> String {
+        self.read(|core| self.inner.metrics.render(core))
+    }
+
     pub fn now_ms(&self) -> i64 {
         self.inner.clock.now_ms()
     }
@@ -266,7 +280,7 @@ impl Coordinator {
 
     fn flush(&self, state: &mut State) {
         let changes = state.core.take_changes();
-        self.log_terminal_jobs(&changes);
+        self.observe_jobs(&changes);
         if !changes.is_empty() {
             if let Err(e) = self.inner.store.apply(&changes) {
                 tracing::error!(error = %e, "store write failed");
@@ -352,17 +366,21 @@ impl Coordinator {
         }
     }
 
-    /// One info line per job reaching a terminal state, for operators. It
-    /// names the job, never its submission or output.
-    fn log_terminal_jobs(&self, changes: &[Change]) {
+    /// Counts every job change in the metrics, and logs one info line per
+    /// job reaching a terminal state, for operators. The line names the
+    /// job, never its submission or output.
+    fn observe_jobs(&self, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        let now_ms = self.inner.clock.now_ms();
         for change in changes {
             let Change::Job(job) = change else { continue };
+            self.inner.metrics.observe_job(job, now_ms);
             if !job.status.is_terminal() {
                 continue;
             }
-            let ended_ms = job
-                .completed_at_ms
-                .unwrap_or_else(|| self.inner.clock.now_ms());
+            let ended_ms = job.completed_at_ms.unwrap_or(now_ms);
             tracing::info!(
                 job_id = %job.id,
                 tier = %job.tier,

@@ -46,11 +46,18 @@ pub fn app(coordinator: Coordinator) -> Router {
         .route("/v1/trust/list", get(trust_list))
         .route("/v1/workers/ws", get(session::upgrade))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/metrics", get(metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
+        ))
+        // Router layers run after routing, so the matched route is known;
+        // outside the panic catcher, so a panic counts as its 500.
+        .layer(axum::middleware::from_fn_with_state(
+            coordinator.clone(),
+            count_request,
         ))
         // Outermost last: a caller's malformed id is dropped, a missing one
         // made, copied to the answer, and carried by every log line the
@@ -122,6 +129,25 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         method = %req.method(),
         path = req.uri().path()
     )
+}
+
+/// Counts each request by method, route template (never the raw path: ids
+/// would make a series per job) and status.
+async fn count_request(
+    State(c): State<Coordinator>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_owned();
+    let method = req.method().clone();
+    let response = next.run(req).await;
+    c.metrics()
+        .http_request(method.as_str(), &route, response.status().as_u16());
+    response
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -364,8 +390,10 @@ async fn commit(
 ) -> Result<Response, ApiError> {
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
+    let job_type = submission.job_type;
     let Some(gate) = c.payments() else {
         let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+        count_commit(&c, &committed, tier, job_type);
         return answer_commit(&c, committed, None).await;
     };
     let price = c.config().prices.price(tier, submission.job_type);
@@ -377,7 +405,10 @@ async fn commit(
     );
     let now_seconds = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
     let auth = match gate.authorize(&offer, &headers, now_seconds) {
-        Ok(auth) => auth,
+        Ok(auth) => {
+            c.metrics().payment_verified();
+            auth
+        }
         Err(refusal) => {
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
                 let bought = gate
@@ -387,6 +418,7 @@ async fn commit(
                     return answer_commit(&c, Ok(job_id), Some(&response_header)).await;
                 }
             }
+            c.metrics().payment_refused(refusal.reason());
             return Err(ApiError::Payment(Box::new(refusal)));
         }
     };
@@ -396,10 +428,9 @@ async fn commit(
         gate.cancel(&auth);
         return answer_commit(&c, Err(refused), None).await;
     }
-    let paid = gate
-        .settle_unspent(auth)
-        .await
-        .map_err(|r| ApiError::Payment(Box::new(r)))?;
+    let paid = gate.settle_unspent(auth).await;
+    c.metrics().payment_settled(paid.is_ok());
+    let paid = paid.map_err(|r| ApiError::Payment(Box::new(r)))?;
     let response_header = paid.settlement.payment_response_header();
     let payment = Payment {
         payment_ref: paid.payment_ref().to_owned(),
@@ -409,7 +440,19 @@ async fn commit(
         },
     };
     let committed = c.with(|core, now_ms| core.commit(submission, tier, Some(payment), now_ms));
+    count_commit(&c, &committed, tier, job_type);
     answer_commit(&c, committed, Some(&response_header)).await
+}
+
+fn count_commit(
+    c: &Coordinator,
+    committed: &Result<uuid::Uuid, CommitError>,
+    tier: Tier,
+    job_type: JobType,
+) {
+    if committed.is_ok() {
+        c.metrics().job_committed(tier, job_type);
+    }
 }
 
 /// The answer to a commit, once what it reports is durable: 201 with the
@@ -670,6 +713,20 @@ async fn trust_list(
         })
         .collect();
     Ok(Json(TrustList { providers }))
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus metrics (text exposition format 0.0.4); see the README's Metrics section",
+        content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)))]
+async fn metrics(State(c): State<Coordinator>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        c.render_metrics(),
+    )
+        .into_response()
 }
 
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "service",

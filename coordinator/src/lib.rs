@@ -18,6 +18,7 @@ pub mod coordinator;
 pub mod core;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod openapi;
 pub mod rate;
 pub mod server;

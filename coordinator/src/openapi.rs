@@ -38,6 +38,7 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
         crate::http::trust_claim,
         crate::http::trust_list,
         crate::http::openapi_json,
+        crate::http::metrics,
         crate::session::upgrade,
     ),
     components(

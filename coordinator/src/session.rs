@@ -430,6 +430,7 @@ async fn handle<C: FrameConnection>(
                                 .map(|e| (e.code(), e.to_string(), Some(job_id)))
                         }
                         Err((reason, code, message)) => {
+                            c.metrics().result_rejected(reason);
                             // The attempt is spent either way; the job goes elsewhere.
                             let _ = c.with(|core, now_ms| {
                                 core.attempt_failed(session, job_id, reason, now_ms)

@@ -75,12 +75,13 @@ fn every_route_and_status_is_documented() {
         ),
         ("/v1/trust/list", "get", &["200", "400"]),
         ("/v1/openapi.json", "get", &["200"]),
+        ("/metrics", "get", &["200"]),
         ("/v1/workers/ws", "get", &["101", "400", "503"]),
     ];
     for (path, method, codes) in expected {
         assert_eq!(statuses(&doc, path, method), *codes, "{method} {path}");
     }
-    assert_eq!(doc["paths"].as_object().unwrap().len(), 10);
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 11);
 }
 
 #[test]

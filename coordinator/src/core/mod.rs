@@ -372,6 +372,17 @@ impl Core {
         self.pending_count
     }
 
+    /// Pending jobs of each tier, for the queue depth gauge. Walks the
+    /// queues (at most one per pending job): for scrapes, not the hot path.
+    pub fn pending_by_tier(&self) -> BTreeMap<Tier, usize> {
+        let mut depth = BTreeMap::new();
+        for (key, queue) in &self.queues {
+            let (QueueKey::Public(tier, _) | QueueKey::Private(tier, _, _)) = key;
+            *depth.entry(*tier).or_insert(0) += queue.jobs.len();
+        }
+        depth
+    }
+
     pub fn job(&self, id: &Uuid) -> Option<&Job> {
         self.jobs.get(id)
     }
