@@ -75,6 +75,7 @@ pub struct Metrics {
     jobs_completed: Family<JobLabels, Counter>,
     jobs_failed: Family<FailedLabels, Counter>,
     results_rejected: Family<ReasonLabel, Counter>,
+    sessions_closed: Family<ReasonLabel, Counter>,
     assign_wait: LatencyFamily,
     commit_to_completed: LatencyFamily,
     queue_depth: Family<TierLabel, Gauge>,
@@ -99,6 +100,7 @@ impl Metrics {
             jobs_completed: Family::default(),
             jobs_failed: Family::default(),
             results_rejected: Family::default(),
+            sessions_closed: Family::default(),
             assign_wait: Family::new_with_constructor(latency_histogram),
             commit_to_completed: Family::new_with_constructor(latency_histogram),
             queue_depth: Family::default(),
@@ -129,6 +131,11 @@ impl Metrics {
             "results_rejected",
             "Worker results refused (invalid_receipt or invalid_output); the attempt is spent",
             m.results_rejected.clone(),
+        );
+        registry.register(
+            "worker_sessions_closed",
+            "Authenticated worker sessions that ended, by why (e.g. heartbeat timeout, connection closed, shutdown)",
+            m.sessions_closed.clone(),
         );
         registry.register(
             "job_assign_wait_seconds",
@@ -187,6 +194,13 @@ impl Metrics {
             .get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             })
+            .inc();
+    }
+
+    /// `reason` is one of the session's fixed end reasons.
+    pub fn session_closed(&self, reason: &'static str) {
+        self.sessions_closed
+            .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 

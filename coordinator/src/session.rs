@@ -124,6 +124,7 @@ async fn run_admitted<C: FrameConnection>(
     tracing::info!(session = peer.session, pubkey = %peer.pubkey, "worker connected");
     let reason = serve(&c, &mut conn, &mut peer).await;
     tracing::info!(session = peer.session, reason, "worker disconnected");
+    c.metrics().session_closed(reason);
     c.unregister_worker(peer.session);
     conn.close().await;
 }

@@ -144,6 +144,15 @@ async fn a_scrape_reports_what_the_run_did() {
     settle().await;
     let (s, _) = scrape(&app).await;
     assert_eq!(value(&s, "workers_online", &[]), Some(0.0));
+    // ... and its session is counted closed, with why.
+    assert_eq!(
+        value(
+            &s,
+            "worker_sessions_closed_total",
+            &[("reason", "connection closed")]
+        ),
+        Some(1.0)
+    );
 }
 
 #[tokio::test]
