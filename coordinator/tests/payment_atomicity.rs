@@ -7,8 +7,7 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use common::*;
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Runtime, Settings};
@@ -18,44 +17,9 @@ use protocol::api::JobType;
 use protocol::signing::Keypair;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use x402::replay::{NonceKey, NonceState, NonceStore, NonceUsed};
-use x402::{InMemoryNonceStore, LocalEvmSigner, PaymentGate, PaymentRequired, PaymentSigner};
-
-const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-/// Anvil account #0: a public test key.
-const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-const NOW_S: u64 = (EPOCH_MS / 1000) as u64;
-
-fn payment_config() -> x402::PaymentConfig {
-    x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap())
-}
-
-async fn post(
-    app: &axum::Router,
-    path: &str,
-    body: &Value,
-    payment: Option<(&str, &str)>,
-) -> Response {
-    let mut req = Request::post(path)
-        .header("content-type", "application/json")
-        .header("host", "coordinator.test");
-    if let Some((name, value)) = payment {
-        req = req.header(name, value);
-    }
-    send(app, req.body(Body::from(body.to_string())).unwrap()).await
-}
-
-/// Pays the 402 answer `r` the way a client would.
-fn pay(r: &Response, seed: u64) -> (String, String) {
-    let header = r.headers.get("payment-required").map(|h| h.as_bytes());
-    let required = PaymentRequired::from_response(header, Some(&r.raw)).unwrap();
-    let signer = LocalEvmSigner::from_secret_hex(PAYER).unwrap();
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let h = signer.pay(&required, NOW_S, &mut rng).unwrap();
-    (h.name.to_owned(), h.value)
-}
+use x402::{InMemoryNonceStore, PaymentGate};
 
 type Hook = Box<dyn FnOnce() + Send>;
 

@@ -4,8 +4,7 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine;
 use common::*;
 use coordinator::config::Config;
@@ -16,15 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::{FacilitatorStub, RouterTransport, StubScript};
 use x402::{LocalEvmSigner, PaymentGate, PaymentRequired, PaymentSigner};
-
-const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-/// Anvil account #0: a public test key.
-const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-const NOW_S: u64 = (EPOCH_MS / 1000) as u64;
-
-fn payment_config() -> x402::PaymentConfig {
-    x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap())
-}
 
 /// A gated coordinator on Base Sepolia settings; with `stub`, settlement
 /// goes through that in-process facilitator, else it is local.
@@ -51,31 +41,6 @@ async fn gated(
     );
     c.enable_payments(gate).unwrap();
     (c.clone(), app(c))
-}
-
-async fn post(
-    app: &axum::Router,
-    path: &str,
-    body: &Value,
-    payment: Option<(&str, &str)>,
-) -> Response {
-    let mut req = Request::post(path)
-        .header("content-type", "application/json")
-        .header("host", "coordinator.test");
-    if let Some((name, value)) = payment {
-        req = req.header(name, value);
-    }
-    send(app, req.body(Body::from(body.to_string())).unwrap()).await
-}
-
-/// Pays the 402 answer `r` the way a client would.
-fn pay(r: &Response, seed: u64) -> (String, String) {
-    let header = r.headers.get("payment-required").map(|h| h.as_bytes());
-    let required = PaymentRequired::from_response(header, Some(&r.raw)).unwrap();
-    let signer = LocalEvmSigner::from_secret_hex(PAYER).unwrap();
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
-    let h = signer.pay(&required, NOW_S, &mut rng).unwrap();
-    (h.name.to_owned(), h.value)
 }
 
 /// Decodes a base64 JSON payment header, changes it, and encodes it again.

@@ -277,3 +277,42 @@ pub async fn settle() {
         tokio::task::yield_now().await;
     }
 }
+
+/// Payments: the pay-to address, the payer (anvil account #0, a public test
+/// key) and the time its payments are made at.
+pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+pub const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+pub const NOW_S: u64 = (EPOCH_MS / 1000) as u64;
+
+/// Base Sepolia USDC terms paid to [`PAY_TO`].
+pub fn payment_config() -> x402::PaymentConfig {
+    x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap())
+}
+
+/// A JSON POST with a fixed `Host` (the payment's `resource`) and an
+/// optional payment header.
+pub async fn post(
+    app: &Router,
+    path: &str,
+    body: &Value,
+    payment: Option<(&str, &str)>,
+) -> Response {
+    let mut req = Request::post(path)
+        .header("content-type", "application/json")
+        .header("host", "coordinator.test");
+    if let Some((name, value)) = payment {
+        req = req.header(name, value);
+    }
+    send(app, req.body(Body::from(body.to_string())).unwrap()).await
+}
+
+/// Pays the 402 answer `r` the way a client would: the header's name and value.
+pub fn pay(r: &Response, seed: u64) -> (String, String) {
+    use x402::PaymentSigner;
+    let header = r.headers.get("payment-required").map(|h| h.as_bytes());
+    let required = x402::PaymentRequired::from_response(header, Some(&r.raw)).unwrap();
+    let signer = x402::LocalEvmSigner::from_secret_hex(PAYER).unwrap();
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let h = signer.pay(&required, NOW_S, &mut rng).unwrap();
+    (h.name.to_owned(), h.value)
+}
