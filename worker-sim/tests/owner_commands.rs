@@ -3,6 +3,8 @@
 //! same code again, a wrong code, an unreachable coordinator), and then a
 //! worker started with the key file serving that user's PRIVATE job.
 
+mod common;
+
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Settings};
 use rand::SeedableRng;
@@ -240,21 +242,7 @@ async fn run_private_job(http: &reqwest::Client, base: &str) -> Value {
         .await
         .unwrap();
     let id = committed["job_id"].as_str().expect("job id").to_owned();
-    for _ in 0..400 {
-        let record: Value = http
-            .get(format!("{base}/v1/jobs/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if record["status"] == "completed" || record["status"] == "failed" {
-            return record;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("job never finished");
+    common::wait_terminal(http, base, &id).await
 }
 
 #[tokio::test]

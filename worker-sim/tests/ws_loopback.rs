@@ -2,6 +2,8 @@
 //! coordinator served on loopback, including connecting before the
 //! coordinator is up (reconnect with backoff).
 
+mod common;
+
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Settings};
 use rand::SeedableRng;
@@ -43,21 +45,7 @@ async fn run_job(http: &reqwest::Client, base: &str) -> Value {
         .await
         .unwrap();
     let id = committed["job_id"].as_str().expect("job id").to_owned();
-    for _ in 0..200 {
-        let record: Value = http
-            .get(format!("{base}/v1/jobs/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if record["status"] == "completed" || record["status"] == "failed" {
-            return record;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("job never finished");
+    common::wait_terminal(http, base, &id).await
 }
 
 #[tokio::test]

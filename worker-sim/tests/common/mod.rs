@@ -179,3 +179,23 @@ pub fn config(seed: u64) -> WorkerConfig {
         ..WorkerConfig::with_seed(seed)
     }
 }
+
+/// Polls `base`'s job `id` over HTTP until it is completed or failed
+/// (10 s at most), and returns the record.
+pub async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> serde_json::Value {
+    for _ in 0..400 {
+        let record: serde_json::Value = http
+            .get(format!("{base}/v1/jobs/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if record["status"] == "completed" || record["status"] == "failed" {
+            return record;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("job {id} never finished");
+}
