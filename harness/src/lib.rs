@@ -9,6 +9,8 @@
 //! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
 //! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
+//! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
+//! - [`safety`]: properties every simulated run keeps, checked over transcript and stores.
 //! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
 
 pub mod check;
@@ -16,7 +18,9 @@ pub mod live;
 pub mod matcher;
 pub mod report;
 pub mod runner;
+pub mod safety;
 pub mod scenario;
+pub mod swarm;
 pub mod transcript;
 pub mod world;
 

@@ -3,6 +3,7 @@
 //! transcripts differ, and prints a summary.
 //! `harness check scenarios/*.toml`: resolves every reference of each file
 //! (variables, workers, instances, matchers, file name) without running.
+//! `harness swarm --seeds A..B` runs random worlds (see `harness::swarm`).
 //! `harness --live ...` runs the live-capable scenarios against real
 //! coordinator processes over real sockets.
 
@@ -56,6 +57,10 @@ struct Row {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("swarm") {
+        let args = harness::swarm::cli::SwarmArgs::parse_from(std::env::args().skip(1));
+        return harness::swarm::cli::main(args);
+    }
     let mut args = Args::parse();
     let command = args
         .scenarios

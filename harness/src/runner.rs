@@ -3,6 +3,7 @@
 //! expectations and invariants, and returns the transcript and its digest.
 
 use crate::matcher::{self, Vars};
+use crate::safety;
 use crate::scenario::{
     Action, Alter, CommitMany, Control, Expect, FacilitatorControl, HttpCall, InstanceAction,
     InstanceControl, Pay, RouterCall, RouterFn, Scenario, SimDuration, Sockets, Step,
@@ -10,7 +11,7 @@ use crate::scenario::{
 };
 use crate::world::World;
 use coordinator::sqlite::StoreWrite;
-use protocol::api::{JobStatus, PrivacyClass};
+use protocol::api::JobStatus;
 use router::{HttpRequest, LlmRequest, TaskRequest};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -111,20 +112,88 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
     #[cfg(not(tokio_unstable))]
     let _ = tokio_seed;
     let runtime = builder.build().expect("a current-thread runtime");
-    let report = runtime.block_on(async {
-        let mut world = match World::build(scenario, seed).await {
-            Ok(w) => w,
-            Err(message) => return RunReport::not_started(scenario, seed, message),
-        };
-        world
-            .transcript
-            .log("harness", format!("scenario {} seed {seed}", scenario.name));
-        let (steps_run, outcome) = run_steps(scenario, &mut world).await;
-        RunReport::finished(scenario, seed, &world, steps_run, outcome)
-    });
+    panics::start_recording();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let mut world = match World::build(scenario, seed).await {
+                Ok(w) => w,
+                Err(message) => return RunReport::not_started(scenario, seed, message),
+            };
+            world
+                .transcript
+                .log("harness", format!("scenario {} seed {seed}", scenario.name));
+            let (steps_run, outcome) = run_steps(scenario, &mut world).await;
+            RunReport::finished(scenario, seed, &world, steps_run, outcome)
+        })
+    }));
     // Dropping the runtime cancels every task still running (workers, sessions, timers).
     drop(runtime);
+    let panicked = panics::take();
+    let mut report = run.unwrap_or_else(|_| {
+        RunReport::not_started(scenario, seed, "the harness itself panicked".into())
+    });
+    // A panic anywhere in the world (a core invariant breach panics by
+    // design) is the run's failure, whatever the steps saw afterwards.
+    if let Some(first) = panicked.first() {
+        report.outcome = Outcome::InvariantBroken {
+            message: format!("panic: {first}"),
+        };
+    }
     report
+}
+
+/// Panics of the world's tasks, recorded per thread: tokio catches a task's
+/// panic, so without this a coordinator that panicked would only show as
+/// steps failing later for unrelated-looking reasons.
+pub mod panics {
+    use std::cell::{Cell, RefCell};
+    use std::sync::Once;
+
+    thread_local! {
+        static RECORDED: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Keeps the default panic output off stderr on this thread (the swarm
+    /// runs thousands of worlds; their panics are reported as failures).
+    pub fn set_quiet(quiet: bool) {
+        QUIET.with(|q| q.set(quiet));
+    }
+
+    /// Starts recording this thread's panics (and installs the hook once).
+    pub fn start_recording() {
+        static HOOK: Once = Once::new();
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let message = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                let at = info
+                    .location()
+                    .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+                RECORDED.with(|r| {
+                    if let Ok(mut r) = r.try_borrow_mut() {
+                        if let Some(list) = r.as_mut() {
+                            list.push(format!("{message}{at}"));
+                        }
+                    }
+                });
+                if !QUIET.with(Cell::get) {
+                    previous(info);
+                }
+            }));
+        });
+        RECORDED.with(|r| *r.borrow_mut() = Some(Vec::new()));
+    }
+
+    /// The panics recorded since `start_recording`, in order; stops recording.
+    pub fn take() -> Vec<String> {
+        RECORDED.with(|r| r.borrow_mut().take().unwrap_or_default())
+    }
 }
 
 /// Runs `scenario` against live coordinator processes started from `bin`.
@@ -777,9 +846,9 @@ fn check_expect(expect: &Expect, answer: &Answer, vars: &Vars) -> Result<(), Str
     Ok(())
 }
 
-/// Safety (always): every completed job's receipt verifies against its
-/// output, and every completed PRIVATE job was done by a worker its user
-/// trusts. Liveness (when asked): all jobs terminal / completed, exact counts.
+/// Safety (always, `safety`): what clients and workers saw agrees with what
+/// the instances hold. Liveness (when asked): all jobs terminal / completed,
+/// exact counts.
 fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
     for (name, want) in &scenario.invariants.stub_calls {
         let got = world
@@ -792,6 +861,7 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
             return Err(format!("stub {name} got {got} calls, expected {want}"));
         }
     }
+    let mut snapshots = BTreeMap::new();
     for (name, instance) in &world.instances {
         // A live instance's state is in another process; live runs check expectations only.
         let crate::world::Driver::Sim(sim) = &instance.driver else {
@@ -801,10 +871,14 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
             return Err(format!("{name} is not running at the end of the run"));
         };
         let snapshot = coordinator::store::Store::load(&*store).map_err(|e| e.to_string())?;
+        snapshots.insert(name.clone(), snapshot);
+    }
+    check_safety(scenario, world, &snapshots)?;
+    for (name, snapshot) in &snapshots {
         let mut counts = BTreeMap::<JobStatus, usize>::new();
         for job in &snapshot.jobs {
             *counts.entry(job.status).or_default() += 1;
-            check_job(scenario, name, job, &snapshot.trust)?;
+            check_job(scenario, name, job)?;
         }
         if let Some(want) = scenario.invariants.job_counts.get(name) {
             let (got, want) = (by_name(&counts), by_name(want));
@@ -823,6 +897,45 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
     Ok(())
 }
 
+/// The safety properties of `crate::safety` over the transcript and stores.
+fn check_safety(
+    scenario: &Scenario,
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), String> {
+    if snapshots.is_empty() {
+        return Ok(());
+    }
+    let instances = snapshots
+        .iter()
+        .map(|(name, s)| {
+            let paid = scenario
+                .instances
+                .get(name)
+                .is_some_and(|i| i.payment.is_some());
+            let state = safety::InstanceState {
+                jobs: &s.jobs,
+                trust: &s.trust,
+                paid,
+            };
+            (name.clone(), state)
+        })
+        .collect();
+    let workers = world
+        .workers
+        .iter()
+        .map(|(name, w)| {
+            let view = safety::WorkerView {
+                instance: &w.instance,
+                public_key: &w.public_key,
+            };
+            (name.clone(), view)
+        })
+        .collect();
+    let lines = world.transcript.lines();
+    safety::check(&lines, &instances, &workers).map_err(|v| v.to_string())
+}
+
 /// Counts keyed by status name, in name order, without zero counts (a
 /// scenario may list a status with 0 or leave it out).
 fn by_name(counts: &BTreeMap<JobStatus, usize>) -> BTreeMap<&'static str, usize> {
@@ -833,35 +946,8 @@ fn by_name(counts: &BTreeMap<JobStatus, usize>) -> BTreeMap<&'static str, usize>
         .collect()
 }
 
-/// The per-job invariants of instance `name`.
-fn check_job(
-    scenario: &Scenario,
-    name: &str,
-    job: &coordinator::core::Job,
-    trust: &[coordinator::trust::TrustEntry],
-) -> Result<(), String> {
-    if job.status == JobStatus::Completed {
-        let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
-            return Err(format!(
-                "{name}: completed job {} lacks a receipt or output",
-                job.id
-            ));
-        };
-        receipt
-            .verify(output)
-            .map_err(|e| format!("{name}: job {} receipt: {e}", job.id))?;
-        if job.submission.privacy_class == PrivacyClass::Private {
-            let trusted = trust.iter().any(|t| {
-                t.user_id == job.submission.user_id && t.provider_pubkey == receipt.provider_pubkey
-            });
-            if !trusted {
-                return Err(format!(
-                    "{name}: PRIVATE job {} was done by untrusted {}",
-                    job.id, receipt.provider_pubkey
-                ));
-            }
-        }
-    }
+/// The per-job liveness invariants of instance `name`.
+fn check_job(scenario: &Scenario, name: &str, job: &coordinator::core::Job) -> Result<(), String> {
     let error = job
         .error
         .map_or(String::new(), |e| format!(" (result.error {})", e.as_str()));

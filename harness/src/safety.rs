@@ -1,0 +1,556 @@
+//! Safety properties every simulated run keeps, whatever its scenario says:
+//! checked at the end of the run over what the peers saw (the transcript:
+//! HTTP answers and worker frames) and what each instance holds (its store).
+//! The core checks its own invariants after every event (a breach panics,
+//! and the runner reports the panic); these are the outside view of the same
+//! promises, the ones a client or a worker could prove broken.
+//!
+//! Each violation names its invariant (a stable key the swarm shrinks
+//! against) and the first transcript line that shows it.
+
+use coordinator::core::Job;
+use coordinator::trust::TrustEntry;
+use protocol::api::{JobStatus, PrivacyClass};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One broken safety property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Stable key, e.g. `acknowledged_job_lost`.
+    pub invariant: &'static str,
+    pub message: String,
+    /// The transcript line (0-based) that shows it, when one does.
+    pub line: Option<usize>,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "safety {}: {}", self.invariant, self.message)?;
+        if let Some(line) = self.line {
+            write!(f, " (transcript line {})", line + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every safety key, for coverage tables and documentation.
+pub const INVARIANTS: &[&str] = &[
+    "acknowledged_job_lost",
+    "result_accepted_twice",
+    "completed_job_changed",
+    "receipt_invalid",
+    "receipt_key_not_holder",
+    "private_to_untrusted",
+    "private_before_auth",
+    "payment_bought_two_jobs",
+    "unpaid_job_dispatched",
+];
+
+/// What one simulated instance holds at the end of the run.
+pub struct InstanceState<'a> {
+    pub jobs: &'a [Job],
+    pub trust: &'a [TrustEntry],
+    /// Whether its commits require payment.
+    pub paid: bool,
+}
+
+/// A simulated worker: the instance it serves and its key.
+pub struct WorkerView<'a> {
+    pub instance: &'a str,
+    pub public_key: &'a str,
+}
+
+/// Checks every property; returns the violation seen earliest in the
+/// transcript (store-only findings come last).
+pub fn check(
+    lines: &[String],
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    workers: &BTreeMap<String, WorkerView<'_>>,
+) -> Result<(), Violation> {
+    let jobs: BTreeMap<(&str, String), &Job> = instances
+        .iter()
+        .flat_map(|(name, s)| {
+            s.jobs
+                .iter()
+                .map(move |j| ((name.as_str(), j.id.to_string()), j))
+        })
+        .collect();
+    let mut found = Vec::new();
+    found.extend(check_lines(lines, instances, workers, &jobs).err());
+    for (name, state) in instances {
+        found.extend(check_store(name, state).err());
+    }
+    match found
+        .into_iter()
+        .min_by_key(|v| v.line.unwrap_or(usize::MAX))
+    {
+        Some(v) => Err(v),
+        None => Ok(()),
+    }
+}
+
+/// A transcript line split as `[+S.mmm] actor rest`.
+fn split(line: &str) -> Option<(&str, &str)> {
+    let rest = line.split_once("] ")?.1;
+    rest.split_once(' ')
+}
+
+/// The JSON after a prefix such as `<- ` or `< 201 `.
+fn json_after<'a>(rest: &'a str, prefix: &str) -> Option<Value> {
+    let text: &'a str = rest.strip_prefix(prefix)?;
+    serde_json::from_str(text).ok()
+}
+
+/// Per worker: authenticated on its current connection?
+#[derive(Default)]
+struct Seen<'a> {
+    authenticated: BTreeMap<&'a str, bool>,
+    accepted: BTreeMap<(&'a str, String), usize>,
+    completed: BTreeMap<(&'a str, String), (Value, usize)>,
+}
+
+fn check_lines<'a>(
+    lines: &'a [String],
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    workers: &'a BTreeMap<String, WorkerView<'a>>,
+    jobs: &BTreeMap<(&str, String), &Job>,
+) -> Result<(), Violation> {
+    let mut seen = Seen::default();
+    for (n, line) in lines.iter().enumerate() {
+        let Some((actor, rest)) = split(line) else {
+            continue;
+        };
+        let at = |invariant, message| Violation {
+            invariant,
+            message,
+            line: Some(n),
+        };
+        if let Some((name, _)) = instances.get_key_value(actor) {
+            check_answer(name, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
+        } else if let Some((name, w)) = workers.get_key_value(actor) {
+            let Some(state) = instances.get(w.instance) else {
+                continue;
+            };
+            check_frame(name, w, state, rest, jobs, &mut seen).map_err(|(i, m)| at(i, m))?;
+        }
+    }
+    Ok(())
+}
+
+type Found = (&'static str, String);
+
+/// An instance's HTTP answer: a 201 names a job that must survive; a
+/// completed job's result and receipt never change.
+fn check_answer<'a>(
+    instance: &'a str,
+    rest: &str,
+    jobs: &BTreeMap<(&str, String), &Job>,
+    seen: &mut Seen<'a>,
+    line: usize,
+) -> Result<(), Found> {
+    if let Some(body) = json_after(rest, "< 201 ") {
+        if let Some(id) = body["job_id"].as_str() {
+            if !jobs.contains_key(&(instance, id.to_owned())) {
+                return Err((
+                    "acknowledged_job_lost",
+                    format!("{instance} answered 201 for job {id}, which it no longer has"),
+                ));
+            }
+        }
+    } else if let Some(body) = json_after(rest, "< 200 ") {
+        let (Some(id), Some("completed")) = (body["id"].as_str(), body["status"].as_str()) else {
+            return Ok(());
+        };
+        let outcome = serde_json::json!([body["result"], body["receipt"]]);
+        let key = (instance, id.to_owned());
+        match seen.completed.get(&key) {
+            Some((first, first_line)) if *first != outcome => {
+                return Err((
+                    "completed_job_changed",
+                    format!(
+                        "{instance} job {id} was completed with {first} (line {}) and later with {outcome}",
+                        first_line + 1
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => {
+                seen.completed.insert(key, (outcome, line));
+            }
+        }
+        let still = jobs.get(&(instance, id.to_owned()));
+        if still.is_none_or(|j| j.status != JobStatus::Completed) {
+            return Err((
+                "completed_job_changed",
+                format!("{instance} showed job {id} completed; at the end it is not"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A worker's frame: PRIVATE payloads only to authenticated trusted
+/// sessions, paid instances dispatch only paid jobs, one acceptance per job
+/// and its receipt signed by the holder's key.
+fn check_frame<'a>(
+    worker: &'a str,
+    view: &WorkerView<'a>,
+    state: &InstanceState<'_>,
+    rest: &str,
+    jobs: &BTreeMap<(&str, String), &Job>,
+    seen: &mut Seen<'a>,
+) -> Result<(), Found> {
+    if rest.starts_with("{\"event\":\"connecting\"") {
+        seen.authenticated.insert(worker, false);
+        return Ok(());
+    }
+    if rest.starts_with("{\"event\":\"welcomed\"") {
+        seen.authenticated.insert(worker, true);
+        return Ok(());
+    }
+    let Some(frame) = json_after(rest, "<- ") else {
+        return Ok(());
+    };
+    let id = frame["job_id"].as_str().unwrap_or_default().to_owned();
+    let job = jobs.get(&(view.instance, id.clone()));
+    match frame["type"].as_str() {
+        Some("assign") => check_assign(worker, view, state, &frame, &id, job, seen),
+        Some("result_accepted") => {
+            let count = seen
+                .accepted
+                .entry((view.instance, id.clone()))
+                .or_default();
+            *count += 1;
+            if *count > 1 {
+                return Err((
+                    "result_accepted_twice",
+                    format!("job {id} got result_accepted a second time, at {worker}"),
+                ));
+            }
+            check_holder_key(worker, view, &id, job)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_assign(
+    worker: &str,
+    view: &WorkerView<'_>,
+    state: &InstanceState<'_>,
+    frame: &Value,
+    id: &str,
+    job: Option<&&Job>,
+    seen: &Seen<'_>,
+) -> Result<(), Found> {
+    if state.paid && frame["payment_ref"].is_null() {
+        return Err((
+            "unpaid_job_dispatched",
+            format!("job {id} was assigned to {worker} without a payment on a paid instance"),
+        ));
+    }
+    if frame["privacy_class"].as_str() != Some(PrivacyClass::Private.as_str()) {
+        return Ok(());
+    }
+    if seen.authenticated.get(worker) != Some(&true) {
+        return Err((
+            "private_before_auth",
+            format!("PRIVATE job {id} reached {worker} before it was authenticated"),
+        ));
+    }
+    // The job's user comes from the store; a PRIVATE job the store lost is
+    // reported as a lost acknowledged job instead.
+    let Some(job) = job else { return Ok(()) };
+    // Pairings are never revoked, so the trust held at the end includes
+    // every pairing that existed at the assignment.
+    if !user_trusts(state.trust, &job.submission.user_id, view.public_key) {
+        return Err((
+            "private_to_untrusted",
+            format!(
+                "PRIVATE job {id} of {} reached {worker} ({}), whom the user never paired",
+                job.submission.user_id, view.public_key
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_holder_key(
+    worker: &str,
+    view: &WorkerView<'_>,
+    id: &str,
+    job: Option<&&Job>,
+) -> Result<(), Found> {
+    let Some(receipt) = job.and_then(|j| j.receipt.as_ref()) else {
+        return Ok(());
+    };
+    if !receipt
+        .provider_pubkey
+        .eq_ignore_ascii_case(view.public_key)
+    {
+        return Err((
+            "receipt_key_not_holder",
+            format!(
+                "job {id} was accepted from {worker} ({}) but its receipt names {}",
+                view.public_key, receipt.provider_pubkey
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Store-only properties: receipts verify, one job per payment.
+fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violation> {
+    let mut refs = BTreeMap::<&str, String>::new();
+    let violation = |invariant, message| Violation {
+        invariant,
+        message,
+        line: None,
+    };
+    for job in state.jobs {
+        if let Some(r) = job.payment_ref.as_deref() {
+            if let Some(other) = refs.insert(r, job.id.to_string()) {
+                return Err(violation(
+                    "payment_bought_two_jobs",
+                    format!("{instance}: payment {r} bought jobs {other} and {}", job.id),
+                ));
+            }
+        }
+        if job.status != JobStatus::Completed {
+            continue;
+        }
+        let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
+            return Err(violation(
+                "receipt_invalid",
+                format!(
+                    "{instance}: completed job {} lacks a receipt or output",
+                    job.id
+                ),
+            ));
+        };
+        receipt.verify(output).map_err(|e| {
+            violation(
+                "receipt_invalid",
+                format!("{instance}: job {} receipt: {e}", job.id),
+            )
+        })?;
+        if job.submission.privacy_class == PrivacyClass::Private
+            && !user_trusts(
+                state.trust,
+                &job.submission.user_id,
+                &receipt.provider_pubkey,
+            )
+        {
+            return Err(violation(
+                "private_to_untrusted",
+                format!(
+                    "{instance}: PRIVATE job {} was done by {}, whom {} never paired",
+                    job.id, receipt.provider_pubkey, job.submission.user_id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn user_trusts(trust: &[TrustEntry], user: &str, key: &str) -> bool {
+    trust
+        .iter()
+        .any(|t| t.user_id == user && t.provider_pubkey.eq_ignore_ascii_case(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const J1: &str = "00000000-0000-4000-8000-000000000001";
+    const J2: &str = "00000000-0000-4000-8000-000000000002";
+    const KEY_W: &str = "0x02aa";
+    const KEY_V: &str = "0x02bb";
+
+    fn job(id: &str, user: &str, private: bool, payment_ref: Option<&str>) -> Job {
+        serde_json::from_value(json!({
+            "id": id,
+            "submission": {
+                "job_type": "TASK", "user_id": user,
+                "payload": {"job_type": "TASK", "task_type": "classify", "input": "x"},
+                "privacy_class": if private { "PRIVATE" } else { "PUBLIC" },
+            },
+            "tier": "FAST", "status": "running", "output": null, "error": null,
+            "receipt": null, "created_at_ms": 0, "completed_at_ms": null,
+            "attempts": 1, "payment_ref": payment_ref, "deadline_ms": 1, "seq": 1,
+        }))
+        .expect("a job")
+    }
+
+    fn trust(user: &str, key: &str) -> TrustEntry {
+        TrustEntry {
+            user_id: user.into(),
+            provider_pubkey: key.into(),
+            paired_at_ms: 0,
+        }
+    }
+
+    /// Runs the checks over `lines` with instance `chain_a` holding `jobs`
+    /// and `trust`, and workers `w` (key KEY_W) and `v` (KEY_V) on it.
+    fn verdict(
+        lines: &[&str],
+        jobs: &[Job],
+        trust: &[TrustEntry],
+        paid: bool,
+    ) -> Option<&'static str> {
+        let lines: Vec<String> = lines.iter().map(|l| format!("[+0.001s] {l}")).collect();
+        let instances =
+            BTreeMap::from([("chain_a".to_owned(), InstanceState { jobs, trust, paid })]);
+        let workers = BTreeMap::from([
+            (
+                "w".to_owned(),
+                WorkerView {
+                    instance: "chain_a",
+                    public_key: KEY_W,
+                },
+            ),
+            (
+                "v".to_owned(),
+                WorkerView {
+                    instance: "chain_a",
+                    public_key: KEY_V,
+                },
+            ),
+        ]);
+        check(&lines, &instances, &workers)
+            .err()
+            .map(|v| v.invariant)
+    }
+
+    fn assign(id: &str, privacy: &str, payment_ref: &str) -> String {
+        format!(
+            r#"<- {{"type":"assign","job_id":"{id}","privacy_class":"{privacy}","payment_ref":{payment_ref}}}"#
+        )
+    }
+
+    #[test]
+    fn a_201_for_a_job_the_store_lost_is_caught() {
+        let answer = format!(r#"chain_a < 201 {{"job_id":"{J1}"}}"#);
+        assert_eq!(
+            verdict(&[&answer], &[job(J1, "u", false, None)], &[], false),
+            None
+        );
+        assert_eq!(
+            verdict(&[&answer], &[], &[], false),
+            Some("acknowledged_job_lost")
+        );
+    }
+
+    #[test]
+    fn a_second_result_accepted_is_caught() {
+        let accepted = format!(r#"<- {{"type":"result_accepted","job_id":"{J1}"}}"#);
+        let (once, twice) = (format!("w {accepted}"), format!("v {accepted}"));
+        let jobs = [job(J1, "u", false, None)];
+        assert_eq!(verdict(&[&once], &jobs, &[], false), None);
+        assert_eq!(
+            verdict(&[&once, &twice], &jobs, &[], false),
+            Some("result_accepted_twice")
+        );
+    }
+
+    #[test]
+    fn a_private_assignment_to_an_unpaired_or_unauthenticated_worker_is_caught() {
+        let welcomed = r#"w {"event":"welcomed","session":0,"session_id":1}"#;
+        let private = format!("w {}", assign(J1, "PRIVATE", "null"));
+        let jobs = [job(J1, "alice", true, None)];
+        let paired = [trust("alice", KEY_W)];
+        assert_eq!(verdict(&[welcomed, &private], &jobs, &paired, false), None);
+        let other = [trust("alice", KEY_V)];
+        assert_eq!(
+            verdict(&[welcomed, &private], &jobs, &other, false),
+            Some("private_to_untrusted")
+        );
+        let reconnecting = r#"w {"event":"connecting","attempt":1}"#;
+        assert_eq!(
+            verdict(&[welcomed, reconnecting, &private], &jobs, &paired, false),
+            Some("private_before_auth")
+        );
+    }
+
+    #[test]
+    fn an_unpaid_assignment_on_a_paid_instance_is_caught() {
+        let paid = format!("w {}", assign(J1, "PUBLIC", "\"x402:0x01\""));
+        let unpaid = format!("w {}", assign(J1, "PUBLIC", "null"));
+        let jobs = [job(J1, "u", false, Some("x402:0x01"))];
+        assert_eq!(verdict(&[&paid], &jobs, &[], true), None);
+        assert_eq!(verdict(&[&unpaid], &jobs, &[], false), None);
+        assert_eq!(
+            verdict(&[&unpaid], &jobs, &[], true),
+            Some("unpaid_job_dispatched")
+        );
+    }
+
+    #[test]
+    fn one_payment_for_two_jobs_is_caught() {
+        let one = [
+            job(J1, "u", false, Some("x402:0x01")),
+            job(J2, "u", false, Some("x402:0x02")),
+        ];
+        assert_eq!(verdict(&[], &one, &[], true), None);
+        let reused = [
+            job(J1, "u", false, Some("x402:0x01")),
+            job(J2, "u", false, Some("x402:0x01")),
+        ];
+        assert_eq!(
+            verdict(&[], &reused, &[], true),
+            Some("payment_bought_two_jobs")
+        );
+    }
+
+    #[test]
+    fn a_completed_job_that_changes_or_reverts_is_caught() {
+        let shown = |output: &str| {
+            format!(
+                r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"{output}"}},"receipt":null}}"#
+            )
+        };
+        let mut completed = job(J1, "u", false, None);
+        completed.status = JobStatus::Completed;
+        let running = job(J1, "u", false, None);
+        let (a, b) = (shown("a"), shown("b"));
+        // The store's receipt check is not what this test is about: the
+        // job reverts (running at the end) or its output changes.
+        assert_eq!(
+            verdict(&[&a, &b], std::slice::from_ref(&running), &[], false),
+            Some("completed_job_changed")
+        );
+        let first = check_lines(
+            &[format!("[+0.001s] {a}"), format!("[+0.002s] {b}")],
+            &BTreeMap::from([(
+                "chain_a".to_owned(),
+                InstanceState {
+                    jobs: &[completed.clone()],
+                    trust: &[],
+                    paid: false,
+                },
+            )]),
+            &BTreeMap::new(),
+            &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
+        );
+        assert_eq!(
+            first.err().map(|v| v.invariant),
+            Some("completed_job_changed")
+        );
+        assert!(check_lines(
+            &[format!("[+0.001s] {a}"), format!("[+0.002s] {a}")],
+            &BTreeMap::from([(
+                "chain_a".to_owned(),
+                InstanceState {
+                    jobs: &[completed.clone()],
+                    trust: &[],
+                    paid: false
+                }
+            )]),
+            &BTreeMap::new(),
+            &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
+        )
+        .is_ok());
+    }
+}

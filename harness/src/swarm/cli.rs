@@ -1,0 +1,214 @@
+//! The `harness swarm` command line: seeds in parallel, a progress bar, a
+//! summary with the coverage table, and each failure shrunk to a file.
+
+use super::{run_seed, shrink_and_write, SeedResult, Verdict};
+use crate::scenario::parse_duration;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "harness swarm",
+    about = "Random worlds per seed: safety after every run, liveness after a heal, failures shrunk to scenarios"
+)]
+pub struct SwarmArgs {
+    /// Seeds to run, `A..B` (B excluded).
+    #[arg(long, default_value = "0..1000")]
+    seeds: String,
+    /// Stop starting new seeds after this much wall time (e.g. `60s`, `10m`).
+    #[arg(long, value_name = "DURATION")]
+    time_budget: Option<String>,
+    /// Where shrunk failures are written.
+    #[arg(long, default_value = "target/swarm")]
+    out: PathBuf,
+    /// Threads (default: the machine's cores). Each seed is still one
+    /// single-threaded deterministic world.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Report failures without shrinking them.
+    #[arg(long)]
+    no_shrink: bool,
+    /// Print one line per seed.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+pub fn main(args: SwarmArgs) -> ExitCode {
+    let seeds = match super::parse_seeds(&args.seeds) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: --seeds {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let budget = match args.time_budget.as_deref().map(parse_duration).transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: --time-budget {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    #[allow(clippy::disallowed_methods)] // wall time of the tool itself, not of a world
+    let started = std::time::Instant::now();
+    let results = run_all(seeds.clone(), jobs, budget, started, args.verbose);
+    let wall = started.elapsed();
+    print_summary(&results, seeds.end - seeds.start, wall);
+    let failures = first_failure_per_invariant(&results);
+    for (invariant, (seed, message)) in &failures {
+        println!(
+            "\nFAILED seed {seed}: {invariant}\n  {}",
+            message.replace('\n', "\n  ")
+        );
+        if args.no_shrink {
+            continue;
+        }
+        match shrink_and_write(*seed, invariant, &args.out) {
+            Ok(s) => println!(
+                "  shrunk in {} runs to {} lines: {}\n  replay: harness {}\n  first violation after shrinking: {}",
+                s.runs,
+                s.lines,
+                s.path.display(),
+                s.path.display(),
+                s.message.lines().next().unwrap_or("")
+            ),
+            Err(e) => println!("  could not write the shrunk scenario: {e}"),
+        }
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs the seeds on `jobs` threads, each taking the next seed in turn;
+/// returns the results in seed order.
+fn run_all(
+    seeds: std::ops::Range<u64>,
+    jobs: usize,
+    budget: Option<Duration>,
+    started: std::time::Instant,
+    verbose: bool,
+) -> Vec<SeedResult> {
+    let next = AtomicU64::new(seeds.start);
+    let out_of_time = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<SeedResult>();
+    let bar = ProgressBar::new(seeds.end - seeds.start);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} seeds {per_sec} {msg} eta {eta}")
+            .expect("static template"),
+    );
+    let mut results = Vec::new();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, out_of_time, end) = (&next, &out_of_time, seeds.end);
+            scope.spawn(move || {
+                crate::runner::panics::set_quiet(true);
+                loop {
+                    if out_of_time.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end || tx.send(run_seed(seed)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut failed = 0;
+        for result in rx {
+            if matches!(result.verdict, Verdict::Fail { .. }) {
+                failed += 1;
+                bar.set_message(format!("{failed} failed"));
+            }
+            if verbose {
+                bar.suspend(|| println!("seed {}: {:?}", result.seed, result.verdict));
+            }
+            bar.inc(1);
+            results.push(result);
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                out_of_time.store(true, Ordering::Relaxed);
+            }
+        }
+    });
+    bar.finish_and_clear();
+    results.sort_by_key(|r| r.seed);
+    results
+}
+
+fn first_failure_per_invariant(results: &[SeedResult]) -> BTreeMap<String, (u64, String)> {
+    let mut first = BTreeMap::new();
+    for r in results {
+        if let Verdict::Fail { invariant, message } = &r.verdict {
+            first
+                .entry(invariant.clone())
+                .or_insert((r.seed, message.clone()));
+        }
+    }
+    first
+}
+
+fn print_summary(results: &[SeedResult], asked: u64, wall: Duration) {
+    let failed = results
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Fail { .. }))
+        .count();
+    let sim_s: i64 = results.iter().map(|r| r.sim_ms).sum::<i64>() / 1000;
+    println!(
+        "{} of {asked} seeds run in {:.1}s ({:.1} seeds/s, {sim_s} simulated seconds): {} passed, {failed} failed",
+        results.len(),
+        wall.as_secs_f64(),
+        results.len() as f64 / wall.as_secs_f64().max(1e-9),
+        results.len() - failed,
+    );
+    let mut kinds = BTreeMap::<&str, u64>::new();
+    for r in results {
+        for k in &r.kinds {
+            *kinds.entry(k.as_str()).or_default() += 1;
+        }
+    }
+    let mut seen = BTreeMap::<&str, (u64, u64)>::new();
+    for r in results {
+        for (key, n) in &r.coverage {
+            let e = seen.entry(key.as_str()).or_default();
+            e.0 += 1;
+            e.1 += n;
+        }
+    }
+    println!("\ncoverage: fault kinds switched on (seeds)");
+    for k in super::world::Kind::ALL {
+        println!(
+            "  {:<24} {:>7}",
+            k.as_str(),
+            kinds.get(k.as_str()).unwrap_or(&0)
+        );
+    }
+    println!("\ncoverage: what happened (seeds where seen, total count)");
+    for (key, (seeds, total)) in &seen {
+        println!("  {key:<32} {seeds:>7} {total:>10}");
+    }
+    let mut broken = BTreeMap::<&str, u64>::new();
+    for r in results {
+        if let Verdict::Fail { invariant, .. } = &r.verdict {
+            *broken.entry(invariant.as_str()).or_default() += 1;
+        }
+    }
+    if !broken.is_empty() {
+        println!("\ninvariants broken (seeds)");
+        for (k, n) in &broken {
+            println!("  {k:<32} {n:>7}");
+        }
+    }
+}

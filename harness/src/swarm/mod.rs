@@ -1,0 +1,269 @@
+//! `harness swarm`: random worlds per seed, checked after the run for every
+//! safety property (the core checks its own invariants after every event
+//! and panics on a breach; `crate::safety` checks the outside view), run
+//! twice under different tokio seeds (a transcript that depends on wake
+//! order fails), with liveness checked after a heal phase. A failing world
+//! is shrunk to a small scenario file that the ordinary `harness` command
+//! replays.
+//!
+//! Layout:
+//! - [`world`]: what a seed draws, and its rendering as a scenario file.
+//! - [`shrink`]: reducing a failing world while it fails the same way.
+//!
+//! Seeds run in parallel threads; each world is still one deterministic
+//! single-threaded simulation, so a seed's verdict never depends on the
+//! thread count.
+
+pub mod cli;
+pub mod shrink;
+#[cfg(test)]
+mod tests;
+pub mod world;
+
+use crate::runner::{self, Outcome, RunReport};
+use crate::scenario::Scenario;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use world::{Kind, WorldSpec};
+
+/// Tokio's RNG seed of a world's second run (as the ordinary harness's).
+const SECOND_TOKIO_SEED: u64 = 0x5eed_0f70_c10c;
+
+/// One world's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Fail {
+        /// The invariant, as a stable key (e.g. `acknowledged_job_lost`).
+        invariant: String,
+        /// What broke, with the first violating event where known.
+        message: String,
+    },
+}
+
+/// What one seed did, for the summary and the coverage table.
+#[derive(Debug, Clone)]
+pub struct SeedResult {
+    pub seed: u64,
+    pub verdict: Verdict,
+    pub kinds: Vec<Kind>,
+    /// Counts of what happened in the run (faults fired, invariants judged).
+    pub coverage: BTreeMap<String, u64>,
+    pub sim_ms: i64,
+}
+
+/// The scenario name of a world (and its file's stem).
+pub fn scenario_name(seed: u64, invariant: Option<&str>) -> String {
+    match invariant {
+        Some(i) => format!("swarm-{}-seed-{seed}", i.replace('_', "-")),
+        None => format!("swarm-seed-{seed}"),
+    }
+}
+
+/// Renders and parses a world as a scenario.
+pub fn scenario_of(world: &WorldSpec, name: &str, description: &str) -> Result<Scenario, String> {
+    let text = world::render(world, name, description);
+    Scenario::parse(&text).map_err(|e| format!("the generator wrote an invalid scenario: {e}"))
+}
+
+/// Runs one world once (or twice, comparing transcripts) and judges it.
+pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
+    let name = scenario_name(world.seed, None);
+    let scenario = match scenario_of(world, &name, "") {
+        Ok(s) => s,
+        Err(message) => {
+            let invariant = "generator".to_owned();
+            return (Verdict::Fail { invariant, message }, None);
+        }
+    };
+    let first = runner::run_simulated_with(&scenario, world.seed, world.seed);
+    if let Some((invariant, message)) = classify(&scenario, &first.outcome) {
+        return (Verdict::Fail { invariant, message }, Some(first));
+    }
+    if twice {
+        let second =
+            runner::run_simulated_with(&scenario, world.seed, world.seed ^ SECOND_TOKIO_SEED);
+        if second.digest != first.digest {
+            let (line, a, b) =
+                crate::transcript::first_difference(&first.transcript, &second.transcript)
+                    .unwrap_or_default();
+            let message = format!(
+                "the two runs differ first at transcript line {line}:\n  run 1: {a}\n  run 2: {b}"
+            );
+            let invariant = "deterministic_replay".to_owned();
+            return (Verdict::Fail { invariant, message }, Some(first));
+        }
+    }
+    (Verdict::Pass, Some(first))
+}
+
+/// The invariant a failed run broke, as a stable key, and its message.
+pub fn classify(scenario: &Scenario, outcome: &Outcome) -> Option<(String, String)> {
+    let key = match outcome {
+        Outcome::Passed => return None,
+        Outcome::InvariantBroken { message } => invariant_key(message),
+        Outcome::Failed { step, .. } => {
+            let name = scenario
+                .steps
+                .get(step.saturating_sub(1))
+                .and_then(|s| s.name.as_deref())
+                .unwrap_or("");
+            if name.starts_with("heal:") {
+                "heal_job_not_completed".to_owned()
+            } else {
+                "step_failed".to_owned()
+            }
+        }
+    };
+    Some((key, outcome.failure().unwrap_or_default()))
+}
+
+/// `panic: core invariant broken after an event at N ms: slots: ...` ->
+/// `core_slots`; `safety X: ...` -> `X`; a liveness message -> its check.
+fn invariant_key(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("panic: core invariant broken") {
+        let kind = rest
+            .split_once("ms: ")
+            .map(|(_, v)| v.split(':').next().unwrap_or("").trim())
+            .unwrap_or("");
+        return format!("core_{}", kind.replace(' ', "_"));
+    }
+    if message.starts_with("panic: ") {
+        return "panic".into();
+    }
+    if let Some(rest) = message.strip_prefix("safety ") {
+        return rest.split(':').next().unwrap_or("safety").to_owned();
+    }
+    if message.contains(" is still ") {
+        return "all_jobs_terminal".into();
+    }
+    "invariants".into()
+}
+
+/// What the run exercised, counted from its transcript: each fault kind
+/// that fired and each safety property's observations.
+pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    let mut add = |key: String| *counts.entry(key).or_insert(0) += 1;
+    for line in lines {
+        let text = line.split_once("] ").map_or(line.as_str(), |(_, t)| t);
+        if let Some(at) = text.find("\"fault\":\"") {
+            let kind = &text[at + 9..];
+            add(format!("fault {}", kind.split('"').next().unwrap_or("")));
+        }
+        let markers: &[(&str, &str)] = &[
+            (
+                "crashed at its armed store write",
+                "fault crash_after_write",
+            ),
+            ("pays with", "payment signed"),
+            ("replay the last payment", "fault payment_replay"),
+            ("\"type\":\"assign\"", "check assignments"),
+            (
+                "\"privacy_class\":\"PRIVATE\",\"payment_ref",
+                "check private_assignments",
+            ),
+            ("\"type\":\"result_accepted\"", "check results_accepted"),
+            ("< 201 {\"job_id\"", "check jobs_acknowledged"),
+            ("\"status\":\"completed\"}", "check completed_polls"),
+            ("router >", "router call"),
+        ];
+        for (needle, key) in markers {
+            if text.contains(needle) {
+                add((*key).to_owned());
+            }
+        }
+        if text.starts_with("harness worker ") && text.ends_with(" stop") {
+            add("fault worker_stop".into());
+        }
+        if text.starts_with("harness instance ") && text.ends_with(" restart") {
+            add("fault coordinator_restart".into());
+        }
+        if text.starts_with("harness facilitator") {
+            add("fault facilitator_script".into());
+        }
+    }
+    counts
+}
+
+/// Runs one seed: generate, run twice, judge, count coverage.
+pub fn run_seed(seed: u64) -> SeedResult {
+    let world = WorldSpec::generate(seed);
+    let (verdict, report) = judge(&world, true);
+    SeedResult {
+        seed,
+        verdict,
+        kinds: world.kinds.0.clone(),
+        coverage: report
+            .as_ref()
+            .map(|r| coverage(&r.transcript))
+            .unwrap_or_default(),
+        sim_ms: report.map_or(0, |r| r.sim_ms),
+    }
+}
+
+/// A failure shrunk and written out.
+#[derive(Debug, Clone)]
+pub struct Shrunk {
+    pub seed: u64,
+    pub invariant: String,
+    pub message: String,
+    pub path: std::path::PathBuf,
+    pub lines: usize,
+    pub runs: usize,
+}
+
+/// Shrinks the world of `seed` while it fails `invariant`, and writes it to
+/// `dir` as `swarm-<invariant>-seed-<seed>.toml`.
+pub fn shrink_and_write(
+    seed: u64,
+    invariant: &str,
+    dir: &std::path::Path,
+) -> std::io::Result<Shrunk> {
+    let original = WorldSpec::generate(seed);
+    let twice = invariant == "deterministic_replay";
+    let fails = |w: &WorldSpec| matches!(judge(w, twice).0, Verdict::Fail { invariant: ref i, .. } if i == invariant);
+    let (small, runs) = shrink::shrink(original.clone(), fails);
+    let message = match judge(&small, twice).0 {
+        Verdict::Fail { message, .. } => message,
+        Verdict::Pass => "(the shrunk world passed when run again)".into(),
+    };
+    let name = scenario_name(seed, Some(invariant));
+    let first_line = message.lines().next().unwrap_or("");
+    let description = format!(
+        "Found by `harness swarm` at seed {seed} ({} events, {} workers; shrunk to {} and {} in {runs} runs): {first_line}",
+        original.events.len(),
+        original.workers.len(),
+        small.events.len(),
+        small.workers.len()
+    );
+    let text = world::render(&small, &name, &description);
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, &text)?;
+    Ok(Shrunk {
+        seed,
+        invariant: invariant.to_owned(),
+        message,
+        path,
+        lines: text.lines().filter(|l| !l.trim().is_empty()).count(),
+        runs,
+    })
+}
+
+/// Parses `A..B` (B excluded).
+pub fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?}: want A..B, e.g. 0..10000"))?;
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{text:?}: {s:?} is not a whole number"))
+    };
+    let (a, b) = (parse(a)?, parse(b)?);
+    if b <= a {
+        return Err(format!("{text:?}: the range is empty"));
+    }
+    Ok(a..b)
+}

@@ -1,0 +1,217 @@
+//! Shrinking: a failing world is reduced, one simplification at a time,
+//! while it still fails the same invariant. Greedy and deterministic: the
+//! passes below run in a fixed order until none makes progress or the run
+//! budget is spent; every candidate is normalized (so it renders as a
+//! consistent scenario) and must keep an honest worker per instance.
+
+use super::world::{Event, WorldSpec};
+
+/// How many candidate worlds one shrink may run at most.
+pub const RUNS_MAX: usize = 600;
+
+/// Reduces `world` while `fails` holds (the same invariant still breaks);
+/// returns the smallest world found and the runs spent.
+pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (WorldSpec, usize) {
+    let mut best = world;
+    let mut runs = 0;
+    let mut try_candidate = |best: &mut WorldSpec, mut candidate: WorldSpec, runs: &mut usize| {
+        candidate.normalize();
+        if candidate == *best || !candidate.has_anchors() || *runs >= RUNS_MAX {
+            return false;
+        }
+        *runs += 1;
+        if fails(&candidate) {
+            *best = candidate;
+            true
+        } else {
+            false
+        }
+    };
+    loop {
+        let before = best.clone();
+        // Cheap, large steps first: the heal, the second instance, chunks
+        // of events; then one part at a time.
+        if best.heal {
+            let mut c = best.clone();
+            c.heal = false;
+            try_candidate(&mut best, c, &mut runs);
+        }
+        for index in (0..best.instances.len()).rev() {
+            if best.instances.len() > 1 {
+                let mut c = best.clone();
+                c.instances.remove(index);
+                try_candidate(&mut best, c, &mut runs);
+            }
+        }
+        remove_event_chunks(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
+        for_each_index(
+            &mut best,
+            |w| w.workers.len(),
+            |w, i| {
+                w.workers.remove(i);
+            },
+            &mut |b, c| try_candidate(b, c, &mut runs),
+        );
+        for_each_index(
+            &mut best,
+            |w| w.pairings.len(),
+            |w, i| {
+                w.pairings.remove(i);
+            },
+            &mut |b, c| try_candidate(b, c, &mut runs),
+        );
+        simplify_workers(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
+        simplify_instances(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
+        simplify_events(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
+        if best.heal_commits > 1 {
+            let mut c = best.clone();
+            c.heal_commits = 1;
+            try_candidate(&mut best, c, &mut runs);
+        }
+        if best == before || runs >= RUNS_MAX {
+            return (best, runs);
+        }
+    }
+}
+
+type Try<'a> = dyn FnMut(&mut WorldSpec, WorldSpec) -> bool + 'a;
+
+/// Removes events in chunks of halving size (delta debugging's reduce
+/// step), from the end first: later events are less often the cause.
+fn remove_event_chunks(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    let mut size = best.events.len().div_ceil(2);
+    while size >= 1 {
+        let mut start = best.events.len().saturating_sub(size);
+        loop {
+            if start < best.events.len() {
+                let mut c = best.clone();
+                let end = (start + size).min(c.events.len());
+                // Keep the time the removed events took, so what follows
+                // still happens when it did.
+                let gap: u64 = c.events[start..end].iter().map(|t| t.after_ms).sum();
+                c.events.drain(start..end);
+                if let Some(next) = c.events.get_mut(start) {
+                    next.after_ms += gap;
+                }
+                attempt(best, c);
+            }
+            if start == 0 {
+                break;
+            }
+            start = start.saturating_sub(size);
+        }
+        if size == 1 {
+            break;
+        }
+        size = size.div_ceil(2);
+    }
+}
+
+/// Tries removing each element of one list, last first.
+fn for_each_index(
+    best: &mut WorldSpec,
+    len: impl Fn(&WorldSpec) -> usize,
+    remove: impl Fn(&mut WorldSpec, usize),
+    attempt: &mut Try<'_>,
+) {
+    let mut i = len(best);
+    while i > 0 {
+        i -= 1;
+        if i < len(best) {
+            let mut c = best.clone();
+            remove(&mut c, i);
+            attempt(best, c);
+        }
+    }
+}
+
+fn simplify_workers(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    for i in 0..best.workers.len() {
+        for f in (0..best.workers.get(i).map_or(0, |w| w.faults.len())).rev() {
+            let mut c = best.clone();
+            c.workers[i].faults.remove(f);
+            attempt(best, c);
+        }
+        let w = &best.workers[i];
+        let mut simpler = Vec::new();
+        if w.heartbeat.is_some() {
+            let mut c = best.clone();
+            c.workers[i].heartbeat = None;
+            simpler.push(c);
+        }
+        if w.slots != 1 {
+            let mut c = best.clone();
+            c.workers[i].slots = 1;
+            simpler.push(c);
+        }
+        if w.latency != "50" {
+            let mut c = best.clone();
+            c.workers[i].latency = "50".into();
+            simpler.push(c);
+        }
+        if !w.capabilities.is_empty() {
+            let mut c = best.clone();
+            c.workers[i].capabilities.clear();
+            simpler.push(c);
+        }
+        for c in simpler {
+            attempt(best, c);
+        }
+    }
+}
+
+fn simplify_instances(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    for i in 0..best.instances.len() {
+        let mut simpler = Vec::new();
+        if best.instances[i].payment.is_some() {
+            let mut c = best.clone();
+            c.instances[i].payment = None;
+            simpler.push(c);
+        }
+        if best.instances[i].payment == Some("success") {
+            let mut c = best.clone();
+            c.instances[i].payment = Some("local");
+            simpler.push(c);
+        }
+        if best.instances[i].heartbeat_timeout_ms.is_some() {
+            let mut c = best.clone();
+            c.instances[i].heartbeat_timeout_ms = None;
+            simpler.push(c);
+        }
+        for c in simpler {
+            attempt(best, c);
+        }
+    }
+}
+
+/// Makes commits plain (PUBLIC, valid payment) and delays shorter.
+fn simplify_events(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    for i in 0..best.events.len() {
+        let Some(t) = best.events.get(i) else { break };
+        let mut simpler = Vec::new();
+        if let Event::Commit(commit) = &t.event {
+            if commit.private {
+                let mut c = best.clone();
+                if let Event::Commit(x) = &mut c.events[i].event {
+                    x.private = false;
+                }
+                simpler.push(c);
+            }
+            if commit.pay.is_some_and(|p| p != "none") {
+                let mut c = best.clone();
+                if let Event::Commit(x) = &mut c.events[i].event {
+                    x.pay = Some("none");
+                }
+                simpler.push(c);
+            }
+        }
+        if t.after_ms > 1 {
+            let mut c = best.clone();
+            c.events[i].after_ms = 0;
+            simpler.push(c);
+        }
+        for c in simpler {
+            attempt(best, c);
+        }
+    }
+}
