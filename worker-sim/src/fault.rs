@@ -55,6 +55,9 @@ pub enum JobFault {
     WrongOutputHash,
     /// An output of the wrong shape for the job type, with a valid receipt.
     InvalidOutput,
+    /// Send the (valid) `result` frame twice: the second must draw an
+    /// error, never a second `result_accepted`.
+    DuplicateResult,
     /// Send a malformed frame when the job arrives, then do the job normally.
     Malformed { frame: MalformedKind },
 }
@@ -79,6 +82,7 @@ impl JobFault {
             JobFault::BadSignature => "bad_signature",
             JobFault::WrongOutputHash => "wrong_output_hash",
             JobFault::InvalidOutput => "invalid_output",
+            JobFault::DuplicateResult => "duplicate_result",
             JobFault::Malformed { .. } => "malformed",
         }
     }

@@ -576,6 +576,9 @@ impl Worker {
             Completion::Output(Ok(output)) => output,
         };
         let frame = self.result_frame(&job, output);
+        if job.fault == Some(JobFault::DuplicateResult) {
+            self.send_frame(t, &frame).await?;
+        }
         self.send_frame(t, &frame).await
     }
 

@@ -28,6 +28,7 @@ pub enum Kind {
     WorkerSlow,
     WrongOutput,
     ForgedReceipt,
+    DuplicateResult,
     MalformedFrames,
     HeartbeatLoss,
     WorkerChurn,
@@ -51,6 +52,7 @@ impl Kind {
         Kind::WorkerSlow,
         Kind::WrongOutput,
         Kind::ForgedReceipt,
+        Kind::DuplicateResult,
         Kind::MalformedFrames,
         Kind::HeartbeatLoss,
         Kind::WorkerChurn,
@@ -74,6 +76,7 @@ impl Kind {
             Kind::WorkerSlow => "worker_slow",
             Kind::WrongOutput => "wrong_output",
             Kind::ForgedReceipt => "forged_receipt",
+            Kind::DuplicateResult => "duplicate_result",
             Kind::MalformedFrames => "malformed_frames",
             Kind::HeartbeatLoss => "heartbeat_loss",
             Kind::WorkerChurn => "worker_churn",
@@ -477,6 +480,7 @@ fn draw_job_faults(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<JobFaultSpec> {
     };
     add(rng, Kind::WrongOutput, format!("kind = \"{wrong}\""));
     add(rng, Kind::ForgedReceipt, "kind = \"bad_signature\"".into());
+    add(rng, Kind::DuplicateResult, "kind = \"duplicate_result\"".into());
     let frame = pick(
         rng,
         &[
