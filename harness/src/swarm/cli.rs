@@ -34,6 +34,9 @@ pub struct SwarmArgs {
     /// Report failures without shrinking them.
     #[arg(long)]
     no_shrink: bool,
+    /// Stop starting new seeds after the first failure.
+    #[arg(long)]
+    fail_fast: bool,
     /// Print one line per seed.
     #[arg(long, short)]
     verbose: bool,
@@ -60,7 +63,12 @@ pub fn main(args: SwarmArgs) -> ExitCode {
         .max(1);
     #[allow(clippy::disallowed_methods)] // wall time of the tool itself, not of a world
     let started = std::time::Instant::now();
-    let results = run_all(seeds.clone(), jobs, budget, started, args.verbose);
+    let stop = Stop {
+        budget,
+        fail_fast: args.fail_fast,
+        started,
+    };
+    let results = run_all(seeds.clone(), jobs, &stop, args.verbose);
     let wall = started.elapsed();
     print_summary(&results, seeds.end - seeds.start, wall);
     let failures = first_failure_per_invariant(&results);
@@ -91,13 +99,19 @@ pub fn main(args: SwarmArgs) -> ExitCode {
     }
 }
 
+/// When to stop starting new seeds.
+struct Stop {
+    budget: Option<Duration>,
+    fail_fast: bool,
+    started: std::time::Instant,
+}
+
 /// Runs the seeds on `jobs` threads, each taking the next seed in turn;
 /// returns the results in seed order.
 fn run_all(
     seeds: std::ops::Range<u64>,
     jobs: usize,
-    budget: Option<Duration>,
-    started: std::time::Instant,
+    stop: &Stop,
     verbose: bool,
 ) -> Vec<SeedResult> {
     let next = AtomicU64::new(seeds.start);
@@ -132,13 +146,16 @@ fn run_all(
             if matches!(result.verdict, Verdict::Fail { .. }) {
                 failed += 1;
                 bar.set_message(format!("{failed} failed"));
+                if stop.fail_fast {
+                    out_of_time.store(true, Ordering::Relaxed);
+                }
             }
             if verbose {
                 bar.suspend(|| println!("seed {}: {:?}", result.seed, result.verdict));
             }
             bar.inc(1);
             results.push(result);
-            if budget.is_some_and(|b| started.elapsed() >= b) {
+            if stop.budget.is_some_and(|b| stop.started.elapsed() >= b) {
                 out_of_time.store(true, Ordering::Relaxed);
             }
         }
