@@ -23,7 +23,7 @@ fi
 out=target/sabotage
 mkdir -p "$out"
 summary="$out/summary.md"
-echo "| sabotage | caught | invariant | seeds run | shrunk lines | fails on sabotage | passes on main |" > "$summary"
+echo "| sabotage | caught | invariant | first failing seed | shrunk lines | fails on sabotage | passes on main |" > "$summary"
 echo "|---|---|---|---|---|---|---|" >> "$summary"
 for patch in "${patches[@]}"; do
   name=$(basename "$patch" .patch)
@@ -40,8 +40,8 @@ for patch in "${patches[@]}"; do
   caught=no; invariant=-; ran=-; lines=-; fails=-; passes=-
   if [ -n "$shrunk" ]; then
     caught=yes
-    invariant=$(grep -m1 '^FAILED seed' "$dir/swarm.txt" | sed 's/.*: //')
-    ran=$(grep -m1 'seeds run in' "$dir/swarm.txt" | cut -d' ' -f1)
+    invariant=$(grep -m1 '^FAILED seed' "$dir/swarm.txt" | sed -E 's/^FAILED seed [0-9]+: //')
+    ran=$(grep -m1 '^FAILED seed' "$dir/swarm.txt" | sed -E 's/^FAILED seed ([0-9]+):.*/\1/')
     lines=$(grep -cv '^\s*$' "$shrunk")
     target/release/harness "$shrunk" > "$dir/replay-sabotaged.txt" 2>&1 && fails=no || fails=yes
   fi
