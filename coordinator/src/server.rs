@@ -129,6 +129,15 @@ impl Settings {
         if t.pending_timeout_ms <= 0 || t.lease_ms <= 0 {
             return invalid("pending timeout and lease must be positive".into());
         }
+        // Workers heartbeat at the interval the welcome gives them; a timeout
+        // no longer than it would close every idle, healthy session (found by
+        // the swarm: such a world never kept a worker online).
+        if t.heartbeat_timeout_ms <= t.heartbeat_interval_ms {
+            return invalid(format!(
+                "the heartbeat timeout ({} ms) must be longer than the heartbeat interval ({} ms), or every idle worker is disconnected",
+                t.heartbeat_timeout_ms, t.heartbeat_interval_ms
+            ));
+        }
         let l = &mut self.config.limits;
         l.handshakes_max = l.handshakes_max.max(1);
         l.handshakes_per_client_max = l.handshakes_per_client_max.clamp(1, l.handshakes_max);

@@ -82,6 +82,29 @@ fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
     );
 }
 
+/// Found by the swarm: a heartbeat timeout at or below the heartbeat
+/// interval was accepted, and then every idle worker was disconnected at each
+/// timeout, so no worker ever stayed online.
+#[test]
+fn a_heartbeat_timeout_not_above_the_interval_refuses_to_start() {
+    let out = run(&[
+        "--heartbeat-interval-ms",
+        "5000",
+        "--heartbeat-timeout-ms",
+        "2000",
+        "--db",
+        ":memory:",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("heartbeat timeout (2000 ms) must be longer than the heartbeat interval (5000 ms)"),
+        "{stderr}"
+    );
+}
+
 /// Issue 16 #1: retention is on by default, and the job byte budgets are flags.
 #[test]
 fn retention_is_on_by_default_and_job_bytes_are_bounded() {

@@ -108,10 +108,10 @@ pub fn classify(scenario: &Scenario, outcome: &Outcome) -> Option<(String, Strin
                 .get(step.saturating_sub(1))
                 .and_then(|s| s.name.as_deref())
                 .unwrap_or("");
-            if name.starts_with("heal:") {
-                "heal_job_not_completed".to_owned()
-            } else {
-                "step_failed".to_owned()
+            // Heal steps are named `heal: KEY: what they check`.
+            match name.strip_prefix("heal: ").and_then(|r| r.split_once(':')) {
+                Some((key, _)) => key.to_owned(),
+                None => "step_failed".to_owned(),
             }
         }
     };

@@ -704,7 +704,9 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     let _ = writeln!(w, "\n[instances.{}]\nnetwork = {:?}", i.name, i.network);
     let heartbeat = i
         .heartbeat_timeout_ms
-        .map_or(String::new(), |ms| format!(", heartbeat_timeout_ms = {ms}"));
+        .map_or(String::new(), |ms| {
+            format!(", heartbeat_interval_ms = {}, heartbeat_timeout_ms = {ms}", ms / 4)
+        });
     let _ = writeln!(
         w,
         "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat} }}",
@@ -898,6 +900,18 @@ fn render_heal(w: &mut String, world: &WorldSpec) {
         let _ = writeln!(w, "\n[[steps]]\nstub = {{ name = \"provider_a\" }}\n\n[[steps]]\nstub = {{ name = \"provider_b\" }}");
     }
     let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
+    for i in &world.instances {
+        let honest = world
+            .workers
+            .iter()
+            .filter(|w| w.instance == i.name && w.honest())
+            .count();
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"heal: workers_online: every honest worker is back, no other\"\nhttp = {{ instance = {:?}, path = \"/v1/health\" }}\nexpect = {{ status = 200, body = {{ workers_online = {honest} }} }}",
+            i.name
+        );
+    }
     for (k, i) in world.instances.iter().enumerate() {
         for n in 0..world.heal_commits {
             render_heal_commit(w, i, k as u32 * 100 + n);
@@ -915,12 +929,12 @@ fn render_heal_commit(w: &mut String, i: &InstanceSpec, n: u32) {
     };
     let _ = writeln!(
         w,
-        "\n[[steps]]\nname = \"heal: a new job completes\"\nhttp = {{ instance = {:?}, method = \"POST\", path = \"/v1/jobs/commit/fast\", body = {{ job_type = \"TASK\", user_id = \"healer\", payload = {{ task_type = \"classify\", input = \"heal {n}\" }} }}{pay} }}\nexpect = {{ status = 201 }}\ncapture = {{ heal{n} = \"$.job_id\" }}",
+        "\n[[steps]]\nname = \"heal: heal_job_not_completed: a new job completes\"\nhttp = {{ instance = {:?}, method = \"POST\", path = \"/v1/jobs/commit/fast\", body = {{ job_type = \"TASK\", user_id = \"healer\", payload = {{ task_type = \"classify\", input = \"heal {n}\" }} }}{pay} }}\nexpect = {{ status = 201 }}\ncapture = {{ heal{n} = \"$.job_id\" }}",
         i.name
     );
     let _ = writeln!(
         w,
-        "\n[[steps]]\nname = \"heal: a new job completes\"\nwait_until = {{ instance = {:?}, job = \"{{{{heal{n}}}}}\", status = \"completed\", within = \"30s\" }}",
+        "\n[[steps]]\nname = \"heal: heal_job_not_completed: a new job completes\"\nwait_until = {{ instance = {:?}, job = \"{{{{heal{n}}}}}\", status = \"completed\", within = \"30s\" }}",
         i.name
     );
 }
