@@ -100,7 +100,9 @@ fn a_heartbeat_timeout_not_above_the_interval_refuses_to_start() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("heartbeat timeout (2000 ms) must be longer than the heartbeat interval (5000 ms)"),
+        stderr.contains(
+            "heartbeat timeout (2000 ms) must be longer than the heartbeat interval (5000 ms)"
+        ),
         "{stderr}"
     );
 }

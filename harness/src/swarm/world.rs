@@ -480,7 +480,11 @@ fn draw_job_faults(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<JobFaultSpec> {
     };
     add(rng, Kind::WrongOutput, format!("kind = \"{wrong}\""));
     add(rng, Kind::ForgedReceipt, "kind = \"bad_signature\"".into());
-    add(rng, Kind::DuplicateResult, "kind = \"duplicate_result\"".into());
+    add(
+        rng,
+        Kind::DuplicateResult,
+        "kind = \"duplicate_result\"".into(),
+    );
     let frame = pick(
         rng,
         &[
@@ -702,11 +706,12 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
 
 fn render_instance(w: &mut String, i: &InstanceSpec) {
     let _ = writeln!(w, "\n[instances.{}]\nnetwork = {:?}", i.name, i.network);
-    let heartbeat = i
-        .heartbeat_timeout_ms
-        .map_or(String::new(), |ms| {
-            format!(", heartbeat_interval_ms = {}, heartbeat_timeout_ms = {ms}", ms / 4)
-        });
+    let heartbeat = i.heartbeat_timeout_ms.map_or(String::new(), |ms| {
+        format!(
+            ", heartbeat_interval_ms = {}, heartbeat_timeout_ms = {ms}",
+            ms / 4
+        )
+    });
     let _ = writeln!(
         w,
         "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat} }}",
