@@ -14,8 +14,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
-/// Frames kept per run at most; beyond it the oldest are not dropped but
-/// new ones are counted only (a 1,000-job churn makes ~10,000 frames).
+/// Frames kept per run at most (a 1,000-job churn makes ~10,000). Beyond
+/// it frames are no longer recorded and every frame assertion fails, since
+/// it would judge part of the run.
 pub const FRAMES_MAX: usize = 1_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -50,17 +51,25 @@ pub struct FrameRecord {
 /// Every frame of a run, in the order they happened; clones share it.
 #[derive(Debug, Clone, Default)]
 pub struct FrameLog {
-    frames: Arc<Mutex<Vec<FrameRecord>>>,
+    frames: Arc<Mutex<Frames>>,
+}
+
+#[derive(Debug, Default)]
+struct Frames {
+    records: Vec<FrameRecord>,
+    /// Frames beyond [`FRAMES_MAX`], not recorded.
+    dropped: u64,
 }
 
 impl FrameLog {
     pub fn record(&self, worker: &str, direction: Direction, text: &str, line: usize) {
         let mut frames = self.frames.lock().expect("frame log lock");
-        if frames.len() >= FRAMES_MAX {
+        if frames.records.len() >= FRAMES_MAX {
+            frames.dropped += 1;
             return;
         }
         let frame = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-        frames.push(FrameRecord {
+        frames.records.push(FrameRecord {
             worker: worker.to_owned(),
             direction,
             frame,
@@ -68,8 +77,17 @@ impl FrameLog {
         });
     }
 
-    pub fn all(&self) -> Vec<FrameRecord> {
-        self.frames.lock().expect("frame log lock").clone()
+    /// Every frame of the run so far; an error once frames were dropped.
+    pub fn all(&self) -> Result<Vec<FrameRecord>, String> {
+        let frames = self.frames.lock().expect("frame log lock");
+        if frames.dropped > 0 {
+            return Err(format!(
+                "more than {FRAMES_MAX} worker frames in the run: {} were not recorded, \
+                 so frame assertions cannot judge it",
+                frames.dropped
+            ));
+        }
+        Ok(frames.records.clone())
     }
 }
 
@@ -166,7 +184,7 @@ pub fn run_expect_frames(expect: &ExpectFrames, world: &World, vars: &Vars) -> R
     let pattern = expect.pattern().render(vars)?;
     let found: Vec<FrameRecord> = world
         .frames
-        .all()
+        .all()?
         .into_iter()
         .filter(|r| pattern.matches(r))
         .collect();
@@ -212,6 +230,7 @@ fn recent_frames(world: &World, pattern: &FramePattern) -> String {
     let frames: Vec<String> = world
         .frames
         .all()
+        .unwrap_or_default()
         .into_iter()
         .filter(|r| near.matches(r))
         .map(|r| format!("line {}: {} {}", r.line, r.worker, r.frame))
@@ -294,7 +313,7 @@ mod tests {
             7,
         );
         log.record("v", Direction::Sent, "not json", 8);
-        let records = log.all();
+        let records = log.all().unwrap();
         let p = |w: Option<&str>, d: Option<Direction>, f: Value| FramePattern {
             worker: w.map(str::to_owned),
             direction: d,

@@ -102,7 +102,7 @@ pub fn check(temporal: &[Temporal], world: &World, vars: &Vars) -> Result<(), St
     if temporal.is_empty() {
         return Ok(());
     }
-    let frames = world.frames.all();
+    let frames = world.frames.all()?;
     for (i, property) in temporal.iter().enumerate() {
         let title = property.title(i + 1);
         let event = property
@@ -258,7 +258,7 @@ mod tests {
         log.record("w", Direction::Sent, r#"{"type":"accept","job_id":"a"}"#, 2);
         log.record("w", Direction::Sent, r#"{"type":"result","job_id":"a"}"#, 3);
         log.record("v", Direction::Sent, r#"{"type":"result","job_id":"b"}"#, 4);
-        log.all()
+        log.all().unwrap()
     }
 
     fn pattern(direction: Direction, frame: serde_json::Value) -> FramePattern {
