@@ -72,15 +72,20 @@ pub const QUOTE_KEYS: [&str; 5] = [
     "expires_at",
 ];
 
-/// Where the answer's shape is known (a job record, a quote), an expected
+/// A capture path that can never select anything; and, where the answer's
+/// shape is known (a job record, a quote), an expected
 /// key or a captured path that the answer never has: a misspelt key under
 /// `absent_or_null` would otherwise pass silently, and a capture would fail
 /// only when it runs.
 pub fn schema_problems(step: &Step) -> Vec<String> {
+    let mut out: Vec<String> = step
+        .capture
+        .values()
+        .filter_map(|path| crate::matcher::path_problem(path))
+        .collect();
     let Some(keys) = answer_keys(step) else {
-        return Vec::new();
+        return out;
     };
-    let mut out = Vec::new();
     let mut key = |path: &str, name: &str, known: &[&str]| {
         if !known.contains(&name) {
             out.push(format!(
@@ -464,6 +469,16 @@ mod tests {
         assert_eq!(
             keys(serde_json::to_value(&quote).unwrap()),
             sorted(&QUOTE_KEYS)
+        );
+    }
+
+    #[test]
+    fn a_capture_path_that_can_never_select() {
+        let p = only("[[steps]]\nhttp = { path = \"/\" }\ncapture = { j = \"job_id\" }\n");
+        says(
+            &p,
+            11,
+            &["step 1: capture path \"job_id\": it must start with $"],
         );
     }
 

@@ -215,6 +215,39 @@ fn check_regex(pattern: &str, path: &str, out: &mut Vec<String>) {
     }
 }
 
+/// Why a capture path cannot select anything, whatever the answer: it must
+/// be `$` followed by `.key` and `[index]` segments.
+pub fn path_problem(path: &str) -> Option<String> {
+    let why = |what: &str| {
+        Some(format!(
+            "capture path {path:?}: {what} (paths are $, $.key, $.list[0].key)"
+        ))
+    };
+    let Some(mut rest) = path.strip_prefix('$') else {
+        return why("it must start with $");
+    };
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            if end == 0 {
+                return why("an empty key");
+            }
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let Some(end) = after.find(']') else {
+                return why("an unclosed [");
+            };
+            if after[..end].parse::<usize>().is_err() {
+                return why(&format!("[{}] is not an index", &after[..end]));
+            }
+            rest = &after[end + 1..];
+        } else {
+            return why(&format!("unexpected {rest:?}"));
+        }
+    }
+    None
+}
+
 /// Reads `$.a.b[0].c` from `value`.
 pub fn select<'v>(value: &'v Value, path: &str) -> Option<&'v Value> {
     let rest = path.strip_prefix('$')?;
@@ -346,6 +379,23 @@ mod tests {
         assert!(p[2].contains("all_of takes a non-empty array"), "{p:?}");
         assert!(p[3].starts_with("$.d.not: invalid regex"), "{p:?}");
         assert!(problems(&json!({"x": "any_uuid", "y": "regex:^a$"}), "$").is_empty());
+    }
+
+    #[test]
+    fn capture_paths_that_can_never_select_are_named() {
+        for good in ["$", "$.a", "$.a.b[0].c", "$[2]"] {
+            assert_eq!(path_problem(good), None, "{good}");
+        }
+        for (bad, why) in [
+            ("job_id", "must start with $"),
+            ("$..a", "an empty key"),
+            ("$.a[x]", "[x] is not an index"),
+            ("$.a[0", "an unclosed ["),
+            ("$a", "unexpected \"a\""),
+        ] {
+            let p = path_problem(bad).unwrap();
+            assert!(p.contains(why), "{p}");
+        }
     }
 
     #[test]
