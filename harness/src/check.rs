@@ -32,7 +32,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn at(line: usize, message: impl Into<String>) -> Self {
+    pub(crate) fn at(line: usize, message: impl Into<String>) -> Self {
         Self {
             line,
             message: message.into(),
@@ -46,8 +46,22 @@ pub fn check(path: &Path, text: &str, scenario: &Scenario) -> Vec<Problem> {
     let mut problems = Vec::new();
     check_file(path, scenario, &lines, &mut problems);
     let workers = check_workers(scenario, &lines, &mut problems);
-    check_steps(scenario, &workers, &lines, &mut problems);
+    let defined = check_steps(scenario, &workers, &lines, &mut problems);
+    crate::check_v2::check(
+        scenario,
+        &workers,
+        &defined,
+        &text_lines(text),
+        &mut problems,
+    );
     problems.sort_by_key(|p| p.line);
+    // Steps expanded from one `repeat`/`for_each` table share its line: say
+    // each mistake once, for the first of them.
+    let mut seen = BTreeSet::new();
+    problems.retain(|p| {
+        let what = p.message.split_once(": ").map_or(&*p.message, |(_, m)| m);
+        seen.insert((p.line, what.to_owned()))
+    });
     problems
 }
 
@@ -123,17 +137,24 @@ fn declared(scenario: &Scenario) -> String {
     }
 }
 
+/// Checks the steps; returns the variables defined at the end.
 fn check_steps(
     scenario: &Scenario,
     workers: &BTreeSet<String>,
     lines: &Lines,
     problems: &mut Vec<Problem>,
-) {
+) -> BTreeSet<String> {
     let mut defined: BTreeSet<String> = workers.iter().map(|w| format!("pubkey.{w}")).collect();
+    // The line of each `[[steps]]` table; expanded steps point at theirs.
+    let mut tables = Vec::new();
     let mut from = 0;
-    for (i, step) in scenario.steps.iter().enumerate() {
-        let line = lines.find("[[steps]]", from);
+    while let Some(line) = lines.find_next("[[steps]]", from) {
+        tables.push(line);
         from = line;
+    }
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let source = scenario.step_sources.get(i).copied().unwrap_or(i);
+        let line = tables.get(source).copied().unwrap_or(0);
         let number = i + 1;
         let mut problem = |message: String| {
             problems.push(Problem::at(line, format!("step {number}: {message}")));
@@ -156,23 +177,20 @@ fn check_steps(
                 ));
             }
         }
+        crate::check_v2::check_step_refs(step, workers, &mut problem);
         let mut local = defined.clone();
         if matches!(step.action, Action::CommitMany(_)) {
             local.insert("i".into());
         }
         for text in strings_of(step) {
-            for var in variables(&text) {
-                if !local.contains(&var) {
-                    problem(format!(
-                        "{{{{{var}}}}} is not defined by an earlier step (defined here: {})",
-                        listing(&local)
-                    ));
-                }
-            }
+            check_variables(&text, &local, &mut problem);
         }
-        if let Some(expect) = &step.expect {
-            if let Some(body) = &expect.body {
-                check_matchers(body, &mut problem);
+        crate::check_v2::schema_problems(step)
+            .into_iter()
+            .for_each(&mut problem);
+        for (path, expected) in crate::check_v2::expected_values(step) {
+            for p in matcher::problems(&expected, &path) {
+                problem(p);
             }
         }
         defined.extend(step.capture.keys().cloned());
@@ -183,9 +201,32 @@ fn check_steps(
             }
         }
     }
+    defined
 }
 
-fn listing(names: &BTreeSet<String>) -> String {
+/// Each `{{expression}}` of `text` parses and names a defined variable.
+pub(crate) fn check_variables(
+    text: &str,
+    defined: &BTreeSet<String>,
+    problem: &mut impl FnMut(String),
+) {
+    match crate::template::expressions(text) {
+        Err(e) => problem(e),
+        Ok(exprs) => {
+            for e in exprs {
+                if !defined.contains(&e.var) {
+                    problem(format!(
+                        "{{{{{}}}}} is not defined by an earlier step (defined here: {})",
+                        e.var,
+                        listing(defined)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn listing(names: &BTreeSet<String>) -> String {
     if names.is_empty() {
         "none".into()
     } else {
@@ -202,9 +243,14 @@ fn instance_of(action: &Action) -> Option<&str> {
         Action::CommitMany(c) => &c.instance,
         Action::Facilitator(c) => &c.instance,
         Action::Sockets(s) => &s.instance,
-        Action::Router(_) | Action::Advance(_) | Action::Worker(_) | Action::Stub(_) => {
-            return None
-        }
+        Action::ExpectCalls(c) => return c.facilitator.as_deref(),
+        Action::Router(_)
+        | Action::Advance(_)
+        | Action::Worker(_)
+        | Action::Stub(_)
+        | Action::ExpectFrames(_)
+        | Action::SendFrame(_)
+        | Action::Group(_) => return None,
     })
 }
 
@@ -226,6 +272,8 @@ fn strings_of(step: &crate::scenario::Step) -> Vec<String> {
         Action::Router(c) => add(&c.request),
         Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
         Action::CommitMany(c) => add(&c.body),
+        Action::SendFrame(c) => add(&c.frame),
+        Action::ExpectFrames(c) => add(&c.frame),
         _ => {}
     }
     if let Some(expect) = &step.expect {
@@ -236,7 +284,7 @@ fn strings_of(step: &crate::scenario::Step) -> Vec<String> {
     out
 }
 
-fn collect_strings(value: &Value, out: &mut Vec<String>) {
+pub(crate) fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::String(s) => out.push(s.clone()),
         Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
@@ -248,31 +296,8 @@ fn collect_strings(value: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// The `{{name}}` references in a string.
-fn variables(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        out.push(after[..end].trim().to_owned());
-        rest = &after[end + 2..];
-    }
-    out
-}
-
-/// A string that starts like a matcher must be one.
-fn check_matchers(body: &Value, problem: &mut impl FnMut(String)) {
-    let mut strings = Vec::new();
-    collect_strings(body, &mut strings);
-    for s in strings {
-        if s.starts_with("any_") && !matcher::is_matcher(&s) {
-            problem(format!(
-                "{s:?} is not a matcher ({}); a literal starting with any_ is not allowed",
-                matcher::MATCHERS.join(", ")
-            ));
-        }
-    }
+fn text_lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
 }
 
 /// Line lookup in the file's text.
@@ -285,6 +310,17 @@ impl<'a> Lines<'a> {
         Self {
             lines: text.lines().collect(),
         }
+    }
+
+    /// The first line after line `from` (1-based) whose text starts with
+    /// `start`, ignoring indentation.
+    fn find_next(&self, start: &str, from: usize) -> Option<usize> {
+        self.lines
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, l)| l.trim_start().starts_with(start))
+            .map(|(i, _)| i + 1)
     }
 
     /// The first line at or after `from` (1-based) whose text starts with

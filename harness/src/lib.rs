@@ -7,6 +7,11 @@
 //! - [`check`]: `harness check`: every reference resolved before a run.
 //! - [`transcript`]: timestamped lines and their rolling SHA-256 digest.
 //! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
+//! - [`template`]: `{{var | filter}}` expressions.
+//! - [`matrix`]: `repeat` and `for_each`, expanded at load.
+//! - [`frames`]: worker frames as data; frame and call-count steps, scripted frames.
+//! - [`temporal`]: `never`, `exactly_once`, `before` over the whole run.
+//! - [`terms`]: per-instance prices, payment asset, x402 version of a paying step.
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
 //! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
 //! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
@@ -14,13 +19,19 @@
 //! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
 
 pub mod check;
+pub mod check_v2;
+pub mod frames;
 pub mod live;
 pub mod matcher;
+pub mod matrix;
 pub mod report;
 pub mod runner;
 pub mod safety;
 pub mod scenario;
 pub mod swarm;
+pub mod template;
+pub mod temporal;
+pub mod terms;
 pub mod transcript;
 pub mod world;
 

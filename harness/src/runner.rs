@@ -292,7 +292,9 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
     // Let in-flight frames land and stores commit before the end-of-run checks.
     tokio::time::sleep(Duration::from_millis(1)).await;
     world.settle().await;
-    match check_invariants(scenario, world) {
+    let checked = check_invariants(scenario, world)
+        .and_then(|()| crate::temporal::check(&scenario.temporal, world, &vars));
+    match checked {
         Ok(()) => {
             world.transcript.log("harness", "invariants hold");
             (scenario.steps.len(), Outcome::Passed)
@@ -359,6 +361,19 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
             None
         }
         Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
+        Action::ExpectFrames(expect) => {
+            crate::frames::run_expect_frames(expect, world, vars)?;
+            None
+        }
+        Action::ExpectCalls(expect) => {
+            crate::frames::run_expect_calls(expect, world)?;
+            None
+        }
+        Action::SendFrame(send) => {
+            crate::frames::run_send_frame(send, world, vars).await?;
+            None
+        }
+        Action::Group(_) => return Err("groups are expanded when the file loads".into()),
     };
     // The loader refuses `expect` and `capture` on actions without an answer.
     match answer {
@@ -671,6 +686,14 @@ fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String
         .find(|(k, _)| k.eq_ignore_ascii_case("payment-required"))
         .map(|(_, v)| v.as_bytes());
     let body = serde_json::to_vec(&answer.body).map_err(|e| e.to_string())?;
+    // Paying v1 reads the v1 body and answers with `X-PAYMENT`.
+    let header = match pay.version {
+        Some(crate::terms::PayVersion::V1) => None,
+        Some(crate::terms::PayVersion::V2) => {
+            Some(header.ok_or("the 402 answer has no PAYMENT-REQUIRED header to pay v2")?)
+        }
+        None => header,
+    };
     let mut required = x402::PaymentRequired::from_response(header, Some(&body))
         .map_err(|e| format!("cannot read the 402 answer: {e}"))?;
     let mut now_seconds =

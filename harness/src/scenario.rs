@@ -12,6 +12,9 @@ use std::path::Path;
 use std::time::Duration;
 
 pub const SCHEMA_VERSION: u32 = 1;
+/// The versions this harness reads; version 2 adds the features listed in
+/// `crate::matrix::V2_FEATURES` (a version-1 file that uses one is refused).
+pub const SCHEMA_VERSIONS: [u32; 2] = [1, 2];
 
 /// A closed set of TOML spellings: a typo fails the load with an error that
 /// names the valid ones; `as_str` gives the spelling back for the transcript.
@@ -73,6 +76,13 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     #[serde(default)]
     pub invariants: Invariants,
+    /// Properties of the whole run, checked at the end (version 2).
+    #[serde(default)]
+    pub temporal: Vec<crate::temporal::Temporal>,
+    /// For each step, the index of the `[[steps]]` table it came from
+    /// (several steps come from one table with `repeat` or `for_each`).
+    #[serde(skip)]
+    pub step_sources: Vec<usize>,
 }
 
 fn default_epoch() -> String {
@@ -96,6 +106,9 @@ pub struct Instance {
     /// A `restart` recovers from it.
     #[serde(default)]
     pub store: StoreKind,
+    /// Prices per tier and job type (version 2); the others keep the defaults.
+    #[serde(default)]
+    pub prices: crate::terms::PriceOverrides,
 }
 
 choice!(
@@ -117,6 +130,13 @@ pub struct PaymentSpec {
     pub pay_to: String,
     #[serde(default)]
     pub facilitator: Settlement,
+    /// The token paid in and its EIP-712 domain (version 2); USDC on Base
+    /// Sepolia by default.
+    pub asset: Option<String>,
+    pub asset_name: Option<String>,
+    pub asset_version: Option<String>,
+    /// The authorization window a payment must allow (default 300 s).
+    pub max_timeout_seconds: Option<u64>,
 }
 
 /// How an instance settles payments: `local` (verify only, `payment_ref` =
@@ -215,6 +235,9 @@ pub struct WorkerSpec {
     /// Log every frame of this worker in the transcript.
     #[serde(default = "yes")]
     pub trace: bool,
+    /// Use the key of this earlier worker (version 2): a second session
+    /// with an existing worker's key.
+    pub key_of: Option<String>,
 }
 
 fn chain_a() -> String {
@@ -268,6 +291,8 @@ pub struct Step {
     pub action: Action,
     pub expect: Option<Expect>,
     pub capture: BTreeMap<String, String>,
+    /// `repeat` / `for_each` (version 2), expanded at load.
+    pub each: Option<crate::matrix::Each>,
 }
 
 #[derive(Debug, Clone)]
@@ -282,6 +307,11 @@ pub enum Action {
     CommitMany(CommitMany),
     Facilitator(FacilitatorControl),
     Sockets(Sockets),
+    ExpectFrames(crate::frames::ExpectFrames),
+    ExpectCalls(crate::frames::ExpectCalls),
+    SendFrame(crate::frames::SendFrame),
+    /// Steps run in order, repeated together (version 2); expanded at load.
+    Group(Vec<Step>),
 }
 
 choice!(
@@ -297,6 +327,10 @@ choice!(
         CommitMany => "commit_many",
         Facilitator => "facilitator",
         Sockets => "sockets",
+        ExpectFrames => "expect_frames",
+        ExpectCalls => "expect_calls",
+        SendFrame => "send_frame",
+        Group => "group",
     }
 );
 
@@ -313,8 +347,14 @@ const STEP_KEYS: &[&str] = &[
     "commit_many",
     "facilitator",
     "sockets",
+    "expect_frames",
+    "expect_calls",
+    "send_frame",
+    "group",
     "expect",
     "capture",
+    "repeat",
+    "for_each",
 ];
 
 impl Action {
@@ -330,6 +370,10 @@ impl Action {
             Action::CommitMany(_) => ActionKey::CommitMany,
             Action::Facilitator(_) => ActionKey::Facilitator,
             Action::Sockets(_) => ActionKey::Sockets,
+            Action::ExpectFrames(_) => ActionKey::ExpectFrames,
+            Action::ExpectCalls(_) => ActionKey::ExpectCalls,
+            Action::SendFrame(_) => ActionKey::SendFrame,
+            Action::Group(_) => ActionKey::Group,
         }
     }
 
@@ -356,6 +400,9 @@ impl Action {
                 | Action::Stub(_)
                 | Action::Facilitator(_)
                 | Action::Sockets(_)
+                | Action::ExpectFrames(_)
+                | Action::ExpectCalls(_)
+                | Action::SendFrame(_)
         )
     }
 
@@ -372,6 +419,10 @@ impl Action {
             ActionKey::CommitMany => Action::CommitMany(map.next_value()?),
             ActionKey::Facilitator => Action::Facilitator(map.next_value()?),
             ActionKey::Sockets => Action::Sockets(map.next_value()?),
+            ActionKey::ExpectFrames => Action::ExpectFrames(map.next_value()?),
+            ActionKey::ExpectCalls => Action::ExpectCalls(map.next_value()?),
+            ActionKey::SendFrame => Action::SendFrame(map.next_value()?),
+            ActionKey::Group => Action::Group(map.next_value()?),
         })
     }
 }
@@ -400,12 +451,15 @@ impl<'de> Visitor<'de> for StepVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Step, A::Error> {
         let (mut name, mut action, mut expect, mut capture) = (None, None, None, None);
+        let mut each = crate::matrix::Each::default();
         let mut seed = StepKeySeed { action: None };
         while let Some(key) = map.next_key_seed(seed)? {
             match key {
                 StepKey::Name => name = Some(map.next_value()?),
                 StepKey::Expect => expect = Some(map.next_value()?),
                 StepKey::Capture => capture = Some(map.next_value()?),
+                StepKey::Repeat => each.repeat = Some(map.next_value()?),
+                StepKey::ForEach => each.for_each = Some(map.next_value()?),
                 StepKey::Action(key) => {
                     action = Some(Action::next_value(key, &mut map)?);
                     seed.action = Some(key);
@@ -420,11 +474,13 @@ impl<'de> Visitor<'de> for StepVisitor {
                 action.key()
             )));
         }
+        let each = each.check(&action).map_err(de::Error::custom)?;
         Ok(Step {
             name,
             action,
             expect,
             capture,
+            each,
         })
     }
 }
@@ -434,6 +490,8 @@ enum StepKey {
     Action(ActionKey),
     Expect,
     Capture,
+    Repeat,
+    ForEach,
 }
 
 /// Reads one key of a step table. It refuses unknown keys and a second
@@ -453,6 +511,8 @@ impl<'de> DeserializeSeed<'de> for StepKeySeed {
             "name" => StepKey::Name,
             "expect" => StepKey::Expect,
             "capture" => StepKey::Capture,
+            "repeat" => StepKey::Repeat,
+            "for_each" => StepKey::ForEach,
             other => ActionKey::parse(other)
                 .map(StepKey::Action)
                 .ok_or_else(|| de::Error::unknown_field(other, STEP_KEYS))?,
@@ -495,6 +555,10 @@ pub struct Pay {
     /// Absent for a valid payment.
     #[serde(default)]
     pub alter: Option<Alter>,
+    /// The x402 version to pay with (version 2 files): 1 reads the v1 body
+    /// and sends `X-PAYMENT`, 2 reads `PAYMENT-REQUIRED` and sends
+    /// `PAYMENT-SIGNATURE`. Absent: whatever the 402 answer offers first (2).
+    pub version: Option<crate::terms::PayVersion>,
 }
 
 choice!(
@@ -759,13 +823,14 @@ impl Scenario {
 
     /// Parses and checks a scenario; errors name the key and line.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
-        if scenario.schema_version != SCHEMA_VERSION {
+        let mut scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
+        if !SCHEMA_VERSIONS.contains(&scenario.schema_version) {
             return Err(format!(
-                "schema_version {} is not supported; this harness reads {SCHEMA_VERSION}",
+                "schema_version {} is not supported; this harness reads 1 or 2",
                 scenario.schema_version
             ));
         }
+        crate::matrix::expand(text, &mut scenario)?;
         scenario.epoch_ms()?;
         for (i, step) in scenario.steps.iter().enumerate() {
             if scenario.live && step.action.simulation_only() {
@@ -859,7 +924,8 @@ mod tests {
             9,
             "unknown field `advanse`, expected one of `name`, `http`, `router`, `advance`, \
              `wait_until`, `worker`, `instance`, `stub`, `commit_many`, `facilitator`, \
-             `sockets`, `expect`, `capture`",
+             `sockets`, `expect_frames`, `expect_calls`, `send_frame`, `group`, `expect`, \
+             `capture`, `repeat`, `for_each`",
         );
         let err = load_error("[[steps]]\nhttp = { path = \"/\", bogus = 1 }\n");
         assert_error(&err, 9, "unknown field `bogus`");
@@ -872,7 +938,8 @@ mod tests {
             &err,
             8,
             "a step needs exactly one action: http, router, advance, wait_until, worker, \
-             instance, stub, commit_many, facilitator, sockets (it has none)",
+             instance, stub, commit_many, facilitator, sockets, expect_frames, expect_calls, \
+             send_frame, group (it has none)",
         );
     }
 
@@ -885,7 +952,8 @@ mod tests {
             &err,
             10,
             "a step needs exactly one action: http, router, advance, wait_until, worker, \
-             instance, stub, commit_many, facilitator, sockets (it has advance and wait_until)",
+             instance, stub, commit_many, facilitator, sockets, expect_frames, expect_calls, \
+             send_frame, group (it has advance and wait_until)",
         );
     }
 
@@ -1049,7 +1117,7 @@ mod tests {
         assert_eq!(&SETTLEMENTS[1..], FacilitatorScript::NAMES);
         let mut keys = vec!["name"];
         keys.extend(ActionKey::NAMES);
-        keys.extend(["expect", "capture"]);
+        keys.extend(["expect", "capture", "repeat", "for_each"]);
         assert_eq!(STEP_KEYS, keys.as_slice());
     }
 

@@ -44,6 +44,15 @@ impl Transcript {
         inner.lines.push(line);
     }
 
+    /// Lines so far (the last line's number, 1-based).
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("transcript lock").lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn lines(&self) -> Vec<String> {
         self.inner.lock().expect("transcript lock").lines.clone()
     }

@@ -54,6 +54,11 @@ pub struct SimWorker {
     trace: bool,
     start: bool,
     task: Option<JoinHandle<()>>,
+    /// The seed its key derives from: its own, or that of the worker named
+    /// by `key_of` (a second session with an existing worker's key).
+    key_seed: u64,
+    /// Frames of `send_frame` steps, into the running worker.
+    outbox: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl SimWorker {
@@ -65,6 +70,8 @@ impl SimWorker {
 
 pub struct World {
     pub transcript: Transcript,
+    /// Every worker frame, as data (for frame assertions).
+    pub frames: crate::frames::FrameLog,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,
@@ -96,6 +103,7 @@ pub fn coordinator_config(instance: &Instance) -> Config {
         network: instance.network.clone(),
         ..Config::default()
     };
+    instance.prices.apply(&mut config.prices);
     let t = &instance.timing;
     let ct = &mut config.timing;
     if let Some(v) = t.pending_timeout_ms {
@@ -384,6 +392,7 @@ impl World {
             .get(&w.instance)
             .ok_or_else(|| format!("no instance {:?}", w.instance))?;
         let transcript = self.transcript.clone();
+        let frames = self.frames.clone();
         let trace = w.trace;
         let observer = move |event: &worker_sim::WorkerEvent| {
             use worker_sim::EventKind;
@@ -394,9 +403,23 @@ impl World {
             if trace || !quiet {
                 transcript.log(&event.worker, event.kind.summary());
             }
+            let (direction, frame) = match &event.kind {
+                EventKind::FrameIn { frame } => (crate::frames::Direction::Received, frame),
+                EventKind::FrameOut { frame } => (crate::frames::Direction::Sent, frame),
+                _ => return,
+            };
+            frames.record(&event.worker, direction, frame, transcript.len());
         };
+        let (outbox, scripted) = tokio::sync::mpsc::unbounded_channel();
+        w.outbox = Some(outbox);
         let mut worker = Worker::new(w.config.clone(), self.worker_clock.clone())
             .map_err(|e| e.to_string())?
+            .with_keypair(
+                worker_sim::KeySource::Seed
+                    .load(w.key_seed)
+                    .map_err(|e| e.to_string())?,
+            )
+            .with_outbox(scripted)
             .with_observer(Arc::new(observer));
         w.task = Some(match &instance.driver {
             Driver::Sim(sim) => {
@@ -414,6 +437,50 @@ impl World {
             }
         });
         Ok(())
+    }
+
+    /// Hands a frame to a running worker, which sends it as it is.
+    pub fn send_scripted(&self, name: &str, text: String) -> Result<(), String> {
+        let w = self
+            .workers
+            .get(name)
+            .ok_or_else(|| format!("no worker {name:?}"))?;
+        match (&w.task, &w.outbox) {
+            (Some(_), Some(outbox)) => outbox
+                .send(text)
+                .map_err(|_| format!("worker {name} has stopped")),
+            _ => Err(format!("worker {name} is not running")),
+        }
+    }
+
+    /// A receipt for a scripted `result` frame: over its `job_id` and
+    /// `output`, signed with the worker's key, completed now.
+    pub fn sign_receipt(
+        &self,
+        name: &str,
+        frame: &serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        let w = self
+            .workers
+            .get(name)
+            .ok_or_else(|| format!("no worker {name:?}"))?;
+        let key = worker_sim::KeySource::Seed
+            .load(w.key_seed)
+            .map_err(|e| e.to_string())?;
+        let job_id = frame["job_id"]
+            .as_str()
+            .and_then(|id| uuid::Uuid::parse_str(id).ok())
+            .ok_or("a signed receipt needs the frame's job_id to be a UUID")?;
+        let completed_at = protocol::time::format_ms(self.epoch_ms + self.transcript.elapsed_ms());
+        let receipt = protocol::receipt::ReceiptBody::new(
+            job_id,
+            key.public_key_hex(),
+            &frame["output"],
+            completed_at,
+            None,
+        )
+        .sign(&key);
+        serde_json::to_value(&receipt).map_err(|e| e.to_string())
     }
 
     /// Kills a worker's task: its connection drops as in a crash.
@@ -603,7 +670,20 @@ fn assemble(
     for spec in &scenario.workers {
         let mut seeds = || master.gen::<u64>();
         for config in worker_configs(spec, &mut seeds) {
-            let public_key = Worker::new(config.clone(), worker_clock.clone())
+            let key_seed = match &spec.key_of {
+                None => config.seed,
+                Some(other) => workers
+                    .get(other)
+                    .map(|w: &SimWorker| w.key_seed)
+                    .ok_or_else(|| {
+                        format!(
+                            "worker {}: key_of {other:?} is not an earlier worker",
+                            config.name
+                        )
+                    })?,
+            };
+            let public_key = worker_sim::KeySource::Seed
+                .load(key_seed)
                 .map_err(|e| e.to_string())?
                 .public_key_hex();
             if workers.contains_key(&config.name) {
@@ -618,6 +698,8 @@ fn assemble(
                     trace: spec.trace,
                     start: spec.start,
                     task: None,
+                    key_seed,
+                    outbox: None,
                 },
             );
         }
@@ -681,6 +763,7 @@ fn assemble(
     let router = ComputeRouter::with_transport(router_config, traced);
     let world = World {
         transcript,
+        frames: crate::frames::FrameLog::default(),
         http,
         net: None,
         idle_sockets: Vec::new(),
@@ -712,6 +795,7 @@ fn payment_settings(
         .map_err(|e| format!("payment.pay_to: {e}"))?;
     let mut config = x402::PaymentConfig::base_sepolia_usdc(pay_to);
     config.network = network.to_owned();
+    spec.apply_asset(&mut config)?;
     let settler: Arc<dyn x402::Settler> = match stub {
         None => Arc::new(x402::LocalSettler),
         Some(stub) => {

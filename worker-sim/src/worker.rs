@@ -107,6 +107,9 @@ pub struct Worker {
     backoff_rng: ChaCha20Rng,
     jobs_seen: u64,
     sessions: u32,
+    /// Frames a driver asks this worker to send as they are, whatever the
+    /// protocol says (see [`Worker::with_outbox`]).
+    outbox: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -130,6 +133,16 @@ fn text_of(incoming: Incoming) -> Step<Option<String>> {
     }
 }
 
+/// The next frame of a driver's outbox; never ready without one.
+async fn next_scripted(
+    outbox: &mut Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+) -> Option<String> {
+    match outbox {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Worker {
     /// A worker with the simulated backend and no observer; its key comes
     /// from `config.key` (by default derived from `config.seed`).
@@ -147,6 +160,7 @@ impl Worker {
             backoff_rng: rng_for(seed, Stream::Backoff),
             jobs_seen: 0,
             sessions: 0,
+            outbox: None,
             config,
         })
     }
@@ -158,6 +172,15 @@ impl Worker {
 
     pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
+        self
+    }
+
+    /// Frames sent into `outbox` go out on the current session verbatim
+    /// (after the handshake), so a scenario can script a misbehaving peer:
+    /// a result for a job it does not hold, a frame out of order. Frames
+    /// sent while no session is up wait for the next one.
+    pub fn with_outbox(mut self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>) -> Self {
+        self.outbox = Some(outbox);
         self
     }
 
@@ -441,6 +464,9 @@ impl Worker {
                 _ = tokio::time::sleep_until(next_heartbeat), if heartbeat_due => {
                     self.send_frame(t, &WorkerFrame::Heartbeat).await?;
                     next_heartbeat += interval;
+                }
+                Some(text) = next_scripted(&mut self.outbox) => {
+                    self.send_raw(t, text).await?;
                 }
             }
         }

@@ -638,3 +638,26 @@ async fn same_seed_same_log_different_seed_different_keys() {
     assert_ne!(key_a, key_c);
     assert_ne!(log_a, log_c);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_outbox_frame_goes_out_verbatim_after_the_handshake() {
+    let (outbox, scripted) = tokio::sync::mpsc::unbounded_channel();
+    // Queued before any session: it waits for the welcome.
+    outbox
+        .send(r#"{"type":"gossip","n":1}"#.to_owned())
+        .unwrap();
+    let (connector, mut acceptor) = protocol::connection::channel_connector();
+    let mut worker = worker_sim::Worker::new(config(3), worker_sim::TokioClock::shared(EPOCH_MS))
+        .unwrap()
+        .with_outbox(scripted);
+    tokio::spawn(async move { worker.run(connector).await });
+    let mut c = FakeCoordinator::accept(&mut acceptor).await;
+    c.handshake(60_000).await;
+    assert_eq!(
+        c.recv_text().await.as_deref(),
+        Some(r#"{"type":"gossip","n":1}"#)
+    );
+    // And one sent mid-session, as it is, even if it is not JSON.
+    outbox.send("not json".to_owned()).unwrap();
+    assert_eq!(c.recv_text().await.as_deref(), Some("not json"));
+}
