@@ -32,7 +32,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn at(line: usize, message: impl Into<String>) -> Self {
+    pub(crate) fn at(line: usize, message: impl Into<String>) -> Self {
         Self {
             line,
             message: message.into(),
@@ -47,6 +47,7 @@ pub fn check(path: &Path, text: &str, scenario: &Scenario) -> Vec<Problem> {
     check_file(path, scenario, &lines, &mut problems);
     let workers = check_workers(scenario, &lines, &mut problems);
     check_steps(scenario, &workers, &lines, &mut problems);
+    crate::check_beside::check(scenario, &workers, &lines, &mut problems);
     problems.sort_by_key(|p| p.line);
     problems
 }
@@ -100,12 +101,7 @@ fn check_workers(
                 ),
             ));
         }
-        for i in 0..spec.count {
-            let name = if spec.count == 1 {
-                spec.name.clone()
-            } else {
-                format!("{}-{i}", spec.name)
-            };
+        for name in worker_names(spec) {
             if !names.insert(name.clone()) {
                 problems.push(Problem::at(line, format!("two workers are named {name}")));
             }
@@ -114,7 +110,17 @@ fn check_workers(
     names
 }
 
-fn declared(scenario: &Scenario) -> String {
+/// The names a worker declaration makes (`w`, or `w-0` ... with `count`).
+pub fn worker_names(spec: &crate::scenario::WorkerSpec) -> Vec<String> {
+    if spec.count == 1 {
+        return vec![spec.name.clone()];
+    }
+    (0..spec.count)
+        .map(|i| format!("{}-{i}", spec.name))
+        .collect()
+}
+
+pub(crate) fn declared(scenario: &Scenario) -> String {
     let names: Vec<&str> = scenario.instances.keys().map(String::as_str).collect();
     if names.is_empty() {
         "none is declared".into()
@@ -185,7 +191,7 @@ fn check_steps(
     }
 }
 
-fn listing(names: &BTreeSet<String>) -> String {
+pub(crate) fn listing(names: &BTreeSet<String>) -> String {
     if names.is_empty() {
         "none".into()
     } else {
@@ -202,9 +208,11 @@ fn instance_of(action: &Action) -> Option<&str> {
         Action::CommitMany(c) => &c.instance,
         Action::Facilitator(c) => &c.instance,
         Action::Sockets(s) => &s.instance,
-        Action::Router(_) | Action::Advance(_) | Action::Worker(_) | Action::Stub(_) => {
-            return None
-        }
+        Action::Router(_)
+        | Action::Advance(_)
+        | Action::Worker(_)
+        | Action::Stub(_)
+        | Action::WaitWorkload(_) => return None,
     })
 }
 
@@ -276,7 +284,7 @@ fn check_matchers(body: &Value, problem: &mut impl FnMut(String)) {
 }
 
 /// Line lookup in the file's text.
-struct Lines<'a> {
+pub(crate) struct Lines<'a> {
     lines: Vec<&'a str>,
 }
 
@@ -289,7 +297,7 @@ impl<'a> Lines<'a> {
 
     /// The first line at or after `from` (1-based) whose text starts with
     /// `start`, ignoring indentation; `from` itself when none does.
-    fn find(&self, start: &str, from: usize) -> usize {
+    pub(crate) fn find(&self, start: &str, from: usize) -> usize {
         // `from` is 1-based, so skipping `from` lines starts after it.
         self.lines
             .iter()
