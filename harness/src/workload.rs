@@ -405,7 +405,7 @@ async fn commit_one(setup: &mut Setup, progress: &Mutex<Progress>, i: u32, d: Dr
             let id = body["job_id"].as_str().map(str::to_owned);
             let shown = match (&id, r.status) {
                 (Some(id), 201) => id.clone(),
-                _ => String::from_utf8_lossy(&protocol::canonical::to_vec(&body)).into_owned(),
+                _ => refusal(&body),
             };
             (
                 r.status.to_string(),
@@ -428,6 +428,21 @@ async fn commit_one(setup: &mut Setup, progress: &Mutex<Progress>, i: u32, d: Dr
     if let Some(id) = id {
         p.open.push((i, d.instance, id));
     }
+}
+
+/// A refused commit's answer as the transcript shows it: its `error`, or
+/// the start of its body (a 402's requirements are long and the same every
+/// time).
+fn refusal(body: &Value) -> String {
+    const SHOWN_CHARS_MAX: usize = 120;
+    let shown = match body.get("error") {
+        Some(error) => json!({ "error": error }),
+        None => body.clone(),
+    };
+    String::from_utf8_lossy(&protocol::canonical::to_vec(&shown))
+        .chars()
+        .take(SHOWN_CHARS_MAX)
+        .collect()
 }
 
 /// Signs the 402's requirements with the scenario payer: the header's name and value.
