@@ -54,6 +54,7 @@ pub fn check(path: &Path, text: &str, scenario: &Scenario) -> Vec<Problem> {
         &text_lines(text),
         &mut problems,
     );
+    crate::check_beside::check(scenario, &workers, &lines, &mut problems);
     problems.sort_by_key(|p| p.line);
     // Steps expanded from one `repeat`/`for_each` table share its line: say
     // each mistake once, for the first of them.
@@ -114,12 +115,7 @@ fn check_workers(
                 ),
             ));
         }
-        for i in 0..spec.count {
-            let name = if spec.count == 1 {
-                spec.name.clone()
-            } else {
-                format!("{}-{i}", spec.name)
-            };
+        for name in worker_names(spec) {
             if !names.insert(name.clone()) {
                 problems.push(Problem::at(line, format!("two workers are named {name}")));
             }
@@ -128,7 +124,17 @@ fn check_workers(
     names
 }
 
-fn declared(scenario: &Scenario) -> String {
+/// The names a worker declaration makes (`w`, or `w-0` ... with `count`).
+pub fn worker_names(spec: &crate::scenario::WorkerSpec) -> Vec<String> {
+    if spec.count == 1 {
+        return vec![spec.name.clone()];
+    }
+    (0..spec.count)
+        .map(|i| format!("{}-{i}", spec.name))
+        .collect()
+}
+
+pub(crate) fn declared(scenario: &Scenario) -> String {
     let names: Vec<&str> = scenario.instances.keys().map(String::as_str).collect();
     if names.is_empty() {
         "none is declared".into()
@@ -250,7 +256,8 @@ fn instance_of(action: &Action) -> Option<&str> {
         | Action::Stub(_)
         | Action::ExpectFrames(_)
         | Action::SendFrame(_)
-        | Action::Group(_) => return None,
+        | Action::Group(_)
+        | Action::WaitWorkload(_) => return None,
     })
 }
 
@@ -301,7 +308,7 @@ fn text_lines(text: &str) -> Vec<&str> {
 }
 
 /// Line lookup in the file's text.
-struct Lines<'a> {
+pub(crate) struct Lines<'a> {
     lines: Vec<&'a str>,
 }
 
@@ -325,7 +332,7 @@ impl<'a> Lines<'a> {
 
     /// The first line at or after `from` (1-based) whose text starts with
     /// `start`, ignoring indentation; `from` itself when none does.
-    fn find(&self, start: &str, from: usize) -> usize {
+    pub(crate) fn find(&self, start: &str, from: usize) -> usize {
         // `from` is 1-based, so skipping `from` lines starts after it.
         self.lines
             .iter()

@@ -13,14 +13,19 @@
 //! - [`temporal`]: `never`, `exactly_once`, `before` over the whole run.
 //! - [`terms`]: per-instance prices, payment asset, x402 version of a paying step.
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
+//! - [`workload`], [`fault`], [`beside`]: commit streams and fault injectors
+//!   running beside the steps (schema version 2).
 //! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
 //! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
 //! - [`safety`]: properties every simulated run keeps, checked over transcript and stores.
 //! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
 
+pub mod beside;
 pub mod check;
 pub mod check_v2;
 pub mod frames;
+mod check_beside;
+pub mod fault;
 pub mod live;
 pub mod matcher;
 pub mod matrix;
@@ -33,6 +38,7 @@ pub mod template;
 pub mod temporal;
 pub mod terms;
 pub mod transcript;
+pub mod workload;
 pub mod world;
 
 pub use runner::{run_simulated, run_simulated_with, Outcome, RunReport};

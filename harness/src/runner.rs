@@ -119,6 +119,9 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
                 Ok(w) => w,
                 Err(message) => return RunReport::not_started(scenario, seed, message),
             };
+            if let Err(message) = crate::beside::start(scenario, &mut world, seed) {
+                return RunReport::not_started(scenario, seed, message);
+            }
             world
                 .transcript
                 .log("harness", format!("scenario {} seed {seed}", scenario.name));
@@ -289,6 +292,8 @@ async fn run_steps(scenario: &Scenario, world: &mut World) -> (usize, Outcome) {
             );
         }
     }
+    // Injectors repair what they broke; workloads still running stop.
+    crate::beside::stop(world).await;
     // Let in-flight frames land and stores commit before the end-of-run checks.
     tokio::time::sleep(Duration::from_millis(1)).await;
     world.settle().await;
@@ -374,6 +379,7 @@ async fn run_step(step: &Step, world: &mut World, vars: &mut Vars) -> Result<(),
             None
         }
         Action::Group(_) => return Err("groups are expanded when the file loads".into()),
+        Action::WaitWorkload(wait) => Some(Answer::body(crate::beside::wait(world, wait).await?)),
     };
     // The loader refuses `expect` and `capture` on actions without an answer.
     match answer {

@@ -11,9 +11,11 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-pub const SCHEMA_VERSION: u32 = 1;
-/// The versions this harness reads; version 2 adds the features listed in
-/// `crate::matrix::V2_FEATURES` (a version-1 file that uses one is refused).
+/// The newest schema version; version 1 files keep running unchanged.
+/// Version 2 adds `[[workloads]]`, `[[faults]]`, `wait_until = { workload }`
+/// and the features listed in `crate::matrix::V2_FEATURES` (a version-1 file
+/// that uses one is refused).
+pub const SCHEMA_VERSION: u32 = 2;
 pub const SCHEMA_VERSIONS: [u32; 2] = [1, 2];
 
 /// A closed set of TOML spellings: a typo fails the load with an error that
@@ -83,6 +85,12 @@ pub struct Scenario {
     /// (several steps come from one table with `repeat` or `for_each`).
     #[serde(skip)]
     pub step_sources: Vec<usize>,
+    /// Version 2: commit streams beside the steps (`crate::workload`).
+    #[serde(default)]
+    pub workloads: Vec<crate::workload::WorkloadSpec>,
+    /// Version 2: fault injectors beside the steps (`crate::fault`).
+    #[serde(default)]
+    pub faults: Vec<crate::fault::FaultSpec>,
 }
 
 fn default_epoch() -> String {
@@ -312,6 +320,8 @@ pub enum Action {
     SendFrame(crate::frames::SendFrame),
     /// Steps run in order, repeated together (version 2); expanded at load.
     Group(Vec<Step>),
+    /// `wait_until = { workload }` (version 2).
+    WaitWorkload(crate::beside::WaitWorkload),
 }
 
 choice!(
@@ -363,7 +373,7 @@ impl Action {
             Action::Http(_) => ActionKey::Http,
             Action::Router(_) => ActionKey::Router,
             Action::Advance(_) => ActionKey::Advance,
-            Action::WaitUntil(_) => ActionKey::WaitUntil,
+            Action::WaitUntil(_) | Action::WaitWorkload(_) => ActionKey::WaitUntil,
             Action::Worker(_) => ActionKey::Worker,
             Action::Instance(_) => ActionKey::Instance,
             Action::Stub(_) => ActionKey::Stub,
@@ -384,6 +394,7 @@ impl Action {
             Action::Http(_)
                 | Action::Router(_)
                 | Action::WaitUntil(_)
+                | Action::WaitWorkload(_)
                 | Action::CommitMany(_)
                 | Action::Sockets(_)
         )
@@ -412,7 +423,10 @@ impl Action {
             ActionKey::Http => Action::Http(map.next_value()?),
             ActionKey::Router => Action::Router(map.next_value()?),
             ActionKey::Advance => Action::Advance(map.next_value()?),
-            ActionKey::WaitUntil => Action::WaitUntil(map.next_value()?),
+            ActionKey::WaitUntil => map
+                .next_value::<crate::beside::WaitSpec>()?
+                .into_action()
+                .map_err(de::Error::custom)?,
             ActionKey::Worker => Action::Worker(map.next_value()?),
             ActionKey::Instance => Action::Instance(map.next_value()?),
             ActionKey::Stub => Action::Stub(map.next_value()?),
@@ -657,7 +671,7 @@ pub struct WaitUntil {
     pub within: SimDuration,
 }
 
-fn default_within() -> SimDuration {
+pub fn default_within() -> SimDuration {
     SimDuration {
         text: "60s".into(),
         duration: Duration::from_secs(60),
@@ -831,6 +845,7 @@ impl Scenario {
             ));
         }
         crate::matrix::expand(text, &mut scenario)?;
+        scenario.check_version_2()?;
         scenario.epoch_ms()?;
         for (i, step) in scenario.steps.iter().enumerate() {
             if scenario.live && step.action.simulation_only() {
@@ -854,6 +869,30 @@ impl Scenario {
             }
         }
         Ok(scenario)
+    }
+
+    /// Version-2 features need `schema_version = 2`, and the simulation.
+    fn check_version_2(&self) -> Result<(), String> {
+        let waits_for_workload = self
+            .steps
+            .iter()
+            .position(|s| matches!(s.action, Action::WaitWorkload(_)));
+        let uses = if !self.workloads.is_empty() {
+            Some("[[workloads]]".to_owned())
+        } else if !self.faults.is_empty() {
+            Some("[[faults]]".to_owned())
+        } else {
+            waits_for_workload.map(|i| format!("step {} (wait_until a workload)", i + 1))
+        };
+        match uses {
+            Some(what) if self.schema_version < 2 => {
+                Err(format!("{what} needs schema_version = 2"))
+            }
+            Some(what) if self.live => Err(format!(
+                "{what} runs only in the simulation; set live = false"
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub fn epoch_ms(&self) -> Result<i64, String> {

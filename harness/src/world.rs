@@ -25,7 +25,7 @@ use router::{
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use testkit::{ProviderKind, ProviderStub, StubConfig};
 use tokio::task::JoinHandle;
 use worker_sim::{Worker, WorkerConfig};
@@ -86,6 +86,8 @@ pub struct World {
     pub payer_rng: ChaCha20Rng,
     epoch_ms: i64,
     worker_clock: worker_sim::SharedClock,
+    /// Workloads and fault injectors running beside the steps.
+    pub beside: crate::beside::Beside,
 }
 
 /// `chain_a` -> `chain-a.sim`, its host name on the simulated network.
@@ -200,17 +202,16 @@ impl World {
                 settings.payment = Some(config);
                 settler = Some(s);
             }
-            let mut sim = SimInstance {
+            let sim = SimInstance {
                 settings,
                 settler,
                 seed,
-                generation: 0,
+                generation: Arc::default(),
                 clock: clock.clone(),
                 host: sim_host(name),
                 net: net.clone(),
-                server: None,
+                process: Arc::default(),
                 crashed: Arc::new(AtomicBool::new(false)),
-                keeper: None,
             };
             sim.start().await?;
             instances.insert(
@@ -522,8 +523,10 @@ impl World {
     pub fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), String> {
         let sim = self.sim_instance(name)?;
         let (net, host, crashed) = (sim.net.clone(), sim.host.clone(), sim.crashed.clone());
-        let server = sim.server.as_ref().ok_or("instance is not running")?;
-        let store = server.store().ok_or("instance has no database")?;
+        if !sim.is_running() {
+            return Err("instance is not running".into());
+        }
+        let store = sim.store().ok_or("instance has no database")?;
         store.crash_after(write, move || {
             // Within the write itself: nothing the process does after it
             // reaches a peer.
@@ -559,8 +562,8 @@ impl World {
     pub async fn settle(&self) {
         for instance in self.instances.values() {
             if let Driver::Sim(sim) = &instance.driver {
-                if let Some(server) = &sim.server {
-                    let _ = server.coordinator().durable().await;
+                if let Some(coordinator) = sim.coordinator() {
+                    let _ = coordinator.durable().await;
                 }
             }
         }
@@ -592,6 +595,20 @@ impl World {
             }
         }
         Ok((opened, refused))
+    }
+
+    /// Another handle on a simulated instance, for the fault injectors.
+    pub fn instance_handle(&self, name: &str) -> Result<SimInstance, String> {
+        match self.instances.get(name).map(|i| &i.driver) {
+            Some(Driver::Sim(sim)) => Ok((**sim).clone()),
+            Some(Driver::Live { .. }) => Err("faults run only in the simulation".into()),
+            None => Err(format!("no instance {name:?}")),
+        }
+    }
+
+    /// The simulated network (`None` in live runs).
+    pub fn net(&self) -> Option<simnet::Net> {
+        self.net.clone()
     }
 
     fn sim_instance(&mut self, name: &str) -> Result<&mut SimInstance, String> {
@@ -775,6 +792,7 @@ fn assemble(
         payer_rng,
         epoch_ms,
         worker_clock,
+        beside: Default::default(),
     };
     Ok(world)
 }
@@ -813,19 +831,28 @@ fn payment_settings(
 
 /// A simulated instance: the real coordinator, started through the
 /// composition root on an in-memory SQLite database that outlives each
-/// process generation, served on the simulated network.
+/// process generation, served on the simulated network. Cloning gives
+/// another handle on the same instance (fault injectors running beside the
+/// steps crash and restart it through theirs).
+#[derive(Clone)]
 pub struct SimInstance {
     settings: Settings,
     settler: Option<Arc<dyn x402::Settler>>,
     seed: u64,
-    generation: u64,
+    generation: Arc<AtomicU64>,
     clock: Arc<TokioClock>,
     host: String,
     net: simnet::Net,
-    /// The running generation; `None` between a crash and the restart.
-    pub server: Option<Server>,
+    /// Never held across an await.
+    process: Arc<Mutex<Process>>,
     /// Set by an armed crash (`crash_after`).
     crashed: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct Process {
+    /// The running generation; `None` between a crash and the restart.
+    server: Option<Server>,
     /// A crashed generation's store, kept until the next generation has
     /// opened the database (an in-memory database lives while a
     /// connection to it is open).
@@ -833,12 +860,15 @@ pub struct SimInstance {
 }
 
 impl SimInstance {
+    fn process(&self) -> std::sync::MutexGuard<'_, Process> {
+        self.process.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Starts a generation: a seeded RNG stream of its own, recovery from
     /// the database, serving on the instance's host name.
-    async fn start(&mut self) -> Result<(), String> {
+    pub async fn start(&self) -> Result<(), String> {
         let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
-        rng.set_stream(self.generation);
-        self.generation += 1;
+        rng.set_stream(self.generation.fetch_add(1, Ordering::SeqCst));
         let parts = server::Parts {
             clock: self.clock.clone(),
             rng,
@@ -849,25 +879,43 @@ impl SimInstance {
             .await
             .map_err(|e| e.to_string())?;
         started.serve(self.net.listen(&self.host), |_| {});
-        self.server = Some(started);
-        self.keeper = None;
+        let mut process = self.process();
+        process.server = Some(started);
+        process.keeper = None;
         self.crashed.store(false, Ordering::SeqCst);
         Ok(())
     }
 
     /// Kills the running generation: its store writes nothing more, its
     /// tasks stop, and every connection it serves is cut.
-    fn crash(&mut self) {
+    pub fn crash(&self) {
         self.net.crash(&self.host);
-        if let Some(server) = self.server.take() {
-            self.keeper = server.store().cloned();
+        let mut process = self.process();
+        if let Some(server) = process.server.take() {
+            process.keeper = server.store().cloned();
             server.crash();
         }
     }
 
+    /// Whether a generation is running.
+    pub fn is_running(&self) -> bool {
+        self.process().server.is_some()
+    }
+
     /// The current generation's store.
     pub fn store(&self) -> Option<Arc<SqliteStore>> {
-        self.server.as_ref().and_then(|s| s.store().cloned())
+        self.process()
+            .server
+            .as_ref()
+            .and_then(|s| s.store().cloned())
+    }
+
+    /// The current generation's coordinator.
+    fn coordinator(&self) -> Option<coordinator::Coordinator> {
+        self.process()
+            .server
+            .as_ref()
+            .map(|s| s.coordinator().clone())
     }
 }
 

@@ -20,9 +20,14 @@
 //! ability to kill a host. Byte streams over `tokio::io::duplex` give that
 //! with the production server code untouched.
 //!
+//! Link faults ([`Net::set_link_fault`]): the links between one peer and
+//! one host can be cut (a partition: open links reset, new connects
+//! refused), delayed by a fixed time, or held (bytes buffered, released at
+//! the repair), until the fault is lifted. Timers run on the paused clock.
+//!
 //! Determinism: everything happens on one current-thread runtime; links are
-//! kept in creation order and cut in that order, so the tasks a crash wakes
-//! run in the same order every time.
+//! kept in creation order and cut or reshaped in that order, so the tasks a
+//! fault wakes run in the same order every time.
 
 mod http;
 mod stream;
@@ -36,6 +41,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 use stream::Link;
 use tokio::sync::mpsc;
 
@@ -55,10 +61,40 @@ pub struct Net {
 struct State {
     hosts: BTreeMap<String, Host>,
     /// Open links by id (creation order), with the host that serves each.
-    links: BTreeMap<u64, (String, Weak<Link>)>,
+    links: BTreeMap<u64, LinkEntry>,
+    /// Faults on the links between a peer and a host, by who set them.
+    faults: BTreeMap<(SocketAddr, String), BTreeMap<String, LinkFault>>,
     next_link: u64,
     /// Peer addresses by name, handed out in order of first request.
     peers: BTreeMap<String, SocketAddr>,
+}
+
+struct LinkEntry {
+    host: String,
+    from: SocketAddr,
+    link: Weak<Link>,
+}
+
+/// What is wrong with the links between a peer and a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkFault {
+    /// A partition: open links are reset, new connects refused.
+    Cut,
+    /// Every byte arrives this much later than it was written.
+    Delay(Duration),
+    /// Bytes are buffered (up to a bound) and delivered at the repair.
+    Hold,
+}
+
+impl LinkFault {
+    /// The fault in force when several are set.
+    fn strongest<'a>(faults: impl Iterator<Item = &'a LinkFault>) -> Option<LinkFault> {
+        faults.copied().max_by_key(|f| match f {
+            LinkFault::Cut => (2, Duration::ZERO),
+            LinkFault::Hold => (1, Duration::ZERO),
+            LinkFault::Delay(d) => (0, *d),
+        })
+    }
 }
 
 struct Host {
@@ -117,14 +153,29 @@ impl Net {
             .filter(|h| !h.refusing)
             .and_then(|h| h.accept.clone())
             .ok_or_else(refused)?;
+        let fault = state
+            .faults
+            .get(&(from, host.to_owned()))
+            .and_then(|by| LinkFault::strongest(by.values()));
+        if fault == Some(LinkFault::Cut) {
+            return Err(refused());
+        }
         let (client, server, link) = stream::pair(LINK_BUFFER_BYTES);
+        if let Some(fault) = fault {
+            shape(&link, fault);
+        }
         accept.send((server, from)).map_err(|_| refused())?;
-        state.links.retain(|_, (_, l)| l.strong_count() > 0);
+        state.links.retain(|_, entry| entry.link.strong_count() > 0);
         let id = state.next_link;
         state.next_link += 1;
-        state
-            .links
-            .insert(id, (host.to_owned(), Arc::downgrade(&link)));
+        state.links.insert(
+            id,
+            LinkEntry {
+                host: host.to_owned(),
+                from,
+                link: Arc::downgrade(&link),
+            },
+        );
         Ok(client)
     }
 
@@ -139,11 +190,11 @@ impl Net {
             let ids: Vec<u64> = state
                 .links
                 .iter()
-                .filter(|(_, (served_by, _))| served_by == host)
+                .filter(|(_, entry)| entry.host == host)
                 .map(|(id, _)| *id)
                 .collect();
             ids.into_iter()
-                .filter_map(|id| state.links.remove(&id).and_then(|(_, l)| l.upgrade()))
+                .filter_map(|id| state.links.remove(&id).and_then(|e| e.link.upgrade()))
                 .collect()
         };
         for link in cut {
@@ -157,6 +208,52 @@ impl Net {
         if let Some(h) = self.lock().hosts.get_mut(host) {
             h.refusing = refusing;
         }
+    }
+}
+
+impl Net {
+    /// Puts `fault` (set by `owner`) on every link between the peer called
+    /// `peer` and `host`, open or opened later, or lifts `owner`'s fault
+    /// (`None`). Faults of several owners add up: a cut wins over a hold,
+    /// a hold over a delay, the longest delay over shorter ones. When none
+    /// is left, held bytes are delivered, delays end, connects are
+    /// accepted again. Open links are changed in link order.
+    pub fn set_link_fault(&self, peer: &str, host: &str, owner: &str, fault: Option<LinkFault>) {
+        let from = self.peer_addr(peer);
+        let (fault, links): (Option<LinkFault>, Vec<Arc<Link>>) = {
+            let mut state = self.lock();
+            let by = state.faults.entry((from, host.to_owned())).or_default();
+            match fault {
+                Some(fault) => by.insert(owner.to_owned(), fault),
+                None => by.remove(owner),
+            };
+            let fault = LinkFault::strongest(by.values());
+            if by.is_empty() {
+                state.faults.remove(&(from, host.to_owned()));
+            }
+            let links = state
+                .links
+                .values()
+                .filter(|e| e.from == from && e.host == host)
+                .filter_map(|e| e.link.upgrade())
+                .collect();
+            (fault, links)
+        };
+        for link in links {
+            match fault {
+                Some(fault) => shape(&link, fault),
+                None if link.is_shaped() => link.set_shape(Duration::ZERO, false),
+                None => {}
+            }
+        }
+    }
+}
+
+fn shape(link: &Link, fault: LinkFault) {
+    match fault {
+        LinkFault::Cut => link.cut(),
+        LinkFault::Delay(delay) => link.set_shape(delay, false),
+        LinkFault::Hold => link.set_shape(Duration::ZERO, true),
     }
 }
 
