@@ -34,8 +34,30 @@ const X_REQUEST_ID: &str = "x-request-id";
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
-    let body_limit = coordinator.config().limits.body_bytes_max;
+    router(coordinator, true)
+}
+
+/// `GET /metrics` alone, for a listener of its own (`--metrics-listen`).
+pub fn metrics_only(coordinator: Coordinator) -> Router {
     Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            coordinator.clone(),
+            count_request,
+        ))
+        .with_state(coordinator)
+}
+
+/// The API without `GET /metrics` (served apart, see [`metrics_only`]).
+pub fn api(coordinator: Coordinator) -> Router {
+    router(coordinator, false)
+}
+
+fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
+    let body_limit = coordinator.config().limits.body_bytes_max;
+    let routes = Router::new()
         .route("/v1/health", get(health))
         .route("/v1/quote", get(quote))
         .route("/v1/jobs/commit/fast", post(commit_fast))
@@ -45,8 +67,13 @@ pub fn app(coordinator: Coordinator) -> Router {
         .route("/v1/trust/claim", post(trust_claim))
         .route("/v1/trust/list", get(trust_list))
         .route("/v1/workers/ws", get(session::upgrade))
-        .route("/v1/openapi.json", get(openapi_json))
-        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi_json));
+    let routes = if with_metrics {
+        routes.route("/metrics", get(metrics))
+    } else {
+        routes
+    };
+    routes
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
@@ -430,7 +457,11 @@ async fn commit(
     }
     let paid = gate.settle_unspent(auth).await;
     c.metrics().payment_settled(paid.is_ok());
-    let paid = paid.map_err(|r| ApiError::Payment(Box::new(r)))?;
+    let paid = paid.map_err(|refusal| {
+        // A 402 like any other: counted by its reason too.
+        c.metrics().payment_refused(refusal.reason());
+        ApiError::Payment(Box::new(refusal))
+    })?;
     let response_header = paid.settlement.payment_response_header();
     let payment = Payment {
         payment_ref: paid.payment_ref().to_owned(),
