@@ -34,8 +34,27 @@ const X_REQUEST_ID: &str = "x-request-id";
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
-    let body_limit = coordinator.config().limits.body_bytes_max;
+    router(coordinator, true)
+}
+
+/// `GET /metrics` alone, for a listener of its own (`--metrics-listen`).
+pub fn metrics_only(coordinator: Coordinator) -> Router {
     Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(CountRequests(coordinator.clone()))
+        .with_state(coordinator)
+}
+
+/// The API without `GET /metrics` (served apart, see [`metrics_only`]).
+pub fn api(coordinator: Coordinator) -> Router {
+    router(coordinator, false)
+}
+
+fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
+    let body_limit = coordinator.config().limits.body_bytes_max;
+    let routes = Router::new()
         .route("/v1/health", get(health))
         .route("/v1/quote", get(quote))
         .route("/v1/jobs/commit/fast", post(commit_fast))
@@ -45,8 +64,13 @@ pub fn app(coordinator: Coordinator) -> Router {
         .route("/v1/trust/claim", post(trust_claim))
         .route("/v1/trust/list", get(trust_list))
         .route("/v1/workers/ws", get(session::upgrade))
-        .route("/v1/openapi.json", get(openapi_json))
-        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi_json));
+    let routes = if with_metrics {
+        routes.route("/metrics", get(metrics))
+    } else {
+        routes
+    };
+    routes
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
@@ -55,10 +79,7 @@ pub fn app(coordinator: Coordinator) -> Router {
         ))
         // Router layers run after routing, so the matched route is known;
         // outside the panic catcher, so a panic counts as its 500.
-        .layer(axum::middleware::from_fn_with_state(
-            coordinator.clone(),
-            count_request,
-        ))
+        .layer(CountRequests(coordinator.clone()))
         // Outermost last: a caller's malformed id is dropped, a missing one
         // made, copied to the answer, and carried by every log line the
         // request's span covers.
@@ -132,22 +153,62 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
 }
 
 /// Counts each request by method, route template (never the raw path: ids
-/// would make a series per job) and status.
-async fn count_request(
-    State(c): State<Coordinator>,
-    req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_owned();
-    let method = req.method().clone();
-    let response = next.run(req).await;
-    c.metrics()
-        .http_request(method.as_str(), &route, response.status().as_u16());
-    response
+/// would make a series per job) and status. A plain tower layer: axum's
+/// `middleware::from_fn` clones the inner service and boxes per request,
+/// about 4,300 instructions (benches/results/metrics-cost-2026-11-24.md).
+#[derive(Clone)]
+struct CountRequests(Coordinator);
+
+impl<S> tower::Layer<S> for CountRequests {
+    type Service = Counted<S>;
+
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted {
+            inner,
+            coordinator: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    coordinator: Coordinator,
+}
+
+impl<S> tower::Service<Request> for Counted<S>
+where
+    S: tower::Service<Request, Response = Response>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // Router layers run after routing, so the matched route is known.
+        let route = req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .cloned();
+        let method = req.method().clone();
+        let answer = self.inner.call(req);
+        let c = self.coordinator.clone();
+        Box::pin(async move {
+            let response = answer.await?;
+            let route = route.as_ref().map_or("unmatched", |p| p.as_str());
+            c.metrics()
+                .http_request(method.as_str(), route, response.status().as_u16());
+            Ok(response)
+        })
+    }
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -430,7 +491,11 @@ async fn commit(
     }
     let paid = gate.settle_unspent(auth).await;
     c.metrics().payment_settled(paid.is_ok());
-    let paid = paid.map_err(|r| ApiError::Payment(Box::new(r)))?;
+    let paid = paid.map_err(|refusal| {
+        // A 402 like any other: counted by its reason too.
+        c.metrics().payment_refused(refusal.reason());
+        ApiError::Payment(Box::new(refusal))
+    })?;
     let response_header = paid.settlement.payment_response_header();
     let payment = Payment {
         payment_ref: paid.payment_ref().to_owned(),

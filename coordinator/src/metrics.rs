@@ -7,6 +7,8 @@
 //! from it at scrape time, so the dispatch path does no gauge bookkeeping.
 //! Label values come from closed sets (tiers, job types, failure reasons,
 //! x402 reason codes, route templates, status codes), so series are bounded.
+//! The SQLite writer records its own commits through a [`StoreMetrics`]
+//! handle, off every request's path.
 
 use crate::core::{Core, FailureReason, Job};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -52,7 +54,7 @@ struct OutcomeLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
-    method: String,
+    method: &'static str,
     route: String,
     status: u16,
 }
@@ -62,6 +64,18 @@ type LatencyFamily = Family<TierLabel, Histogram, fn() -> Histogram>;
 /// Latency buckets in seconds: 1 ms doubling to about 65 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Group-commit durations in seconds: 100 µs doubling to about 1.6 s
+/// (an fsync takes from tens of microseconds on NVMe to tens of
+/// milliseconds on a network disk).
+fn flush_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 15))
+}
+
+/// Events per group commit: 1 doubling to 4,096.
+fn batch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 13))
 }
 
 /// What `x402::Reason::Other` (a facilitator's unknown code) is counted
@@ -84,6 +98,104 @@ pub struct Metrics {
     payments_refused: Family<PaymentReasonLabel, Counter>,
     payments_settled: Family<OutcomeLabel, Counter>,
     http_requests: Family<HttpLabels, Counter>,
+    store: StoreMetrics,
+    hot: Hot,
+}
+
+const TIERS: [Tier; 2] = [Tier::Fast, Tier::Cheap];
+const JOB_TYPES: [JobType; 2] = [JobType::LlmInfer, JobType::Task];
+
+/// Handles on the series every job passes through, resolved once: an update
+/// on the dispatch path (under the coordinator's lock) is then an atomic add
+/// or a histogram's short lock, with no label hashing or map lookup. Their
+/// series exist at 0 from the start. Indexed by [`TIERS`] and [`JOB_TYPES`].
+struct Hot {
+    committed: [[Counter; 2]; 2],
+    completed: [[Counter; 2]; 2],
+    assign_wait: [Histogram; 2],
+    commit_to_completed: [Histogram; 2],
+}
+
+impl Hot {
+    fn resolve(
+        committed: &Family<JobLabels, Counter>,
+        completed: &Family<JobLabels, Counter>,
+        assign_wait: &LatencyFamily,
+        commit_to_completed: &LatencyFamily,
+    ) -> Self {
+        let by_job = |family: &Family<JobLabels, Counter>| {
+            TIERS.map(|tier| {
+                JOB_TYPES.map(|job_type| {
+                    family
+                        .get_or_create(&JobLabels {
+                            tier: tier.as_str(),
+                            job_type: job_type.as_str(),
+                        })
+                        .clone()
+                })
+            })
+        };
+        let by_tier = |family: &LatencyFamily| {
+            TIERS.map(|tier| {
+                family
+                    .get_or_create(&TierLabel {
+                        tier: tier.as_str(),
+                    })
+                    .clone()
+            })
+        };
+        Self {
+            committed: by_job(committed),
+            completed: by_job(completed),
+            assign_wait: by_tier(assign_wait),
+            commit_to_completed: by_tier(commit_to_completed),
+        }
+    }
+}
+
+fn tier_index(tier: Tier) -> usize {
+    match tier {
+        Tier::Fast => 0,
+        Tier::Cheap => 1,
+    }
+}
+
+fn job_type_index(job_type: JobType) -> usize {
+    match job_type {
+        JobType::LlmInfer => 0,
+        JobType::Task => 1,
+    }
+}
+
+/// The method as a label from a closed set (no allocation per request).
+fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "HEAD" => "HEAD",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The store writer's metrics: a handle on histograms of the coordinator's
+/// registry (clones share them), given to the SQLite store at start-up.
+#[derive(Clone, Debug)]
+pub struct StoreMetrics {
+    flush_seconds: Histogram,
+    batch_events: Histogram,
+}
+
+impl StoreMetrics {
+    /// One group commit of `events` events (`apply` calls) that took
+    /// `elapsed` from its transaction's start to the end of its fsync.
+    pub fn flushed(&self, events: u64, elapsed: std::time::Duration) {
+        self.flush_seconds.observe(elapsed.as_secs_f64());
+        self.batch_events.observe(events as f64);
+    }
 }
 
 impl Default for Metrics {
@@ -95,20 +207,35 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
+        let jobs_committed = Family::default();
+        let jobs_completed = Family::default();
+        let assign_wait = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let commit_to_completed =
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram);
         let m = Self {
-            jobs_committed: Family::default(),
-            jobs_completed: Family::default(),
             jobs_failed: Family::default(),
             results_rejected: Family::default(),
             sessions_closed: Family::default(),
-            assign_wait: Family::new_with_constructor(latency_histogram),
-            commit_to_completed: Family::new_with_constructor(latency_histogram),
             queue_depth: Family::default(),
             workers_online: Gauge::default(),
             payments_verified: Counter::default(),
             payments_refused: Family::default(),
             payments_settled: Family::default(),
             http_requests: Family::default(),
+            hot: Hot::resolve(
+                &jobs_committed,
+                &jobs_completed,
+                &assign_wait,
+                &commit_to_completed,
+            ),
+            jobs_committed,
+            jobs_completed,
+            assign_wait,
+            commit_to_completed,
+            store: StoreMetrics {
+                flush_seconds: flush_histogram(),
+                batch_events: batch_histogram(),
+            },
             registry: Registry::default(),
         };
         // The registry adds `_total` to counter names.
@@ -177,16 +304,26 @@ impl Metrics {
             "HTTP requests answered, by method, route template and status",
             m.http_requests.clone(),
         );
+        registry.register(
+            "store_flush_seconds",
+            "One group commit of the SQLite writer, from its transaction's start to the end of its fsync (monotonic time; 0 in the simulation)",
+            m.store.flush_seconds.clone(),
+        );
+        registry.register(
+            "store_flush_batch_events",
+            "Events (job, pairing and trust changes of one request or timer) written by one group commit",
+            m.store.batch_events.clone(),
+        );
         Self { registry, ..m }
     }
 
+    /// The handle the store writer records its commits with.
+    pub fn store(&self) -> StoreMetrics {
+        self.store.clone()
+    }
+
     pub fn job_committed(&self, tier: Tier, job_type: JobType) {
-        self.jobs_committed
-            .get_or_create(&JobLabels {
-                tier: tier.as_str(),
-                job_type: job_type.as_str(),
-            })
-            .inc();
+        self.hot.committed[tier_index(tier)][job_type_index(job_type)].inc();
     }
 
     pub fn result_rejected(&self, reason: FailureReason) {
@@ -233,7 +370,7 @@ impl Metrics {
     pub fn http_request(&self, method: &str, route: &str, status: u16) {
         self.http_requests
             .get_or_create(&HttpLabels {
-                method: method.to_owned(),
+                method: method_label(method),
                 route: route.to_owned(),
                 status,
             })
@@ -243,29 +380,22 @@ impl Metrics {
     /// Counts what one event's changes did to jobs. Runs in the flush's
     /// walk of the changes, which the store and the log already make.
     pub fn observe_job(&self, job: &Job, now_ms: i64) {
-        let tier = job.tier.as_str();
-        let job_type = job.submission.job_type.as_str();
+        let tier = tier_index(job.tier);
         match job.status {
             JobStatus::Assigned => {
-                self.assign_wait
-                    .get_or_create(&TierLabel { tier })
-                    .observe(seconds(now_ms - job.created_at_ms));
+                self.hot.assign_wait[tier].observe(seconds(now_ms - job.created_at_ms));
             }
             JobStatus::Completed => {
-                self.jobs_completed
-                    .get_or_create(&JobLabels { tier, job_type })
-                    .inc();
+                self.hot.completed[tier][job_type_index(job.submission.job_type)].inc();
                 let ended_ms = job.completed_at_ms.unwrap_or(now_ms);
-                self.commit_to_completed
-                    .get_or_create(&TierLabel { tier })
-                    .observe(seconds(ended_ms - job.created_at_ms));
+                self.hot.commit_to_completed[tier].observe(seconds(ended_ms - job.created_at_ms));
             }
             JobStatus::Failed => {
                 let reason = job.error.map_or("failed", FailureReason::as_str);
                 self.jobs_failed
                     .get_or_create(&FailedLabels {
-                        tier,
-                        job_type,
+                        tier: job.tier.as_str(),
+                        job_type: job.submission.job_type.as_str(),
                         reason,
                     })
                     .inc();

@@ -46,6 +46,19 @@ pub struct Settings {
     pub payment: Option<x402::PaymentConfig>,
     /// Completed and failed jobs older than this are deleted.
     pub retention_hours: Option<u64>,
+    /// Where `GET /metrics` is served.
+    pub metrics_at: MetricsAt,
+}
+
+/// Where `GET /metrics` is served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MetricsAt {
+    /// On the API's listener, beside everything else.
+    #[default]
+    Api,
+    /// Only on a listener of its own ([`Server::serve_metrics`]), so an
+    /// operator can keep it off the public address; the API answers 404.
+    Apart,
 }
 
 impl Default for Settings {
@@ -55,6 +68,7 @@ impl Default for Settings {
             db: ":memory:".into(),
             payment: None,
             retention_hours: None,
+            metrics_at: MetricsAt::Api,
         }
     }
 }
@@ -162,9 +176,11 @@ pub struct Server {
     coordinator: Coordinator,
     /// `None` with [`NO_STORE`].
     store: Option<Arc<SqliteStore>>,
-    /// Timer and retention tasks; stopped when the server ends.
+    /// Timer and retention tasks (and the metrics listener); stopped when
+    /// the server ends.
     tasks: Vec<JoinHandle<()>>,
     serving: Option<JoinHandle<()>>,
+    metrics_at: MetricsAt,
 }
 
 /// Opens the store, restores the state it holds, gates payments and starts
@@ -208,6 +224,9 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
             db: settings.db.clone(),
             source,
         })?;
+    if let Some(store) = &store {
+        store.record_metrics(coordinator.metrics().store());
+    }
     if let Some(payment) = settings.payment.clone() {
         let settler = match parts.settler {
             Some(settler) => settler,
@@ -235,6 +254,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
         store,
         tasks,
         serving: None,
+        metrics_at: settings.metrics_at,
     })
 }
 
@@ -286,9 +306,11 @@ impl Server {
     where
         L: axum::serve::Listener<Addr = SocketAddr>,
     {
-        let service = self
-            .app()
-            .into_make_service_with_connect_info::<SocketAddr>();
+        let app = match self.metrics_at {
+            MetricsAt::Api => self.app(),
+            MetricsAt::Apart => crate::http::api(self.coordinator.clone()),
+        };
+        let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
         let stopped = self.coordinator.stopped();
         assert!(self.serving.is_none(), "a server serves one listener");
@@ -298,6 +320,22 @@ impl Server {
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "server failed");
+            }
+        }));
+    }
+
+    /// Serves `GET /metrics` alone on `listener` (see [`MetricsAt::Apart`]),
+    /// until the server ends.
+    pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
+        assert_eq!(self.metrics_at, MetricsAt::Apart, "metrics are on the API");
+        let app = crate::http::metrics_only(self.coordinator.clone());
+        let stopped = self.coordinator.stopped();
+        self.tasks.push(tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "metrics server failed");
             }
         }));
     }

@@ -20,6 +20,7 @@
 //! query (status, deadline, created time) beside it.
 
 use crate::core::{Change, Job};
+use crate::metrics::StoreMetrics;
 use crate::store::{Snapshot, Store, StoreError};
 use crate::trust::{Pairing, TrustEntry};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -28,7 +29,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use tokio::sync::{oneshot, Notify};
 use x402::replay::{NonceKey, NonceState, NonceStore, NonceUsed};
 
@@ -142,6 +143,8 @@ struct Shared {
     halted: AtomicBool,
     /// A crash armed by `crash_after`.
     crash_point: Mutex<Option<(StoreWrite, CrashHook)>>,
+    /// Where group commits are recorded, once the coordinator gave it.
+    metrics: OnceLock<StoreMetrics>,
 }
 
 #[derive(Default)]
@@ -151,6 +154,8 @@ struct Pending {
     purge_before_ms: Option<i64>,
     /// `apply` calls so far; the sequence number of the latest one.
     appended: u64,
+    /// `appended` when the writer last took the batch.
+    taken: u64,
     closed: bool,
 }
 
@@ -220,6 +225,7 @@ impl SqliteStore {
             durable: Mutex::new(Durable::default()),
             halted: AtomicBool::new(false),
             crash_point: Mutex::new(None),
+            metrics: OnceLock::new(),
         });
         let writer = match (mode, writer) {
             (CommitMode::PerEvent, _) => None,
@@ -246,6 +252,12 @@ impl SqliteStore {
 
     pub fn mode(&self) -> CommitMode {
         self.mode
+    }
+
+    /// Records every later group commit's duration and batch size in
+    /// `metrics` (set once; a second call changes nothing).
+    pub fn record_metrics(&self, metrics: StoreMetrics) {
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// The schema version the database is at.
@@ -393,7 +405,7 @@ impl Shared {
 
     /// Commits everything pending in one transaction; `false` once closed.
     fn commit_pending(&self) -> bool {
-        let (changes, purge_before_ms, upto) = {
+        let (changes, purge_before_ms, upto, events) = {
             let mut pending = self.pending();
             if self.is_halted() {
                 return false;
@@ -401,12 +413,18 @@ impl Shared {
             if pending.changes.is_empty() && pending.purge_before_ms.is_none() {
                 return !pending.closed;
             }
+            let events = pending.appended - pending.taken;
+            pending.taken = pending.appended;
             (
                 std::mem::take(&mut pending.changes),
                 pending.purge_before_ms.take(),
                 pending.appended,
+                events,
             )
         };
+        // tokio's clock: monotonic on the writer thread (no runtime there),
+        // virtual under the simulation, where the commit takes no time.
+        let started = tokio::time::Instant::now();
         let result = (|| -> Result<(), SqliteError> {
             let mut conn = self.conn();
             let tx = conn.transaction()?;
@@ -417,8 +435,13 @@ impl Shared {
             tx.commit()?;
             Ok(())
         })();
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "group commit failed");
+        match &result {
+            Ok(()) => {
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.flushed(events, started.elapsed());
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "group commit failed"),
         }
         self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
         if spends_nonce(&changes) {

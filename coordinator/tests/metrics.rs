@@ -8,6 +8,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
 use coordinator::config::Config;
+use coordinator::server::{self, Parts, Runtime, Settings};
+use coordinator::sqlite::CommitMode;
 use coordinator::{app, TokioClock};
 use http_body_util::BodyExt;
 use prometheus_parse::{Scrape, Value as Sample};
@@ -155,67 +157,308 @@ async fn a_scrape_reports_what_the_run_did() {
     );
 }
 
+/// The sum of histogram `name` (its `_sum` sample).
+fn histogram_sum(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    value(scrape, &format!("{name}_sum"), labels)
+}
+
+/// The cumulative count of histogram `name` at bucket bound `le`.
+fn bucket(scrape: &Scrape, name: &str, le: f64) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name)
+        .and_then(|s| match &s.value {
+            Sample::Histogram(buckets) => buckets
+                .iter()
+                .find(|b| (b.less_than - le).abs() < 1e-12)
+                .map(|b| b.count),
+            _ => None,
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn rejected_results_are_counted_by_reason() {
+    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 3).await;
+    let app = app(c.clone());
+    let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
+    assert_eq!(
+        commit(&app, "fast", task_job("u")).await.status,
+        StatusCode::CREATED
+    );
+    // A receipt that does not match the output, then an output of the
+    // wrong shape: each spends an attempt and the job comes back.
+    let a = w.expect_assign().await;
+    let mut forged = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    forged["output"] = serde_json::json!("a different output");
+    w.send(forged).await;
+    let _error = w.recv().await;
+    let again = w.expect_assign().await;
+    let mut wrong_shape = w.result_frame(&again, "2026-11-21T10:00:01.000Z");
+    wrong_shape["output"] = serde_json::json!({"not": "a string"});
+    w.send(wrong_shape).await;
+    let _error = w.recv().await;
+    let third = w.expect_assign().await;
+    w.complete(&third).await;
+    settle().await;
+
+    let (s, _) = scrape(&app).await;
+    for reason in ["invalid_receipt", "invalid_output"] {
+        assert_eq!(
+            value(&s, "results_rejected_total", &[("reason", reason)]),
+            Some(1.0),
+            "{reason}"
+        );
+    }
+    let fast_task = [("tier", "FAST"), ("job_type", "TASK")];
+    assert_eq!(value(&s, "jobs_completed_total", &fast_task), Some(1.0));
+    assert_eq!(value(&s, "jobs_failed_total", &fast_task), None);
+    // Three assignments of the one job.
+    assert_eq!(
+        value(&s, "job_assign_wait_seconds", &[("tier", "FAST")]),
+        Some(3.0)
+    );
+}
+
 #[tokio::test]
-async fn refused_payments_are_counted_by_reason() {
+async fn payments_are_counted_by_reason_and_settlement_outcome() {
+    let stub = testkit::FacilitatorStub::new("eip155:84532");
     let c = coordinator(
         Config {
             network: "eip155:84532".into(),
             ..Config::default()
         },
-        Arc::new(TokioClock::new(EPOCH_MS)),
+        Arc::new(coordinator::ManualClock::new(EPOCH_MS)),
         5,
     )
     .await;
     let gate = x402::PaymentGate::new(
-        x402::PaymentConfig::base_sepolia_usdc(
-            "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
-                .parse()
-                .unwrap(),
-        ),
+        payment_config(),
         Arc::new(x402::InMemoryNonceStore::default()),
-        Arc::new(x402::LocalSettler),
+        Arc::new(x402::FacilitatorSettler::new(
+            testkit::RouterTransport::new(stub.router()),
+            Duration::from_secs(5),
+        )),
     );
     c.enable_payments(gate).unwrap();
     let app = app(c);
-    let post = |payment: Option<&'static str>| {
-        let mut req = Request::post("/v1/jobs/commit/fast")
-            .header("content-type", "application/json")
-            .header("host", "coordinator.test");
-        if let Some(value) = payment {
-            req = req.header("X-PAYMENT", value);
-        }
-        req.body(Body::from(llm_job("alice").to_string())).unwrap()
-    };
-    for payment in [None, None, Some("%%%")] {
-        assert_eq!(
-            send(&app, post(payment)).await.status,
-            StatusCode::PAYMENT_REQUIRED
-        );
+    let path = "/v1/jobs/commit/fast";
+    let job = llm_job("alice");
+    // Two without a payment, one that does not decode.
+    let mut challenge = None;
+    for payment in [None, None, Some(("X-PAYMENT", "%%%"))] {
+        let r = post(&app, path, &job, payment).await;
+        assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED);
+        challenge.get_or_insert(r);
     }
+    // A valid payment the facilitator refuses to settle, then settles.
+    let (name, value_) = pay(&challenge.unwrap(), 1);
+    stub.set_script(testkit::StubScript::insufficient_funds());
+    let r = post(&app, path, &job, Some((&name, &value_))).await;
+    assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED);
+    stub.set_script(testkit::StubScript::success());
+    let r = post(&app, path, &job, Some((&name, &value_))).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
 
     let (s, _) = scrape(&app).await;
-    assert_eq!(
-        value(
-            &s,
-            "payments_refused_total",
-            &[("reason", "payment_required")]
-        ),
-        Some(2.0)
-    );
-    assert_eq!(
-        value(
-            &s,
-            "payments_refused_total",
-            &[("reason", "invalid_payload")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(value(&s, "payments_verified_total", &[]), Some(0.0));
-    assert_eq!(
+    let refused = |reason| value(&s, "payments_refused_total", &[("reason", reason)]);
+    assert_eq!(refused("payment_required"), Some(2.0));
+    assert_eq!(refused("invalid_payload"), Some(1.0));
+    assert_eq!(refused("insufficient_funds"), Some(1.0));
+    assert_eq!(value(&s, "payments_verified_total", &[]), Some(2.0));
+    let settlements = |outcome| value(&s, "payments_settlements_total", &[("outcome", outcome)]);
+    assert_eq!(settlements("failed"), Some(1.0));
+    assert_eq!(settlements("settled"), Some(1.0));
+    let requests = |status| {
         value(
             &s,
             "http_requests_total",
-            &[("route", "/v1/jobs/commit/fast"), ("status", "402")]
+            &[("route", path), ("status", status)],
+        )
+    };
+    assert_eq!(requests("402"), Some(4.0));
+    assert_eq!(requests("201"), Some(1.0));
+    assert_eq!(
+        value(
+            &s,
+            "jobs_committed_total",
+            &[("tier", "FAST"), ("job_type", "LLM_INFER")]
+        ),
+        Some(1.0)
+    );
+}
+
+/// A coordinator on a group-commit SQLite store, started as `runtime`.
+async fn on_sqlite(db: String, runtime: Runtime) -> (coordinator::server::Server, axum::Router) {
+    let settings = Settings {
+        db,
+        ..Settings::default()
+    };
+    let parts = Parts {
+        runtime,
+        ..Parts::new(
+            Arc::new(TokioClock::new(EPOCH_MS)),
+            rand::SeedableRng::seed_from_u64(8),
+        )
+    };
+    let server = server::start(settings, parts).await.expect("starts");
+    assert_eq!(
+        server.store().expect("a database").mode(),
+        CommitMode::Group
+    );
+    let app = server.app();
+    (server, app)
+}
+
+/// Commits `sequential` jobs one after another (each its own group commit),
+/// then `together` at once (sharing commits).
+async fn commit_jobs(app: &axum::Router, sequential: usize, together: usize) {
+    for i in 0..sequential {
+        let r = commit(app, "cheap", task_job(&format!("s{i}"))).await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    let batch = (0..together).map(|i| commit(app, "cheap", task_job(&format!("t{i}"))));
+    for r in futures_util::future::join_all(batch).await {
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_thread_records_each_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metrics.db").to_str().unwrap().to_owned();
+    let (server, app) = on_sqlite(db, Runtime::Os).await;
+    commit_jobs(&app, 5, 40).await;
+
+    let (s, _) = scrape(&app).await;
+    // One event per commit, every one in some batch.
+    assert_eq!(
+        histogram_sum(&s, "store_flush_batch_events", &[]),
+        Some(45.0)
+    );
+    let batches = value(&s, "store_flush_batch_events", &[]).unwrap();
+    assert!((6.0..=45.0).contains(&batches), "{batches}");
+    // The five sequential commits were batches of one.
+    assert!(bucket(&s, "store_flush_batch_events", 1.0).unwrap() >= 5.0);
+    // One duration per batch, each real (an fsync takes time).
+    assert_eq!(value(&s, "store_flush_seconds", &[]), Some(batches));
+    let seconds = histogram_sum(&s, "store_flush_seconds", &[]).unwrap();
+    assert!(seconds > 0.0 && seconds < 60.0, "{seconds}");
+    server.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_the_simulation_the_writer_task_records_commits_that_take_no_time() {
+    let db = "file:/metrics-writer-task?vfs=memdb".to_owned();
+    let (server, app) = on_sqlite(db, Runtime::Simulation).await;
+    commit_jobs(&app, 3, 10).await;
+
+    let (s, _) = scrape(&app).await;
+    assert_eq!(
+        histogram_sum(&s, "store_flush_batch_events", &[]),
+        Some(13.0)
+    );
+    let batches = value(&s, "store_flush_seconds", &[]).unwrap();
+    assert!(batches >= 4.0, "{batches}");
+    // Virtual time stands still within a commit: every one reads 0 s,
+    // so the scrape is the same on every run.
+    assert_eq!(histogram_sum(&s, "store_flush_seconds", &[]), Some(0.0));
+    assert_eq!(bucket(&s, "store_flush_seconds", 0.000_1), Some(batches));
+    server.shutdown().await;
+}
+
+/// The binary's address lines: the API's, then the metrics listener's when
+/// there is one. The child is killed when dropped.
+async fn run_binary(args: &[&str]) -> (tokio::process::Child, String, Option<String>) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(["--listen", "127.0.0.1:0", "--db", ":memory:"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env_remove("COORDINATOR_LISTEN")
+        .env_remove("COORDINATOR_METRICS_LISTEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("coordinator binary starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let wants_metrics = args.contains(&"--metrics-listen");
+    let (api, metrics) = tokio::time::timeout(Duration::from_secs(20), async {
+        let (mut api, mut metrics) = (None, None);
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let url_after = |marker: &str| {
+                line.find(marker).map(|at| {
+                    let rest = &line[at + marker.len() - "http://".len()..];
+                    rest.split_whitespace().next().unwrap().to_owned()
+                })
+            };
+            metrics = metrics.or(url_after("metrics at http://"));
+            api = api.or(url_after("listening on http://"));
+            if let Some(api) = &api {
+                if metrics.is_some() || !wants_metrics {
+                    return (api.clone(), metrics);
+                }
+            }
+        }
+        panic!("coordinator exited before listening");
+    })
+    .await
+    .expect("listens within 20 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, api, metrics)
+}
+
+/// GET `url` once the server answers: (status, body).
+async fn get(url: &str) -> (u16, String) {
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if let Ok(r) = http.get(url).send().await {
+            return (r.status().as_u16(), r.text().await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{url} never answered");
+}
+
+#[tokio::test]
+async fn metrics_are_on_the_api_listener_by_default() {
+    let (_child, api, metrics) = run_binary(&[]).await;
+    assert_eq!(metrics, None);
+    let (status, text) = get(&format!("{api}/metrics")).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("# TYPE workers_online gauge"), "{text}");
+}
+
+#[tokio::test]
+async fn metrics_listen_moves_metrics_off_the_api_listener() {
+    let (_child, api, metrics) = run_binary(&["--metrics-listen", "127.0.0.1:0"]).await;
+    let metrics = metrics.expect("the metrics address is logged");
+    assert_ne!(metrics, format!("{api}/metrics"));
+    // The API serves everything but metrics...
+    assert_eq!(get(&format!("{api}/v1/health")).await.0, 200);
+    assert_eq!(get(&format!("{api}/metrics")).await.0, 404);
+    assert_eq!(get(&format!("{api}/metrics")).await.0, 404);
+    // ... and the metrics listener serves metrics alone, counting the API's
+    // requests (the 404s on the API included).
+    let base = metrics.trim_end_matches("/metrics");
+    assert_eq!(get(&format!("{base}/v1/health")).await.0, 404);
+    let (status, text) = get(&metrics).await;
+    assert_eq!(status, 200);
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    assert_eq!(
+        value(
+            &scrape,
+            "http_requests_total",
+            &[("route", "/v1/health"), ("status", "200")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "http_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
         ),
         Some(3.0)
     );

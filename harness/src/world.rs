@@ -195,6 +195,7 @@ impl World {
                 },
                 payment: None,
                 retention_hours: None,
+                ..Settings::default()
             };
             let mut settler = None;
             if let Some(payment) = &spec.payment {

@@ -7,7 +7,7 @@
 
 use clap::Parser;
 use coordinator::config::Config;
-use coordinator::server::{self, Parts, Runtime, Settings, StartError};
+use coordinator::server::{self, MetricsAt, Parts, Runtime, Settings, StartError};
 use coordinator::SystemClock;
 use protocol::money::Price;
 use rand::SeedableRng;
@@ -25,6 +25,10 @@ struct Args {
     /// Address to listen on.
     #[arg(long, env = "COORDINATOR_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve `GET /metrics` on this address only, instead of on --listen
+    /// (to keep it off a public address). Default: on --listen.
+    #[arg(long, env = "COORDINATOR_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// CAIP-2 chain id this instance reports (namespace:reference).
     #[arg(long, env = "COORDINATOR_NETWORK", default_value = "eip155:84532")]
     network: String,
@@ -250,6 +254,10 @@ impl Args {
             db: self.db.clone(),
             payment: self.payment_config()?,
             retention_hours: (self.retention_hours > 0).then_some(self.retention_hours),
+            metrics_at: match self.metrics_listen {
+                Some(_) => MetricsAt::Apart,
+                None => MetricsAt::Api,
+            },
         })
     }
 }
@@ -297,6 +305,18 @@ async fn main() -> ExitCode {
     tracing::info!(%addr, network = %args.network, db = %args.db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
+    }
+    if let Some(metrics_addr) = args.metrics_listen {
+        let metrics = match tokio::net::TcpListener::bind(metrics_addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: cannot listen on {metrics_addr} for metrics: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let addr = metrics.local_addr().map_or(metrics_addr, |a| a);
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+        server.serve_metrics(metrics);
     }
     server.serve_tcp(listener);
     shutdown_signal().await;
