@@ -22,10 +22,10 @@
 
 pub mod beside;
 pub mod check;
-pub mod check_v2;
-pub mod frames;
 mod check_beside;
+pub mod check_v2;
 pub mod fault;
+pub mod frames;
 pub mod live;
 pub mod matcher;
 pub mod matrix;
