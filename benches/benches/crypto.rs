@@ -65,7 +65,11 @@ fn receipts(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("worker_auth");
     group.throughput(Throughput::Elements(1));
-    let message = challenge_message("eip155:84532", &format!("0x{}", "ab".repeat(32)));
+    let message = challenge_message(
+        "wss://coord.example.com",
+        "eip155:84532",
+        &format!("0x{}", "ab".repeat(32)),
+    );
     let signature = key.personal_sign(message.as_bytes());
     let public = signing::parse_public_key(&key.public_key_hex()).expect("key");
     group.bench_function("verify_challenge", |b| {

@@ -42,6 +42,11 @@ async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
     static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let settings = Settings {
+        config: coordinator::config::Config {
+            // What its workers dial.
+            public_urls: vec!["http://coordinator.sim".into()],
+            ..coordinator::config::Config::default()
+        },
         db: format!("file:/bench-sim-{run}?vfs=memdb"),
         ..Settings::default()
     };

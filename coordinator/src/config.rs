@@ -12,9 +12,12 @@ pub struct Config {
     pub prices: PriceTable,
     pub limits: Limits,
     pub timing: Timing,
-    /// Base URL clients use (e.g. `https://coordinator.example`), for the
-    /// `resource` of payment requirements; by default taken from `Host`.
-    pub public_url: Option<String>,
+    /// URLs this instance is published at (e.g. `https://coordinator.example`).
+    /// A worker's login must name the origin of one of them (see
+    /// `protocol::origin`); when empty, the origin of the address it listens
+    /// on (`Server::serve`). The first is also the base of the payment
+    /// requirements' `resource`, which is otherwise taken from `Host`.
+    pub public_urls: Vec<String>,
     /// Check the core's invariants after every event and panic on a breach
     /// (see `Core::check_invariants`). On by default in debug builds; the
     /// simulation turns it on in release builds too. Costs O(jobs) per event,
@@ -33,7 +36,7 @@ impl Default for Config {
             prices: PriceTable::default(),
             limits: Limits::default(),
             timing: Timing::default(),
-            public_url: None,
+            public_urls: Vec::new(),
             check_invariants: cfg!(debug_assertions),
             trusted_proxies: Vec::new(),
         }

@@ -79,6 +79,9 @@ struct Inner {
     /// This coordinator's own registry: many coordinators share a process
     /// in the simulation, so there is no global recorder.
     metrics: Metrics,
+    /// Origins a worker's login may name (`protocol::origin`): those of the
+    /// configured public URLs, else those of the address served.
+    worker_origins: std::sync::OnceLock<Vec<String>>,
 }
 
 struct State {
@@ -156,6 +159,13 @@ impl Coordinator {
     /// (`crate::server`) starts its timer task.
     fn new(config: Config, clock: Arc<dyn Clock>, rng: ChaCha20Rng, store: Arc<dyn Store>) -> Self {
         let handshakes_max = config.limits.handshakes_max;
+        let worker_origins = std::sync::OnceLock::new();
+        if !config.public_urls.is_empty() {
+            // `Settings::validate` refused any URL without an origin.
+            let origins = config.public_urls.iter();
+            let origins = origins.filter_map(|url| protocol::origin::worker_origin(url).ok());
+            let _ = worker_origins.set(origins.collect());
+        }
         let inner = Arc::new(Inner {
             config: config.clone(),
             clock,
@@ -172,6 +182,7 @@ impl Coordinator {
             handshakes: Arc::new(tokio::sync::Semaphore::new(handshakes_max)),
             handshakes_by_client: Arc::new(Mutex::new(BTreeMap::new())),
             metrics: Metrics::new(),
+            worker_origins,
         });
         Self { inner }
     }
@@ -230,6 +241,17 @@ impl Coordinator {
             client: client.to_owned(),
             counts: self.inner.handshakes_by_client.clone(),
         })
+    }
+
+    /// The origins a worker's login may name; empty until set.
+    pub fn worker_origins(&self) -> &[String] {
+        self.inner.worker_origins.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Sets the origins when no public URL was configured (the server
+    /// derives them from the address it serves); false if already set.
+    pub fn default_worker_origins(&self, origins: Vec<String>) -> bool {
+        self.inner.worker_origins.set(origins).is_ok()
     }
 
     /// The payment gate, when commits must be paid.

@@ -552,7 +552,7 @@ async fn answer_commit(
 /// The base URL clients reach us at, for the payment's `resource`: the
 /// configured public URL, else `http://` + the Host header.
 fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
-    if let Some(url) = &c.config().public_url {
+    if let Some(url) = c.config().public_urls.first() {
         return url.trim_end_matches('/').to_owned();
     }
     let host = headers

@@ -138,6 +138,10 @@ impl Settings {
                 "network {network:?} is not a CAIP-2 chain id (namespace:reference, e.g. eip155:84532)"
             ));
         }
+        for url in &self.config.public_urls {
+            protocol::origin::worker_origin(url)
+                .map_err(|e| StartError::Settings(format!("public URL: {e}")))?;
+        }
         let t = &mut self.config.timing;
         t.attempts_max = t.attempts_max.max(1);
         if t.pending_timeout_ms <= 0 || t.lease_ms <= 0 {
@@ -306,6 +310,15 @@ impl Server {
     where
         L: axum::serve::Listener<Addr = SocketAddr>,
     {
+        let configured = !self.coordinator.worker_origins().is_empty();
+        if let (false, Ok(addr)) = (configured, listener.local_addr()) {
+            let origins = listen_origins(addr);
+            tracing::info!(
+                ?origins,
+                "no public URL set: workers must dial the address served"
+            );
+            self.coordinator.default_worker_origins(origins);
+        }
         let app = match self.metrics_at {
             MetricsAt::Api => self.app(),
             MetricsAt::Apart => crate::http::api(self.coordinator.clone()),
@@ -368,6 +381,26 @@ impl Server {
     }
 }
 
+/// The worker origins of a coordinator with no public URL: the one of the
+/// address it listens on, exactly (`localhost` is not added: it may resolve
+/// to another socket, such as `[::1]` for a listener on `127.0.0.1`). A
+/// listener on every interface (`0.0.0.0`, `::`) takes its family's
+/// loopback: remote workers need `--public-url`.
+pub fn listen_origins(addr: SocketAddr) -> Vec<String> {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        tracing::warn!(%addr, "listening on every interface with no --public-url: only workers dialling loopback can log in");
+        let loopback = match addr {
+            SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+        };
+        addr.set_ip(loopback);
+    }
+    let origin = protocol::origin::worker_origin(&format!("ws://{addr}"))
+        .expect("a socket address makes a URL");
+    vec![origin]
+}
+
 /// Deletes terminal jobs older than the retention period, from memory and
 /// from the database, every [`RETENTION_INTERVAL_MS`].
 async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
@@ -382,5 +415,22 @@ async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
         } else if forgotten > 0 {
             tracing::info!(forgotten, "retention: old terminal jobs deleted");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_origin_is_the_listen_address_itself() {
+        let origin = |addr: &str| listen_origins(addr.parse().unwrap());
+        assert_eq!(origin("127.0.0.1:8080"), ["ws://127.0.0.1:8080"]);
+        assert_eq!(origin("127.0.0.1:80"), ["ws://127.0.0.1"]);
+        assert_eq!(origin("[::1]:8080"), ["ws://[::1]:8080"]);
+        assert_eq!(origin("10.1.2.3:9000"), ["ws://10.1.2.3:9000"]);
+        // Every interface: only loopback, remote workers need --public-url.
+        assert_eq!(origin("0.0.0.0:8080"), ["ws://127.0.0.1:8080"]);
+        assert_eq!(origin("[::]:8080"), ["ws://[::1]:8080"]);
     }
 }

@@ -2,6 +2,11 @@
 //! that forwards the core's assigns and cancels to the worker and the
 //! worker's accepts, results and rejects to the core.
 //!
+//! The login binds the worker to this coordinator: the hello names the
+//! origin the worker dialled, which must be one this coordinator's
+//! operator configured, and the signature covers it, so a server that
+//! relays our challenge to a worker cannot log in as that worker.
+//!
 //! The session is written against [`FrameConnection`], a stream of text frames,
 //! so the same code serves real WebSockets and the simulation's in-memory
 //! channels. Receipts are verified here, outside the core's lock, because
@@ -219,24 +224,36 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
     let network = c.config().network.clone();
 
-    let (pubkey, key, capabilities, slots) = loop {
+    let (origin, pubkey, key, capabilities, slots) = loop {
         let frame = handshake_frame(c, conn, hello_deadline.min(deadline)).await?;
         match frame {
             Some(WorkerFrame::Hello {
                 protocol_version,
+                coordinator,
                 provider_pubkey,
                 capabilities,
                 slots,
                 ..
             }) => {
                 if protocol_version != PROTOCOL_VERSION {
-                    let message =
-                        format!("this coordinator speaks protocol_version {PROTOCOL_VERSION}");
-                    let _ = send_error(conn, ErrorCode::UnsupportedVersion, message, None).await;
+                    let _ =
+                        send_error(conn, ErrorCode::UnsupportedVersion, unsupported(), None).await;
                     return None;
                 }
-                match check_hello(c, &provider_pubkey, &capabilities, slots) {
-                    Ok(key) => break (signing::public_key_hex(&key), key, capabilities, slots),
+                let checked = check_origin(c, coordinator).and_then(|origin| {
+                    let key = check_hello(c, &provider_pubkey, &capabilities, slots)?;
+                    Ok((origin, key))
+                });
+                match checked {
+                    Ok((origin, key)) => {
+                        break (
+                            origin,
+                            signing::public_key_hex(&key),
+                            key,
+                            capabilities,
+                            slots,
+                        )
+                    }
                     Err(message) => {
                         let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
                         return None;
@@ -262,7 +279,7 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     )
     .await
     .ok()?;
-    let message = challenge_message(&network, &nonce);
+    let message = challenge_message(&origin, &network, &nonce);
 
     loop {
         let frame = handshake_frame(c, conn, deadline).await?;
@@ -306,6 +323,38 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
         outbox,
     })
 }
+
+/// The `unsupported_version` message, naming the version spoken and where
+/// worker owners read what changed.
+fn unsupported() -> String {
+    format!(
+        "this coordinator speaks protocol_version {PROTOCOL_VERSION} only; upgrade the worker \
+         (docs/worker-protocol.md, \"Migrating from version 1\")"
+    )
+}
+
+/// The hello's `coordinator`, if it is one of this coordinator's origins.
+/// Checked against what the operator configured (or the address served),
+/// never against the request's `Host`, which the client writes.
+fn check_origin(c: &Coordinator, coordinator: Option<String>) -> Result<String, String> {
+    let Some(origin) = coordinator else {
+        return Err("hello must name the coordinator the worker dialled: \
+            `coordinator`, the origin of its URL (protocol_version 2)"
+            .into());
+    };
+    if c.worker_origins().contains(&origin) {
+        return Ok(origin);
+    }
+    let shown: String = origin.chars().take(ORIGIN_SHOWN_CHARS_MAX).collect();
+    tracing::info!(origin = %shown, "worker login refused: it dialled another coordinator");
+    Err(format!(
+        "the worker dialled {shown:?}, which is not this coordinator: \
+         point it at a URL this coordinator's operator published (--public-url)"
+    ))
+}
+
+/// Most characters of a refused origin echoed back or logged.
+const ORIGIN_SHOWN_CHARS_MAX: usize = 256;
 
 fn check_hello(
     c: &Coordinator,

@@ -119,3 +119,25 @@ fn retention_is_on_by_default_and_job_bytes_are_bounded() {
     assert!(help_of(&help, "--queued-bytes-max").contains("[default: 268435456]"));
     assert!(help_of(&help, "--kept-bytes-max").contains("[default: 1073741824]"));
 }
+
+/// Issue 16 #4: a public URL that names no worker origin refuses start-up,
+/// rather than leaving every worker unable to log in.
+#[test]
+fn a_public_url_without_an_origin_refuses_to_start() {
+    for bad in ["coord.example.com", "ftp://coord.example.com"] {
+        let out = run(&[
+            "--public-url",
+            bad,
+            "--db",
+            ":memory:",
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("public URL") && stderr.contains(bad),
+            "{stderr}"
+        );
+    }
+}

@@ -111,7 +111,7 @@ async fn work(base: String, seed: u64) {
     };
     let mut w = TestWorker {
         key: Keypair::generate(&mut ChaCha20Rng::seed_from_u64(seed)),
-        wire: Wire::ws_stream(stream),
+        wire: Wire::ws_stream(stream, &url),
         session_id: 0,
     };
     w.authenticate(&["LLM_INFER", "TASK"], 16).await;

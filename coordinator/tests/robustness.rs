@@ -193,7 +193,7 @@ async fn random_frames_get_error_frames_and_the_session_survives() {
         json!({"type": "accept", "job_id": uuid::Uuid::nil()}),
         json!({"type": "reject", "job_id": uuid::Uuid::nil(), "reason": "r"}),
         json!({"type": "result", "job_id": uuid::Uuid::nil(), "output": "o", "receipt": {}}),
-        json!({"type": "hello", "protocol_version": 1, "provider_pubkey": "0x", "capabilities": ["TASK"], "slots": 1}),
+        json!({"type": "hello", "protocol_version": 2, "coordinator": "ws://in-memory", "provider_pubkey": "0x", "capabilities": ["TASK"], "slots": 1}),
     ];
     let mut answered = 0;
     for _ in 0..1_000 {

@@ -8,7 +8,7 @@ use common::*;
 use coordinator::config::Config;
 use coordinator::{app, SystemClock};
 use futures_util::SinkExt;
-use protocol::worker::{CoordinatorFrame, ErrorCode};
+use protocol::worker::{CoordinatorFrame, ErrorCode, PROTOCOL_VERSION};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ async fn silent_sockets_are_limited_per_client_and_closed_at_the_hello_timeout()
     }
     // Another client is not locked out by the first one's sockets.
     let (stream, _) = from([127, 0, 0, 2]).await.expect("another client gets in");
-    let w = TestWorker::connect(Wire::ws_stream(stream), 1, &["TASK"], 1).await;
+    let w = TestWorker::connect(Wire::ws_stream(stream, &s.ws_url), 1, &["TASK"], 1).await;
     assert!(w.session_id > 0);
     // The silent ones hear auth_timeout at the hello timeout, and go.
     use futures_util::StreamExt;
@@ -69,11 +69,16 @@ struct Server {
     ws_url: String,
 }
 
-async fn serve(config: Config) -> Server {
-    let c = coordinator(config, Arc::new(SystemClock), 3).await;
-    let router = app(c);
+/// The coordinator on a loopback port, published (`public_urls`) at that
+/// address unless the config names its public URLs.
+async fn serve(mut config: Config) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    if config.public_urls.is_empty() {
+        config.public_urls = vec![format!("http://{addr}")];
+    }
+    let c = coordinator(config, Arc::new(SystemClock), 3).await;
+    let router = app(c);
     let service = router
         .clone()
         .into_make_service_with_connect_info::<SocketAddr>();
@@ -89,6 +94,40 @@ fn error_code(frame: &CoordinatorFrame) -> Option<ErrorCode> {
         CoordinatorFrame::Error { code, .. } => Some(*code),
         _ => None,
     }
+}
+
+/// A version-2 hello naming `origin` as the coordinator dialled.
+fn hello(origin: &str, pubkey: &str) -> serde_json::Value {
+    json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "coordinator": origin,
+        "provider_pubkey": pubkey, "capabilities": ["TASK"], "slots": 1})
+}
+
+/// Logs in over a WebSocket with a hello of `version` naming `dialled` (no
+/// `coordinator` when `None`) and, if challenged, an auth signed for
+/// `signed`. Returns the coordinator's last answer: its refusal of the
+/// hello (after which it closed), or its answer to the auth.
+async fn login(s: &Server, version: u32, dialled: Option<&str>, signed: &str) -> CoordinatorFrame {
+    let mut w = TestWorker {
+        key: protocol::signing::Keypair::from_secret_hex(&"55".repeat(32)).unwrap(),
+        wire: Wire::ws(&s.ws_url).await,
+        session_id: 0,
+    };
+    let mut hello = hello(dialled.unwrap_or_default(), &w.key.public_key_hex());
+    hello["protocol_version"] = json!(version);
+    if dialled.is_none() {
+        hello.as_object_mut().unwrap().remove("coordinator");
+    }
+    w.send(hello).await;
+    let frame = w.recv().await;
+    let CoordinatorFrame::Challenge { nonce, network } = &frame else {
+        assert!(w.recv_closed().await, "closed after {frame:?}");
+        return frame;
+    };
+    let message = protocol::worker::challenge_message(signed, network, nonce);
+    let signature = w.key.personal_sign(message.as_bytes());
+    w.send(json!({"type": "auth", "signature": signature}))
+        .await;
+    w.recv().await
 }
 
 #[tokio::test]
@@ -120,11 +159,8 @@ async fn a_wrong_signature_is_refused_and_the_connection_closed() {
         wire: Wire::ws(&s.ws_url).await,
         session_id: 0,
     };
-    w.send(
-        json!({"type": "hello", "protocol_version": 1, "provider_pubkey": w.key.public_key_hex(),
-        "capabilities": ["TASK"], "slots": 1}),
-    )
-    .await;
+    w.send(hello(&w.wire.origin(), &w.key.public_key_hex()))
+        .await;
     assert!(matches!(w.recv().await, CoordinatorFrame::Challenge { .. }));
     // Signs something other than the challenge.
     let signature = w.key.personal_sign(b"not the challenge");
@@ -148,17 +184,13 @@ async fn a_key_the_worker_does_not_hold_cannot_authenticate() {
         wire: Wire::ws(&s.ws_url).await,
         session_id: 0,
     };
-    w.send(
-        json!({"type": "hello", "protocol_version": 1, "provider_pubkey": victim.public_key_hex(),
-        "capabilities": ["TASK"], "slots": 1}),
-    )
-    .await;
+    let origin = w.wire.origin();
+    w.send(hello(&origin, &victim.public_key_hex())).await;
     let CoordinatorFrame::Challenge { nonce, network } = w.recv().await else {
         panic!()
     };
-    let signature = w
-        .key
-        .personal_sign(protocol::worker::challenge_message(&network, &nonce).as_bytes());
+    let message = protocol::worker::challenge_message(&origin, &network, &nonce);
+    let signature = w.key.personal_sign(message.as_bytes());
     w.send(json!({"type": "auth", "signature": signature}))
         .await;
     assert_eq!(error_code(&w.recv().await), Some(ErrorCode::AuthFailed));
@@ -170,27 +202,25 @@ async fn bad_hellos_are_refused_with_a_reason() {
     let key = protocol::signing::Keypair::from_secret_hex(&"44".repeat(32))
         .unwrap()
         .public_key_hex();
+    let origin = protocol::origin::worker_origin(&s.ws_url).unwrap();
+    let good = hello(&origin, &key);
+    let with = |field: &str, value: serde_json::Value| {
+        let mut h = good.clone();
+        h[field] = value;
+        h
+    };
     let cases = [
         (
-            json!({"type": "hello", "protocol_version": 99, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1}),
+            with("protocol_version", json!(99)),
             ErrorCode::UnsupportedVersion,
         ),
         (
-            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": "0x12", "capabilities": ["TASK"], "slots": 1}),
+            with("provider_pubkey", json!("0x12")),
             ErrorCode::InvalidHello,
         ),
-        (
-            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": [], "slots": 1}),
-            ErrorCode::InvalidHello,
-        ),
-        (
-            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 0}),
-            ErrorCode::InvalidHello,
-        ),
-        (
-            json!({"type": "hello", "protocol_version": 1, "provider_pubkey": key, "capabilities": ["TASK"], "slots": 1000}),
-            ErrorCode::InvalidHello,
-        ),
+        (with("capabilities", json!([])), ErrorCode::InvalidHello),
+        (with("slots", json!(0)), ErrorCode::InvalidHello),
+        (with("slots", json!(1000)), ErrorCode::InvalidHello),
     ];
     for (hello, code) in cases {
         let mut wire = Wire::ws(&s.ws_url).await;
@@ -240,18 +270,30 @@ async fn malformed_frames_get_error_frames_and_the_connection_survives() {
     let mut w = TestWorker::connect(Wire::ws(&s.ws_url).await, 1, &["TASK"], 1).await;
     let bad = [
         ("{not json".to_owned(), ErrorCode::MalformedFrame),
-        (r#"{"type":"teleport"}"#.to_owned(), ErrorCode::MalformedFrame),
+        (
+            r#"{"type":"teleport"}"#.to_owned(),
+            ErrorCode::MalformedFrame,
+        ),
         (r#"{"type":"accept"}"#.to_owned(), ErrorCode::MalformedFrame),
-        (r#"{"type":"accept","job_id":"x"}"#.to_owned(), ErrorCode::MalformedFrame),
+        (
+            r#"{"type":"accept","job_id":"x"}"#.to_owned(),
+            ErrorCode::MalformedFrame,
+        ),
         ("[]".to_owned(), ErrorCode::MalformedFrame),
-        (format!(r#"{{"type":"heartbeat","pad":"{}"}}"#, "x".repeat(5000)), ErrorCode::FrameTooLarge),
-        (json!({"type": "hello", "protocol_version": 1, "provider_pubkey": "0x", "capabilities": [], "slots": 1}).to_string(), ErrorCode::UnexpectedFrame),
+        (
+            format!(r#"{{"type":"heartbeat","pad":"{}"}}"#, "x".repeat(5000)),
+            ErrorCode::FrameTooLarge,
+        ),
+        (
+            hello("ws://x", "0x").to_string(),
+            ErrorCode::UnexpectedFrame,
+        ),
     ];
     for (text, code) in bad {
         w.wire.send_text(text.clone()).await;
         assert_eq!(error_code(&w.recv().await), Some(code), "{text}");
     }
-    if let Wire::Ws(ws) = &mut w.wire {
+    if let Wire::Ws(ws, _) = &mut w.wire {
         ws.stream_mut()
             .send(tokio_tungstenite::tungstenite::Message::Binary(
                 vec![1, 2, 3].into(),
@@ -292,11 +334,94 @@ async fn connections_still_authenticating_are_bounded() {
     drop(silent);
     for _ in 0..100 {
         if let Ok((stream, _)) = tokio_tungstenite::connect_async(&s.ws_url).await {
-            let w = TestWorker::connect(Wire::ws_stream(stream), 1, &["TASK"], 1).await;
+            let w = TestWorker::connect(Wire::ws_stream(stream, &s.ws_url), 1, &["TASK"], 1).await;
             assert!(w.session_id > 0);
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     panic!("the place was not freed");
+}
+
+/// Issue 16, finding 4: the login names the coordinator the worker dialled,
+/// checked against what the operator configured; a version-1 hello, which
+/// names none, is refused by version.
+#[tokio::test]
+async fn a_version_1_hello_is_refused_naming_the_version_spoken() {
+    let s = serve(Config::default()).await;
+    let origin = protocol::origin::worker_origin(&s.ws_url).unwrap();
+    let frame = login(&s, 1, None, &origin).await;
+    let CoordinatorFrame::Error { code, message, .. } = &frame else {
+        panic!("{frame:?}")
+    };
+    assert_eq!(*code, ErrorCode::UnsupportedVersion);
+    assert!(message.contains("protocol_version 2"), "{message}");
+    // A version-2 hello without `coordinator` is not a login either.
+    let frame = login(&s, 2, None, &origin).await;
+    assert_eq!(
+        error_code(&frame),
+        Some(ErrorCode::InvalidHello),
+        "{frame:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_origin_dialled_must_be_one_the_operator_configured() {
+    let s = serve(Config::default()).await;
+    let origin = protocol::origin::worker_origin(&s.ws_url).unwrap();
+    let frame = login(&s, 2, Some(&origin), &origin).await;
+    assert!(
+        matches!(frame, CoordinatorFrame::Welcome { .. }),
+        "{frame:?}"
+    );
+
+    let elsewhere = "ws://127.0.0.1:1";
+    let frame = login(&s, 2, Some(elsewhere), elsewhere).await;
+    let CoordinatorFrame::Error { code, message, .. } = &frame else {
+        panic!("{frame:?}")
+    };
+    assert_eq!(*code, ErrorCode::InvalidHello);
+    assert!(message.contains(elsewhere), "{message}");
+    // The signed text must name the origin of the hello.
+    let frame = login(&s, 2, Some(&origin), elsewhere).await;
+    assert_eq!(error_code(&frame), Some(ErrorCode::AuthFailed), "{frame:?}");
+    // Only the canonical form is an origin: no path, no default port.
+    let with_path = format!("{origin}/v1/workers/ws");
+    let frame = login(&s, 2, Some(&with_path), &with_path).await;
+    assert_eq!(
+        error_code(&frame),
+        Some(ErrorCode::InvalidHello),
+        "{frame:?}"
+    );
+}
+
+/// Behind a TLS proxy the operator publishes `https://coord.example.com`:
+/// workers dialling that log in, whatever address the socket reached, and
+/// the socket's own address (what `Host` would say) is not accepted.
+#[tokio::test]
+async fn configured_public_urls_decide_never_the_address_reached() {
+    let s = serve(Config {
+        public_urls: vec![
+            "https://coord.example.com/".into(),
+            "http://10.0.0.5:8080".into(),
+        ],
+        ..Config::default()
+    })
+    .await;
+    for dialled in ["wss://coord.example.com", "ws://10.0.0.5:8080"] {
+        let frame = login(&s, 2, Some(dialled), dialled).await;
+        assert!(
+            matches!(frame, CoordinatorFrame::Welcome { .. }),
+            "{dialled}: {frame:?}"
+        );
+    }
+    let reached = protocol::origin::worker_origin(&s.ws_url).unwrap();
+    for dialled in [reached.as_str(), "ws://coord.example.com"] {
+        let frame = login(&s, 2, Some(dialled), dialled).await;
+        assert_eq!(
+            error_code(&frame),
+            Some(ErrorCode::InvalidHello),
+            "{dialled}: {frame:?}"
+        );
+    }
 }

@@ -187,7 +187,11 @@ impl World {
                 None => None,
             };
             let mut settings = Settings {
-                config: coordinator_config(spec),
+                config: Config {
+                    // What its simulated workers dial: `ws://{sim_host}/...`.
+                    public_urls: vec![sim_url(name)],
+                    ..coordinator_config(spec)
+                },
                 db: match spec.store {
                     StoreKind::Sqlite => memdb_path(name),
                     // Plain memory: nothing survives a restart.
@@ -687,7 +691,14 @@ fn assemble(
     let mut workers = BTreeMap::new();
     for spec in &scenario.workers {
         let mut seeds = || master.gen::<u64>();
-        for config in worker_configs(spec, &mut seeds) {
+        let network = scenario
+            .instances
+            .get(&spec.instance)
+            .map(|instance| instance.network.clone())
+            .ok_or_else(|| format!("worker {} names no instance", spec.name))?;
+        for mut config in worker_configs(spec, &mut seeds) {
+            // A worker serves the network of the instance it joins.
+            config.network = network.clone();
             let key_seed = match &spec.key_of {
                 None => config.seed,
                 Some(other) => workers

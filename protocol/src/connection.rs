@@ -67,12 +67,20 @@ pub enum ConnectError {
 pub trait Connector: Send {
     type Connection: FrameConnection;
     fn connect(&mut self) -> impl Future<Output = Result<Self::Connection, ConnectError>> + Send;
+
+    /// The URL this connector dials, from the worker's own configuration:
+    /// the worker signs its origin at login (`crate::origin`).
+    fn url(&self) -> &str;
 }
 
 // ---------------------------------------------------------------- in-memory
 
 /// Frames buffered per direction of an in-memory connection.
 pub const CHANNEL_CAPACITY: usize = 64;
+
+/// The URL a [`ChannelConnector`] stands for; a coordinator reached over
+/// channels lists it among its public URLs.
+pub const CHANNEL_URL: &str = "ws://in-memory/v1/workers/ws";
 
 /// One end of an in-memory connection; [`channel_pair`] makes both.
 /// Dropping an end closes the connection as the other end sees it.
@@ -164,6 +172,10 @@ impl Connector for ChannelConnector {
             .send(far)
             .map_err(|_| ConnectError::Shutdown)?;
         Ok(near)
+    }
+
+    fn url(&self) -> &str {
+        CHANNEL_URL
     }
 }
 

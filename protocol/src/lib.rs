@@ -4,6 +4,7 @@
 //! - [`api`]: HTTP request and response bodies of the coordinator (spec sections 2 and 4).
 //! - [`worker`]: frames of the worker WebSocket protocol (`docs/worker-protocol.md`).
 //! - [`receipt`]: the worker-signed receipt and how it is hashed, signed and verified.
+//! - [`origin`]: the canonical origin of the coordinator a worker dialled, which its login signs.
 //! - [`signing`]: secp256k1 keys, EIP-191 `personal_sign` and signature recovery.
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON and the `sha256:` output hash.
 //! - [`money`]: USD prices held as integer micro-dollars, never floats.
@@ -17,6 +18,7 @@ pub mod canonical;
 pub mod clock;
 pub mod connection;
 pub mod money;
+pub mod origin;
 pub mod receipt;
 pub mod signing;
 pub mod time;

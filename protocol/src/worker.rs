@@ -5,9 +5,9 @@
 //!
 //! ```text
 //! worker                                  coordinator
-//!   hello {protocol_version, provider_pubkey, capabilities, slots} ->
+//!   hello {protocol_version, coordinator, provider_pubkey, capabilities, slots} ->
 //!                                      <- challenge {nonce, network}
-//!   auth {signature over challenge_message(network, nonce)} ->
+//!   auth {signature over challenge_message(coordinator, network, nonce)} ->
 //!                                      <- welcome {session_id, heartbeat_interval_ms, ...}
 //!   heartbeat ->            (every heartbeat_interval_ms)
 //!                                      <- assign {job_id, job_type, payload, ...}
@@ -23,8 +23,10 @@ use crate::receipt::Receipt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The protocol version this build speaks; `hello` must carry it.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version this build speaks; `hello` must carry it. Version 2
+/// added `coordinator` to `hello` and to the signed text; a coordinator
+/// refuses any other version with `unsupported_version`.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Frames a worker sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +34,13 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub enum WorkerFrame {
     Hello {
         protocol_version: u32,
+        /// The origin of the coordinator the worker dialled
+        /// ([`crate::origin::worker_origin`] of its configured URL), which
+        /// its auth signature covers. Required since version 2; optional
+        /// here only so a version-1 hello, which has none, is answered
+        /// `unsupported_version` rather than `malformed_frame`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coordinator: Option<String>,
         provider_pubkey: String,
         capabilities: Vec<JobType>,
         slots: u32,
@@ -119,11 +128,16 @@ pub enum ErrorCode {
     ShuttingDown,
 }
 
-/// The text a worker signs (EIP-191) to prove it holds its key. The network
-/// is part of it so a signature for one coordinator instance is useless on
-/// the other.
-pub fn challenge_message(network: &str, nonce: &str) -> String {
-    format!("compute-coordinator worker auth v1\nnetwork: {network}\nnonce: {nonce}")
+/// The text a worker signs (EIP-191) to prove it holds its key, one field a
+/// line. `coordinator` is the origin the worker dialled, filled in from its
+/// own configuration and never from the challenge: a server that relays a
+/// real coordinator's challenge gets a signature naming the relay, which
+/// the real coordinator refuses. The network keeps a signature for one
+/// chain's instance useless on another's; the nonce makes it single-use.
+pub fn challenge_message(coordinator: &str, network: &str, nonce: &str) -> String {
+    format!(
+        "compute-coordinator worker auth v{PROTOCOL_VERSION}\ncoordinator: {coordinator}\nnetwork: {network}\nnonce: {nonce}"
+    )
 }
 
 #[cfg(test)]
@@ -144,6 +158,30 @@ mod tests {
             serde_json::to_value(&e).unwrap(),
             json!({"type": "error", "code": "not_assigned", "message": "m"})
         );
+    }
+
+    #[test]
+    fn the_signed_text_names_the_coordinator_network_and_nonce() {
+        assert_eq!(
+            challenge_message("wss://coord.example.com", "eip155:8453", "0xab"),
+            "compute-coordinator worker auth v2\ncoordinator: wss://coord.example.com\n\
+             network: eip155:8453\nnonce: 0xab"
+        );
+    }
+
+    #[test]
+    fn a_version_1_hello_still_parses_so_it_can_be_refused_by_version() {
+        let f: WorkerFrame = serde_json::from_value(json!({"type": "hello", "protocol_version": 1,
+            "provider_pubkey": "0x02", "capabilities": ["TASK"], "slots": 1}))
+        .unwrap();
+        assert!(matches!(
+            f,
+            WorkerFrame::Hello {
+                protocol_version: 1,
+                coordinator: None,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -46,7 +46,11 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
     let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     for i in 0..workers {
-        let mut worker = Worker::new(WorkerConfig::for_index(7, i), clock.clone()).unwrap();
+        let config = WorkerConfig {
+            network: network.into(),
+            ..WorkerConfig::for_index(7, i)
+        };
+        let mut worker = Worker::new(config, clock.clone()).unwrap();
         let connector = WsConnector::new(ws.clone());
         tokio::spawn(async move {
             let _ = worker.run(connector).await;

@@ -39,4 +39,8 @@ impl Connector for SimWsConnector {
             .map_err(|e| ConnectError::Failed(e.into()))?;
         Ok(WsConnection::from_stream(ws))
     }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
 }

@@ -208,7 +208,13 @@ pub struct WorkerConfig {
     pub agent: String,
     pub key: KeySource,
     pub reconnect: ReconnectPolicy,
+    /// The CAIP-2 network the worker serves; a challenge for another is
+    /// refused and the worker stops.
+    pub network: String,
 }
+
+/// The network a worker expects unless configured: the coordinator's default.
+pub const DEFAULT_NETWORK: &str = "eip155:84532";
 
 impl Default for WorkerConfig {
     fn default() -> Self {
@@ -222,6 +228,7 @@ impl Default for WorkerConfig {
             agent: concat!("worker-sim/", env!("CARGO_PKG_VERSION")).to_owned(),
             key: KeySource::Seed,
             reconnect: ReconnectPolicy::default(),
+            network: DEFAULT_NETWORK.to_owned(),
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod ws;
 
 pub use backend::{Backend, BackendError, OpenAiBackend, SimBackend};
 pub use clock::{Clock, FixedClock, SharedClock, TokioClock};
-pub use config::{worker_seed, KeySource, Latency, ReconnectPolicy, WorkerConfig};
+pub use config::{worker_seed, KeySource, Latency, ReconnectPolicy, WorkerConfig, DEFAULT_NETWORK};
 pub use event::{EventKind, EventLog, Observer, WorkerEvent};
 pub use fault::{FaultPlan, HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
 pub use worker::{Worker, WorkerError, WorkerExit};

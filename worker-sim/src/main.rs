@@ -69,13 +69,17 @@ struct ClaimArgs {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Coordinator worker endpoint.
+    /// Coordinator worker endpoint. Its origin is signed at login, so it
+    /// must be the URL the coordinator's operator published.
     #[arg(
         long,
         env = "WORKER_SIM_COORDINATOR",
         default_value = "ws://127.0.0.1:8080/v1/workers/ws"
     )]
     coordinator: String,
+    /// CAIP-2 network the workers serve; a coordinator on another is refused.
+    #[arg(long, env = "WORKER_SIM_NETWORK", default_value = worker_sim::DEFAULT_NETWORK)]
+    network: String,
     /// How many workers to run.
     #[arg(long, env = "WORKER_SIM_COUNT", default_value_t = 1)]
     count: u32,
@@ -293,6 +297,7 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
                 jitter_ms: 250,
                 ..ReconnectPolicy::default()
             },
+            network: args.network.clone(),
             ..WorkerConfig::for_index(args.seed, index)
         };
         let mut worker = Worker::new(config, clock.clone())

@@ -31,6 +31,7 @@ use crate::event::{EventKind, NullObserver, Observer, WorkerEvent};
 use crate::fault::{HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use protocol::connection::{ConnectError, Connector, FrameConnection, Incoming};
+use protocol::origin::{worker_origin, OriginError};
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
 use protocol::worker::{
@@ -55,6 +56,13 @@ pub enum WorkerError {
     /// with the same hello would be refused again.
     #[error("coordinator refused the handshake ({code:?}): {message}")]
     Refused { code: ErrorCode, message: String },
+    /// The connector's URL names no coordinator origin to sign.
+    #[error("coordinator URL: {0}")]
+    Url(#[from] OriginError),
+    /// The challenge was for another network than the worker serves: the
+    /// worker did not sign it and will not reconnect.
+    #[error("the coordinator's challenge is for network {offered:?}, but this worker serves {expected:?}; not signing")]
+    WrongNetwork { expected: String, offered: String },
 }
 
 /// Why [`Worker::run`] returned without an error.
@@ -80,6 +88,10 @@ enum SessionEnd {
     Refused {
         code: ErrorCode,
         message: String,
+    },
+    /// The challenge named another network; the worker closed unsigned.
+    WrongNetwork {
+        offered: String,
     },
 }
 
@@ -233,6 +245,13 @@ impl Worker {
     /// down, reconnecting is off or gives up, or the coordinator refuses the
     /// handshake.
     pub async fn run<C: Connector>(&mut self, mut connector: C) -> Result<WorkerExit, WorkerError> {
+        // What the login signs: the coordinator this worker was told to
+        // reach, never anything the server it reached says.
+        let origin = worker_origin(connector.url()).inspect_err(|e| {
+            self.emit(EventKind::Stopped {
+                reason: format!("coordinator URL: {e}"),
+            });
+        })?;
         // Consecutive attempts that did not reach `welcome`.
         let mut failures: u32 = 0;
         let mut first = true;
@@ -269,7 +288,7 @@ impl Worker {
                     continue;
                 }
             };
-            let (end, welcomed) = self.session(conn).await;
+            let (end, welcomed) = self.session(conn, &origin).await;
             if welcomed {
                 failures = 0;
             } else {
@@ -281,6 +300,16 @@ impl Worker {
                         reason: format!("handshake refused: {message}"),
                     });
                     return Err(WorkerError::Refused { code, message });
+                }
+                SessionEnd::WrongNetwork { offered } => {
+                    let error = WorkerError::WrongNetwork {
+                        expected: self.config.network.clone(),
+                        offered,
+                    };
+                    self.emit(EventKind::Stopped {
+                        reason: error.to_string(),
+                    });
+                    return Err(error);
                 }
                 SessionEnd::Crashed { restart_after_ms } => {
                     self.emit(EventKind::Disconnected {
@@ -319,9 +348,9 @@ impl Worker {
     }
 
     /// One connection; returns how it ended and whether it got to `welcome`.
-    async fn session<T: FrameConnection>(&mut self, mut t: T) -> (SessionEnd, bool) {
+    async fn session<T: FrameConnection>(&mut self, mut t: T, origin: &str) -> (SessionEnd, bool) {
         let mut welcomed = false;
-        let end = match self.session_inner(&mut t, &mut welcomed).await {
+        let end = match self.session_inner(&mut t, origin, &mut welcomed).await {
             Err(end) => end,
             Ok(never) => match never {},
         };
@@ -373,7 +402,7 @@ impl Worker {
         }
     }
 
-    async fn handshake<T: FrameConnection>(&mut self, t: &mut T) -> Step<(u64, u64)> {
+    async fn handshake<T: FrameConnection>(&mut self, t: &mut T, origin: &str) -> Step<(u64, u64)> {
         let fault = self.config.faults.handshake.clone();
         let hello = WorkerFrame::Hello {
             protocol_version: if fault == Some(HandshakeFault::WrongProtocolVersion) {
@@ -381,6 +410,7 @@ impl Worker {
             } else {
                 PROTOCOL_VERSION
             },
+            coordinator: Some(origin.to_owned()),
             provider_pubkey: if fault == Some(HandshakeFault::InvalidHello) {
                 "0x1234".to_owned()
             } else {
@@ -394,13 +424,16 @@ impl Worker {
         loop {
             match self.recv_frame(t).await? {
                 CoordinatorFrame::Challenge { nonce, network } => {
+                    if network != self.config.network {
+                        return Err(SessionEnd::WrongNetwork { offered: network });
+                    }
                     let signer = if fault == Some(HandshakeFault::BadAuthSignature) {
                         &self.wrong_key
                     } else {
                         &self.key
                     };
-                    let signature =
-                        signer.personal_sign(challenge_message(&network, &nonce).as_bytes());
+                    let message = challenge_message(origin, &network, &nonce);
+                    let signature = signer.personal_sign(message.as_bytes());
                     self.send_frame(t, &WorkerFrame::Auth { signature }).await?;
                 }
                 CoordinatorFrame::Welcome {
@@ -420,9 +453,10 @@ impl Worker {
     async fn session_inner<T: FrameConnection>(
         &mut self,
         t: &mut T,
+        origin: &str,
         welcomed: &mut bool,
     ) -> Step<Infallible> {
-        let (session_id, interval_ms) = self.handshake(t).await?;
+        let (session_id, interval_ms) = self.handshake(t, origin).await?;
         *welcomed = true;
         self.emit(EventKind::Welcomed {
             session: self.sessions,
@@ -658,6 +692,7 @@ impl Worker {
             }
             MalformedKind::Unexpected => serde_json::to_string(&WorkerFrame::Hello {
                 protocol_version: PROTOCOL_VERSION,
+                coordinator: None,
                 provider_pubkey: self.key.public_key_hex(),
                 capabilities: self.config.capabilities.clone(),
                 slots: self.config.slots,

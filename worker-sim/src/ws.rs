@@ -114,6 +114,10 @@ impl Connector for WsConnector {
     async fn connect(&mut self) -> Result<WsConnection, ConnectError> {
         WsConnection::connect_with(&self.url, self.nodelay).await
     }
+
+    fn url(&self) -> &str {
+        &self.url
+    }
 }
 
 #[cfg(test)]

@@ -112,6 +112,7 @@ async fn worker_with_real_backend_answers_and_rejects_on_backend_failure() {
     let mut worker = Worker::new(
         WorkerConfig {
             latency: worker_sim::Latency::Fixed { ms: 0 },
+            network: common::NETWORK.into(),
             ..WorkerConfig::with_seed(1)
         },
         worker_sim::TokioClock::shared(EPOCH_MS),

@@ -41,6 +41,8 @@ async fn start(faults: FaultPlan) -> Sim {
 async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
     let config = Config {
         network: NETWORK.into(),
+        // Workers reach it over the in-memory connector.
+        public_urls: vec![protocol::connection::CHANNEL_URL.into()],
         ..Config::default()
     };
     let parts = Parts::new(
@@ -68,6 +70,7 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
         WorkerConfig {
             latency: Latency::Fixed { ms: 200 },
             faults,
+            network: NETWORK.into(),
             ..WorkerConfig::with_seed(seed)
         },
         TokioClock::shared(EPOCH_MS),

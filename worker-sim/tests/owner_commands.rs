@@ -74,19 +74,6 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-async fn pairing_code(http: &reqwest::Client, base: &str, user_id: &str) -> String {
-    let created: Value = http
-        .post(format!("{base}/v1/trust/create"))
-        .json(&json!({ "user_id": user_id }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    created["pairing_code"].as_str().unwrap().to_owned()
-}
-
 async fn keygen(path: &Path) -> String {
     let output = run(&["keygen", "--key-file", path.to_str().unwrap()]).await;
     assert!(output.status.success());
@@ -150,7 +137,7 @@ async fn claim_pairs_the_key_and_a_worker_with_it_serves_private_jobs() {
     assert!(stdout(&wrong).is_empty());
 
     // The good code prints the user id.
-    let code = pairing_code(&http, &base, "alice").await;
+    let code = common::pairing_code(&http, &base, "alice").await;
     let claimed = run(&[
         "claim",
         "--coordinator",
@@ -201,6 +188,8 @@ async fn claim_pairs_the_key_and_a_worker_with_it_serves_private_jobs() {
             key_arg,
             "--latency-ms",
             "5",
+            "--network",
+            "eip155:10143",
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -58,6 +58,7 @@ async fn hello_and_auth_signature_verify() {
     assert_eq!(pubkey, s.pubkey);
     let Some(WorkerFrame::Hello {
         protocol_version,
+        coordinator,
         provider_pubkey,
         capabilities,
         slots,
@@ -67,13 +68,15 @@ async fn hello_and_auth_signature_verify() {
         panic!()
     };
     assert_eq!(protocol_version, PROTOCOL_VERSION);
+    assert_eq!(coordinator, Some("ws://in-memory".to_owned()));
     assert_eq!(provider_pubkey.len(), 68);
     assert!(provider_pubkey.starts_with("0x02") || provider_pubkey.starts_with("0x03"));
     assert_eq!(capabilities, vec![JobType::Task]);
     assert_eq!(slots, 3);
     assert!(agent.unwrap().starts_with("worker-sim/"));
     let hello_text = &s.log.frame_lines()[0];
-    assert!(hello_text.starts_with(r#"-> {"type":"hello","protocol_version":1,"#));
+    assert!(hello_text
+        .starts_with(r#"-> {"type":"hello","protocol_version":2,"coordinator":"ws://in-memory","#));
 }
 
 #[tokio::test(start_paused = true)]
@@ -493,7 +496,7 @@ async fn bad_auth_signature_is_refused_and_the_worker_stops() {
     assert_eq!(
         protocol::signing::verify_personal_sign(
             &key,
-            protocol::worker::challenge_message(NETWORK, NONCE).as_bytes(),
+            protocol::worker::challenge_message(&channel_origin(), NETWORK, NONCE).as_bytes(),
             &signature
         ),
         Err(SignatureError::WrongSigner)
@@ -545,6 +548,58 @@ async fn wrong_version_and_invalid_hello() {
         panic!()
     };
     assert!(protocol::signing::parse_public_key(&provider_pubkey).is_err());
+}
+
+/// Issue 16 #4: a worker signs only for the network it serves. A
+/// challenge for another network gets no auth; the worker closes and stops
+/// with an error naming both networks.
+#[tokio::test(start_paused = true)]
+async fn a_challenge_for_another_network_is_not_signed() {
+    let mut s = start(config(23));
+    let mut c = FakeCoordinator::accept(&mut s.acceptor).await;
+    assert!(matches!(c.recv().await, Some(WorkerFrame::Hello { .. })));
+    c.send(&CoordinatorFrame::Challenge {
+        nonce: NONCE.into(),
+        network: "eip155:8453".into(),
+    });
+    assert_eq!(c.recv().await, None, "closed, nothing signed");
+    let result = s.handle.await.unwrap();
+    let Err(error @ WorkerError::WrongNetwork { .. }) = result else {
+        panic!("{result:?}")
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("eip155:8453") && message.contains(NETWORK),
+        "{message}"
+    );
+    assert!(s.log.events().iter().any(|e| matches!(
+        &e.kind,
+        worker_sim::EventKind::Stopped { reason } if reason.contains("eip155:8453")
+    )));
+}
+
+/// The origin signed comes from the connector's URL, the worker's own
+/// configuration; a URL with no origin stops the worker before it dials.
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_url_without_an_origin_stops_the_worker() {
+    struct Nowhere;
+    impl protocol::connection::Connector for Nowhere {
+        type Connection = protocol::connection::ChannelConnection;
+        async fn connect(
+            &mut self,
+        ) -> Result<Self::Connection, protocol::connection::ConnectError> {
+            panic!("dialled a URL with no origin")
+        }
+        fn url(&self) -> &str {
+            "coordinator.example.com:8080"
+        }
+    }
+    let mut worker =
+        worker_sim::Worker::new(config(24), worker_sim::TokioClock::shared(EPOCH_MS)).unwrap();
+    assert!(matches!(
+        worker.run(Nowhere).await,
+        Err(WorkerError::Url(_))
+    ));
 }
 
 #[tokio::test(start_paused = true)]

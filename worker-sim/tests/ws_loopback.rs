@@ -59,6 +59,7 @@ async fn worker_connects_late_over_websocket_and_completes_a_job() {
     let mut worker = Worker::new(
         WorkerConfig {
             latency: Latency::Fixed { ms: 10 },
+            network: "eip155:10143".into(),
             reconnect: ReconnectPolicy {
                 initial_ms: 20,
                 max_ms: 100,

@@ -393,6 +393,11 @@ async fn connect_workers(
     let ws_url = format!("{}/v1/workers/ws", base.replacen("http://", "ws://", 1));
     let epoch_ms = unix_us() / 1000;
     let online_before = workers_online(client, base).await.unwrap_or(0);
+    // Workers sign only for the network they serve: the target's.
+    let network = health(client, base)
+        .await
+        .and_then(|v| v["network"].as_str().map(str::to_owned))
+        .ok_or("the target's /v1/health names no network")?;
     let mut handles = Vec::with_capacity(count as usize);
     progress.set_length(count as u64);
     progress.set_position(0);
@@ -416,6 +421,7 @@ async fn connect_workers(
                     enabled: false,
                     ..ReconnectPolicy::default()
                 },
+                network: network.clone(),
                 ..WorkerConfig::default()
             };
             let mut worker = Worker::new(config, worker_sim::TokioClock::shared(epoch_ms))
@@ -454,15 +460,18 @@ fn worker_connector(ws_url: String, nagle_workers: bool) -> WsConnector {
 }
 
 async fn workers_online(client: &reqwest::Client, base: &str) -> Option<u64> {
-    let v: Value = client
+    health(client, base).await?["workers_online"].as_u64()
+}
+
+async fn health(client: &reqwest::Client, base: &str) -> Option<Value> {
+    client
         .get(format!("{base}/v1/health"))
         .send()
         .await
         .ok()?
         .json()
         .await
-        .ok()?;
-    v["workers_online"].as_u64()
+        .ok()
 }
 
 // ---------------------------------------------------------------- end-to-end load

@@ -159,10 +159,17 @@ struct Args {
     /// payments are verified locally and no money moves.
     #[arg(long, env = "COORDINATOR_FACILITATOR_URL")]
     facilitator_url: Option<String>,
-    /// Base URL clients reach this instance at (for payment requirements);
-    /// default: taken from each request's Host header.
-    #[arg(long, env = "COORDINATOR_PUBLIC_URL")]
-    public_url: Option<String>,
+    /// URL clients and workers reach this instance at; repeat it (or
+    /// comma-separate) for several. A worker's login must name one of their
+    /// origins (http = ws, https = wss; default port and path ignored).
+    /// Default: the --listen address itself, for local use only. The first
+    /// is the base of payment requirements (else the Host header).
+    #[arg(
+        long = "public-url",
+        env = "COORDINATOR_PUBLIC_URL",
+        value_delimiter = ','
+    )]
+    public_urls: Vec<String>,
     /// SQLite database file, created if missing; `:memory:` keeps nothing
     /// across restarts.
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
@@ -220,7 +227,7 @@ impl Args {
     fn settings(&self) -> Result<Settings, String> {
         let mut config = Config {
             network: self.network.clone(),
-            public_url: self.public_url.clone(),
+            public_urls: self.public_urls.clone(),
             trusted_proxies: self.trusted_proxies.clone(),
             ..Config::default()
         };

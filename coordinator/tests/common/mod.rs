@@ -10,10 +10,13 @@ use coordinator::config::Config;
 use coordinator::server::{self, Parts, Settings};
 use coordinator::{Clock, Coordinator};
 use http_body_util::BodyExt;
-use protocol::connection::{channel_pair, ChannelConnection, FrameConnection, Incoming};
+use protocol::connection::{
+    channel_pair, ChannelConnection, FrameConnection, Incoming, CHANNEL_URL,
+};
+use protocol::origin::worker_origin;
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
-use protocol::worker::{challenge_message, Assignment, CoordinatorFrame};
+use protocol::worker::{challenge_message, Assignment, CoordinatorFrame, PROTOCOL_VERSION};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
@@ -120,37 +123,52 @@ pub async fn pair(app: &Router, user: &str, key: &Keypair) {
 }
 
 /// A text-frame pipe to the coordinator: the shared in-memory channel pair
-/// into its session logic, or worker-sim's WebSocket client.
+/// into its session logic, or worker-sim's WebSocket client with the origin
+/// of the URL it dialled.
 pub enum Wire {
     Channel(ChannelConnection),
-    Ws(Box<WsConnection>),
+    Ws(Box<WsConnection>, String),
 }
 
 impl Wire {
-    /// Connects over in-memory channels to the coordinator's real session logic.
+    /// Connects over in-memory channels to the coordinator's real session
+    /// logic; a coordinator with no public URL takes the channels' origin,
+    /// as a served one takes its listener's.
     pub fn channel(c: &Coordinator) -> Self {
+        c.default_worker_origins(vec![worker_origin(CHANNEL_URL).unwrap()]);
         let (worker_end, coordinator_end) = channel_pair();
         tokio::spawn(coordinator::session::run(c.clone(), coordinator_end));
         Wire::Channel(worker_end)
     }
 
     pub async fn ws(url: &str) -> Self {
-        Wire::Ws(Box::new(WsConnection::connect(url).await.unwrap()))
+        let conn = WsConnection::connect(url).await.unwrap();
+        Wire::Ws(Box::new(conn), worker_origin(url).unwrap())
     }
 
-    /// A WebSocket whose handshake the test already did.
+    /// A WebSocket to `url` whose handshake the test already did.
     pub fn ws_stream(
         stream: tokio_tungstenite::WebSocketStream<
             tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
         >,
+        url: &str,
     ) -> Self {
-        Wire::Ws(Box::new(WsConnection::from_stream(stream)))
+        let conn = WsConnection::from_stream(stream);
+        Wire::Ws(Box::new(conn), worker_origin(url).unwrap())
+    }
+
+    /// The origin of the coordinator this wire reaches, as a worker signs it.
+    pub fn origin(&self) -> String {
+        match self {
+            Wire::Channel(_) => worker_origin(CHANNEL_URL).unwrap(),
+            Wire::Ws(_, origin) => origin.clone(),
+        }
     }
 
     pub async fn send_text(&mut self, text: String) {
         let _ = match self {
             Wire::Channel(conn) => conn.send(text).await,
-            Wire::Ws(conn) => conn.send(text).await,
+            Wire::Ws(conn, _) => conn.send(text).await,
         };
     }
 
@@ -159,7 +177,7 @@ impl Wire {
         loop {
             let incoming = match self {
                 Wire::Channel(conn) => conn.recv().await,
-                Wire::Ws(conn) => conn.recv().await,
+                Wire::Ws(conn, _) => conn.recv().await,
             };
             match incoming {
                 Incoming::Text(text) => return Some(text),
@@ -190,16 +208,16 @@ impl TestWorker {
     }
 
     pub async fn authenticate(&mut self, capabilities: &[&str], slots: u32) {
-        self.send(json!({"type": "hello", "protocol_version": 1,
+        let origin = self.wire.origin();
+        self.send(json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "coordinator": origin,
             "provider_pubkey": self.key.public_key_hex(), "capabilities": capabilities, "slots": slots}))
             .await;
         let challenge = self.recv().await;
         let CoordinatorFrame::Challenge { nonce, network } = challenge else {
             panic!("expected challenge, got {challenge:?}");
         };
-        let signature = self
-            .key
-            .personal_sign(challenge_message(&network, &nonce).as_bytes());
+        let message = challenge_message(&origin, &network, &nonce);
+        let signature = self.key.personal_sign(message.as_bytes());
         self.send(json!({"type": "auth", "signature": signature}))
             .await;
         match self.recv().await {

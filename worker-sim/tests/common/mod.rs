@@ -3,7 +3,7 @@
 
 use protocol::api::{JobType, Payload, PrivacyClass, TaskType};
 use protocol::connection::{
-    channel_connector, ChannelAcceptor, ChannelConnection, FrameConnection, Incoming,
+    channel_connector, ChannelAcceptor, ChannelConnection, FrameConnection, Incoming, CHANNEL_URL,
 };
 use protocol::signing::{parse_public_key, verify_personal_sign};
 use protocol::worker::{challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame};
@@ -15,6 +15,11 @@ use worker_sim::{EventLog, TokioClock, Worker, WorkerConfig, WorkerError, Worker
 pub const EPOCH_MS: i64 = 1_795_255_200_000;
 pub const NETWORK: &str = "eip155:10143";
 pub const NONCE: &str = "0x00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// The origin a worker on the in-memory connector signs.
+pub fn channel_origin() -> String {
+    protocol::origin::worker_origin(CHANNEL_URL).unwrap()
+}
 
 pub type RunHandle = JoinHandle<Result<WorkerExit, WorkerError>>;
 
@@ -98,11 +103,13 @@ impl FakeCoordinator {
         let hello = self.recv().await.expect("hello");
         let WorkerFrame::Hello {
             ref provider_pubkey,
+            ref coordinator,
             ..
         } = hello
         else {
             panic!("expected hello, got {hello:?}")
         };
+        assert_eq!(coordinator.as_deref(), Some(channel_origin().as_str()));
         let pubkey = provider_pubkey.clone();
         self.hello = Some(hello.clone());
         self.send(&CoordinatorFrame::Challenge {
@@ -115,7 +122,7 @@ impl FakeCoordinator {
         let key = parse_public_key(&pubkey).expect("valid pubkey");
         verify_personal_sign(
             &key,
-            challenge_message(NETWORK, NONCE).as_bytes(),
+            challenge_message(&channel_origin(), NETWORK, NONCE).as_bytes(),
             &signature,
         )
         .expect("auth signature verifies");
@@ -172,10 +179,11 @@ pub fn task(n: u128, task_type: TaskType, input: &str) -> Assignment {
     }
 }
 
-/// A config with fixed latency and reconnects off unless asked.
+/// A config with fixed latency, serving [`NETWORK`].
 pub fn config(seed: u64) -> WorkerConfig {
     WorkerConfig {
         latency: worker_sim::Latency::Fixed { ms: 100 },
+        network: NETWORK.into(),
         ..WorkerConfig::with_seed(seed)
     }
 }
@@ -198,4 +206,18 @@ pub async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> serd
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     panic!("job {id} never finished");
+}
+
+/// A pairing code for `user_id` from the coordinator at `base`.
+pub async fn pairing_code(http: &reqwest::Client, base: &str, user_id: &str) -> String {
+    let created: serde_json::Value = http
+        .post(format!("{base}/v1/trust/create"))
+        .json(&serde_json::json!({ "user_id": user_id }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["pairing_code"].as_str().unwrap().to_owned()
 }
