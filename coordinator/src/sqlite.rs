@@ -899,8 +899,9 @@ mod tests {
             panic!("a job first")
         };
         let mut job = job.clone();
-        job.status = JobStatus::Failed;
-        job.deadline_ms = None;
+        let changed = Arc::make_mut(&mut job);
+        changed.status = JobStatus::Failed;
+        changed.deadline_ms = None;
         store.apply(&[Change::Job(job.clone())]).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.jobs.len(), 2);
@@ -994,7 +995,7 @@ mod tests {
             panic!("a job first")
         };
         let mut done = job.clone();
-        done.status = JobStatus::Completed;
+        Arc::make_mut(&mut done).status = JobStatus::Completed;
         store.apply(&[Change::Job(done)]).unwrap();
         store.purge_terminal_jobs(1_001).unwrap();
         let loaded = store.load().unwrap();
@@ -1012,7 +1013,7 @@ mod tests {
             panic!("a job first")
         };
         let mut done = job.clone();
-        done.status = JobStatus::Failed;
+        Arc::make_mut(&mut done).status = JobStatus::Failed;
         store.apply(&[Change::Job(done)]).unwrap();
         store.purge_terminal_jobs(1_001).unwrap();
         store.flush().await.unwrap();
