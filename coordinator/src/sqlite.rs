@@ -922,8 +922,9 @@ mod tests {
             panic!("a job first")
         };
         let mut job = job.clone();
-        job.status = JobStatus::Failed;
-        job.deadline_ms = None;
+        let changed = Arc::make_mut(&mut job);
+        changed.status = JobStatus::Failed;
+        changed.deadline_ms = None;
         store.apply(&[Change::Job(job.clone())]).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.jobs.len(), 2);
@@ -1017,7 +1018,7 @@ mod tests {
             panic!("a job first")
         };
         let mut done = job.clone();
-        done.status = JobStatus::Completed;
+        Arc::make_mut(&mut done).status = JobStatus::Completed;
         store.apply(&[Change::Job(done)]).unwrap();
         store.purge_terminal_jobs(1_001).unwrap();
         let loaded = store.load().unwrap();
@@ -1035,7 +1036,7 @@ mod tests {
             panic!("a job first")
         };
         let mut done = job.clone();
-        done.status = JobStatus::Failed;
+        Arc::make_mut(&mut done).status = JobStatus::Failed;
         store.apply(&[Change::Job(done)]).unwrap();
         store.purge_terminal_jobs(1_001).unwrap();
         store.flush().await.unwrap();

@@ -10,7 +10,7 @@ use crate::trust::{Pairing, TrustEntry};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +45,8 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Tables {
-    jobs: BTreeMap<Uuid, Job>,
+    /// Shares each job with the change that recorded it (see [`Change`]).
+    jobs: BTreeMap<Uuid, Arc<Job>>,
     pairings: BTreeMap<String, Pairing>,
     trust: BTreeMap<(String, String), TrustEntry>,
 }
@@ -56,7 +57,7 @@ impl Store for MemoryStore {
         for change in changes {
             match change {
                 Change::Job(job) => {
-                    t.jobs.insert(job.id, (**job).clone());
+                    t.jobs.insert(job.id, Arc::clone(job));
                 }
                 Change::Pairing(p) => {
                     t.pairings.insert(p.code.clone(), p.clone());
@@ -75,7 +76,7 @@ impl Store for MemoryStore {
     fn load(&self) -> Result<Snapshot, StoreError> {
         let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
         Ok(Snapshot {
-            jobs: t.jobs.values().cloned().collect(),
+            jobs: t.jobs.values().map(|job| (**job).clone()).collect(),
             pairings: t.pairings.values().cloned().collect(),
             trust: t.trust.values().cloned().collect(),
         })

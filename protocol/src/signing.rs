@@ -7,6 +7,9 @@
 //! signatures.
 
 use k256::ecdsa::{RecoveryId, Signature, SigningKey, VerifyingKey};
+use k256::elliptic_curve::ops::{Invert, LinearCombination, Reduce};
+use k256::elliptic_curve::point::AffineCoordinates;
+use k256::{FieldBytes, ProjectivePoint, Scalar, U256};
 use rand_core::CryptoRngCore;
 use sha3::{Digest, Keccak256};
 
@@ -176,20 +179,51 @@ fn parse_signature(signature: &str) -> Result<(Signature, RecoveryId), Signature
 
 /// Checks that `signature` is an EIP-191 `personal_sign` of `message` by
 /// `public_key`, the way Ethereum tooling checks it: the key recovered with
-/// the signature's `v` must be `public_key`. A plain ECDSA verification
-/// against the known key would be twice as fast but would accept a wrong
-/// `v`, and such a receipt recovers to another address in ethers or viem.
+/// the signature's `v` must be `public_key`.
+///
+/// Recovery is not needed to get that guarantee. Recovery lifts `R` from
+/// `x = r` with the y parity `v` and returns `Q' = r⁻¹(s·R − z·G)`; so
+/// `Q' = Q` exactly when `R = s⁻¹z·G + s⁻¹r·Q`. Computing that point (one
+/// double-scalar multiplication, the same one a plain ECDSA verification does)
+/// and checking that its x coordinate is `r` — as a field element, not
+/// reduced mod n, as recovery with `v` ∈ {27, 28} assumes — and that its y
+/// parity is `v` accepts exactly the signatures recovery accepts, at half
+/// the cost (k256's recovery decompresses `R`, multiplies, then re-verifies).
+/// A plain verification without the parity check would accept a wrong `v`,
+/// and such a signature recovers to another address in ethers or viem.
 pub fn verify_personal_sign(
     public_key: &VerifyingKey,
     message: &[u8],
     signature: &str,
 ) -> Result<(), SignatureError> {
-    let recovered = recover_prehash(&eip191_hash(message), signature)?;
-    if &recovered == public_key {
-        Ok(())
-    } else {
-        Err(SignatureError::WrongSigner)
+    let (sig, recid) = parse_signature(signature)?;
+    verify_prehash_with_parity(public_key, &eip191_hash(message), &sig, recid.is_y_odd())
+}
+
+/// `R = (z/s)·G + (r/s)·Q` must have x = r (unreduced) and the given y parity.
+fn verify_prehash_with_parity(
+    public_key: &VerifyingKey,
+    digest: &[u8; 32],
+    sig: &Signature,
+    y_odd: bool,
+) -> Result<(), SignatureError> {
+    // A 32-byte digest is its own `bits2field` for a 256-bit curve.
+    let z = <Scalar as Reduce<U256>>::reduce_bytes(&FieldBytes::from(*digest));
+    let (r, s) = sig.split_scalars();
+    // s is public (it is in the signature), so variable time is fine; it
+    // is non-zero, so it has an inverse.
+    let s_inv: Scalar = *s.invert_vartime();
+    let q = ProjectivePoint::from(*public_key.as_affine());
+    let big_r =
+        ProjectivePoint::lincomb(&ProjectivePoint::GENERATOR, &(z * s_inv), &q, &(*r * s_inv));
+    if big_r == ProjectivePoint::IDENTITY {
+        return Err(SignatureError::WrongSigner);
     }
+    let big_r = big_r.to_affine();
+    if big_r.x() != r.to_bytes() || bool::from(big_r.y_is_odd()) != y_odd {
+        return Err(SignatureError::WrongSigner);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -241,7 +275,76 @@ mod tests {
         let sig = k.personal_sign(b"m");
         let flipped = if sig.ends_with("1b") { "1c" } else { "1b" };
         let twin = format!("{}{flipped}", &sig[..sig.len() - 2]);
-        assert!(verify_personal_sign(&pk, b"m", &twin).is_err());
+        assert_eq!(
+            verify_personal_sign(&pk, b"m", &twin),
+            Err(SignatureError::WrongSigner)
+        );
+    }
+
+    /// What the check must equal: recovery with the signature's `v` gives `public_key`.
+    fn recovers_to(public_key: &VerifyingKey, message: &[u8], signature: &str) -> bool {
+        recover_prehash(&eip191_hash(message), signature).as_ref() == Ok(public_key)
+    }
+
+    fn with_v(signature: &str, v: u8) -> String {
+        format!("{}{v:02x}", &signature[..signature.len() - 2])
+    }
+
+    #[test]
+    fn a_valid_signature_with_the_other_v_is_refused() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(10);
+        for _ in 0..20 {
+            let k = Keypair::generate(&mut rng);
+            let pk = parse_public_key(&k.public_key_hex()).unwrap();
+            let sig = k.personal_sign(b"receipt");
+            let v = u8::from_str_radix(&sig[sig.len() - 2..], 16).unwrap();
+            assert_eq!(verify_personal_sign(&pk, b"receipt", &sig), Ok(()));
+            // The same r and s verify as plain ECDSA; only v is wrong.
+            let flipped = with_v(&sig, if v == 27 { 28 } else { 27 });
+            assert_eq!(
+                verify_personal_sign(&pk, b"receipt", &flipped),
+                Err(SignatureError::WrongSigner)
+            );
+            assert!(!recovers_to(&pk, b"receipt", &flipped));
+        }
+    }
+
+    /// The parity check accepts exactly what recovery accepts: over random
+    /// keys and messages, with the right and the wrong `v` in both
+    /// encodings, another signer's key, and random r || s.
+    #[test]
+    fn the_parity_check_agrees_with_recovery() {
+        use rand_core::RngCore;
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(11);
+        let mut accepted = 0;
+        for round in 0..200 {
+            let k = Keypair::generate(&mut rng);
+            let other = Keypair::generate(&mut rng);
+            let pk = parse_public_key(&k.public_key_hex()).unwrap();
+            let other_pk = parse_public_key(&other.public_key_hex()).unwrap();
+            let mut message = vec![0u8; (rng.next_u32() % 300) as usize];
+            rng.fill_bytes(&mut message);
+            let sig = k.personal_sign(&message);
+            let mut random = [0u8; 64];
+            rng.fill_bytes(&mut random);
+            let mut candidates = vec![format!("0x{}1b", hex::encode(random))];
+            for v in [0u8, 1, 27, 28] {
+                candidates.push(with_v(&sig, v));
+            }
+            for candidate in &candidates {
+                for key in [&pk, &other_pk] {
+                    let verified = verify_personal_sign(key, &message, candidate).is_ok();
+                    assert_eq!(
+                        verified,
+                        recovers_to(key, &message, candidate),
+                        "round {round}: {candidate}"
+                    );
+                    accepted += usize::from(verified);
+                }
+            }
+        }
+        // Each round's own signature passes with its v in both encodings.
+        assert_eq!(accepted, 400);
     }
 
     #[test]

@@ -357,7 +357,7 @@ impl Core {
             }
             for (&pos, id) in &queue.jobs {
                 queued += 1;
-                let job = self.jobs.get(id);
+                let job = self.job(id);
                 let problem = match job {
                     None => Some("queued job does not exist"),
                     Some(j) if j.status != JobStatus::Pending => Some("queued job is not pending"),

@@ -27,8 +27,10 @@ use protocol::time::format_ms;
 use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha20Rng;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use uuid::Uuid;
 use x402::NonceKey;
 
@@ -144,11 +146,24 @@ const JOB_OVERHEAD_BYTES: usize = 1024;
 /// What a job counts against the byte budgets: a fixed overhead plus its
 /// variable parts (user id, payload text, output).
 fn footprint_bytes(job: &Job) -> usize {
-    let output_bytes = job
-        .output
-        .as_ref()
-        .map_or(0, |o| serde_json::to_vec(o).map_or(0, |v| v.len()));
+    let output_bytes = job.output.as_ref().map_or(0, json_len);
     JOB_OVERHEAD_BYTES + submission_bytes(&job.submission) + output_bytes
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
 }
 
 impl Job {
@@ -173,9 +188,14 @@ impl Job {
 }
 
 /// A record that changed and must be stored.
+///
+/// A job change shares the core's copy of the job: the core changes a job
+/// through `Arc::make_mut`, so a change already taken keeps the version it
+/// recorded (the job is copied only if the store still holds it then), and
+/// recording a change costs a reference count, not a copy of the job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Change {
-    Job(Box<Job>),
+    Job(Arc<Job>),
     Pairing(Pairing),
     Trust(TrustEntry),
     /// A payment was settled and bought the job changed in the same event;
@@ -296,7 +316,13 @@ const AVOIDED_SCAN_MAX: usize = 8;
 pub struct Core {
     config: Config,
     rng: ChaCha20Rng,
-    jobs: HashMap<Uuid, Job>,
+    /// Keyed by ids the core draws from its own RNG, never by a value a
+    /// client chooses, so a fast unkeyed hash (FxHash) cannot be flooded:
+    /// lookups of chosen ids only miss. Maps keyed by client-chosen values
+    /// (`session_of`, `paid`) keep std's per-process keyed SipHash.
+    /// A job is changed through `Arc::make_mut`: copied first only if a
+    /// change not yet dropped (by the store) still shares it.
+    jobs: FxHashMap<Uuid, Arc<Job>>,
     /// Only non-empty queues.
     queues: BTreeMap<QueueKey, Queue>,
     pending_count: usize,
@@ -323,7 +349,7 @@ impl Core {
         Self {
             config,
             rng,
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             queues: BTreeMap::new(),
             pending_count: 0,
             workers: BTreeMap::new(),
@@ -384,7 +410,13 @@ impl Core {
     }
 
     pub fn job(&self, id: &Uuid) -> Option<&Job> {
-        self.jobs.get(id)
+        self.jobs.get(id).map(|job| &**job)
+    }
+
+    /// Records that job `id` changed: the change shares the job as it is now.
+    fn job_changed(&mut self, id: &Uuid) {
+        let job = Arc::clone(&self.jobs[id]);
+        self.changes.push(Change::Job(job));
     }
 
     /// 32 random bytes as `0x` hex, for a worker's auth challenge.
@@ -477,7 +509,8 @@ impl Core {
         job.status = JobStatus::Failed;
         job.error = Some(FailureReason::NoTrustedWorker);
         self.kept_bytes += job.footprint_bytes;
-        self.changes.push(Change::Job(Box::new(job.clone())));
+        let job = Arc::new(job);
+        self.changes.push(Change::Job(Arc::clone(&job)));
         self.jobs.insert(id, job);
         CommitError::NoTrustedWorker(id)
     }
@@ -501,7 +534,7 @@ impl Core {
         let id = job.id;
         self.queued_bytes += job.footprint_bytes;
         let spent = job.paid_with.as_ref().map(|p| p.nonce);
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Arc::new(job));
         self.place(id, None, false, now_ms);
         if let Some(nonce) = spent {
             self.paid.insert(nonce, id);
@@ -574,18 +607,26 @@ impl Core {
             self.assign(id, session, now_ms);
             return;
         }
-        let job = self.jobs.get_mut(&id).expect("placed job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("placed job exists");
         job.status = JobStatus::Pending;
         job.worker = None;
         let deadline = now_ms + self.config.timing.pending_timeout_ms;
         job.deadline_ms = Some(deadline);
-        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.job_changed(&id);
         self.enqueue(id, to_front);
         self.add_timer(deadline, TimerKind::Pending, id);
     }
 
     fn enqueue(&mut self, id: Uuid, to_front: bool) {
-        let job = self.jobs.get_mut(&id).expect("queued job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("queued job exists");
         debug_assert!(job.queue_pos.is_none(), "job {id} queued twice");
         let pos = self
             .queues
@@ -598,7 +639,11 @@ impl Core {
 
     /// Takes a pending job out of its queue.
     fn dequeue(&mut self, id: &Uuid) {
-        let job = self.jobs.get_mut(id).expect("dequeued job exists");
+        let job = self
+            .jobs
+            .get_mut(id)
+            .map(Arc::make_mut)
+            .expect("dequeued job exists");
         let Some(pos) = job.queue_pos.take() else {
             return;
         };
@@ -615,15 +660,13 @@ impl Core {
     fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
         let job = &self.jobs[id];
         let job_type = job.submission.job_type;
-        let mut candidates: Vec<(u32, SessionId)> = match job.submission.privacy_class {
-            PrivacyClass::Public => self
-                .idle
-                .get(&job_type)
-                .into_iter()
-                .flatten()
-                .take(2)
-                .copied()
-                .collect(),
+        // The best two candidates, least loaded first: the second is only
+        // wanted when the first is `avoid`.
+        let (first, second) = match job.submission.privacy_class {
+            PrivacyClass::Public => {
+                let mut idle = self.idle.get(&job_type).into_iter().flatten();
+                (idle.next().copied(), idle.next().copied())
+            }
             PrivacyClass::Private => {
                 let mut free: Vec<(u32, SessionId)> = self
                     .trusted_sessions(&job.submission.user_id, job_type)
@@ -633,18 +676,16 @@ impl Core {
                     })
                     .collect();
                 free.sort_unstable();
-                free
+                (free.first().copied(), free.get(1).copied())
             }
         };
+        let (_, first) = first?;
         // Only the first candidate is taken, so the (costlier) question of
         // another eligible worker only matters when `avoid` is first.
-        if let Some(avoid) = avoid {
-            let first = candidates.first().is_some_and(|(_, s)| *s == avoid);
-            if first && self.has_other_eligible(job, avoid) {
-                candidates.remove(0);
-            }
+        if avoid == Some(first) && self.has_other_eligible(job, first) {
+            return second.map(|(_, s)| s);
         }
-        candidates.first().map(|(_, s)| *s)
+        Some(first)
     }
 
     /// Whether a worker other than `session` could ever take `job`. Busy counts.
@@ -680,7 +721,11 @@ impl Core {
 
     fn assign(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let lease_ms = self.config.timing.lease_ms;
-        let job = self.jobs.get_mut(&id).expect("assigned job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("assigned job exists");
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
         job.last_worker = Some(session);
@@ -694,7 +739,7 @@ impl Core {
             payment_ref: job.payment_ref.clone(),
             lease_ms: lease_ms.max(0) as u64,
         });
-        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.job_changed(&id);
         self.set_load(session, |jobs| {
             jobs.insert(id);
         });
@@ -712,22 +757,25 @@ impl Core {
             if worker.load() >= worker.slots {
                 return;
             }
-            let mut keys: Vec<QueueKey> = Vec::new();
+            // The best head over the queues the worker serves, without
+            // collecting their keys.
+            let mut best: Option<((Tier, u64), Uuid)> = None;
+            let mut consider = |key: QueueKey| {
+                if let Some(id) = self.queue_pick(&key, session) {
+                    let rank = ((tier_of(&key), self.jobs[&id].seq), id);
+                    if best.is_none_or(|b| rank < b) {
+                        best = Some(rank);
+                    }
+                }
+            };
             for &job_type in &worker.capabilities {
                 for tier in [Tier::Fast, Tier::Cheap] {
-                    keys.push(QueueKey::Public(tier, job_type));
+                    consider(QueueKey::Public(tier, job_type));
                     for user in self.trust.users_trusting(&worker.pubkey) {
-                        keys.push(QueueKey::Private(tier, job_type, user.clone()));
+                        consider(QueueKey::Private(tier, job_type, user.clone()));
                     }
                 }
             }
-            let best = keys
-                .iter()
-                .filter_map(|key| {
-                    let id = self.queue_pick(key, session)?;
-                    Some(((tier_of(key), self.jobs[&id].seq), id))
-                })
-                .min();
             let Some((_, id)) = best else {
                 return;
             };
@@ -763,7 +811,11 @@ impl Core {
         avoid: Option<SessionId>,
         now_ms: i64,
     ) {
-        let job = self.jobs.get_mut(&id).expect("retried job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("retried job exists");
         job.avoid = avoid;
         if job.attempts >= self.config.timing.attempts_max {
             self.fail(id, reason);
@@ -774,7 +826,11 @@ impl Core {
 
     fn fail(&mut self, id: Uuid, reason: FailureReason) {
         self.clear_timer(&id);
-        let job = self.jobs.get_mut(&id).expect("failed job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("failed job exists");
         debug_assert!(!job.status.is_terminal(), "job {id} failed twice");
         self.queued_bytes -= job.footprint_bytes;
         self.kept_bytes += job.footprint_bytes;
@@ -782,7 +838,7 @@ impl Core {
         job.error = Some(reason);
         job.worker = None;
         job.deadline_ms = None;
-        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.job_changed(&id);
     }
 
     /// Checks that `session` holds `id` right now.
@@ -799,9 +855,13 @@ impl Core {
     /// The worker started the job.
     pub fn accept(&mut self, session: SessionId, id: Uuid) -> Result<(), FrameError> {
         if self.held_by(&id, session)?.status == JobStatus::Assigned {
-            let job = self.jobs.get_mut(&id).expect("held job exists");
+            let job = self
+                .jobs
+                .get_mut(&id)
+                .map(Arc::make_mut)
+                .expect("held job exists");
             job.status = JobStatus::Running;
-            self.changes.push(Change::Job(Box::new(job.clone())));
+            self.job_changed(&id);
         }
         Ok(())
     }
@@ -820,7 +880,11 @@ impl Core {
             jobs.remove(&id);
         });
         self.clear_timer(&id);
-        let job = self.jobs.get_mut(&id).expect("held job exists");
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("held job exists");
         job.status = JobStatus::Completed;
         job.output = Some(output);
         job.receipt = Some(receipt);
@@ -830,7 +894,7 @@ impl Core {
         job.completed_at_ms = Some(now_ms);
         job.worker = None;
         job.deadline_ms = None;
-        self.changes.push(Change::Job(Box::new(job.clone())));
+        self.job_changed(&id);
         self.outbox.push((
             session,
             Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),
@@ -971,14 +1035,19 @@ impl Core {
         };
         self.clear_timer(&job);
         self.timers.insert(timer);
-        if let Some(j) = self.jobs.get_mut(&job) {
+        if let Some(j) = self.jobs.get_mut(&job).map(Arc::make_mut) {
             j.timer = Some(timer);
         }
     }
 
     /// Drops a job's live timer, if it has one.
     fn clear_timer(&mut self, job: &Uuid) {
-        if let Some(timer) = self.jobs.get_mut(job).and_then(|j| j.timer.take()) {
+        if let Some(timer) = self
+            .jobs
+            .get_mut(job)
+            .map(Arc::make_mut)
+            .and_then(|j| j.timer.take())
+        {
             self.timers.remove(&timer);
         }
     }
@@ -991,7 +1060,7 @@ impl Core {
                 break;
             }
             self.timers.pop_first();
-            let Some(job) = self.jobs.get_mut(&timer.job) else {
+            let Some(job) = self.jobs.get_mut(&timer.job).map(Arc::make_mut) else {
                 continue;
             };
             if job.timer != Some(timer) {

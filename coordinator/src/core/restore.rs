@@ -16,6 +16,7 @@
 use super::{Core, FailureReason, Job, TimerKind};
 use crate::store::Snapshot;
 use protocol::api::JobStatus;
+use std::sync::Arc;
 use uuid::Uuid;
 
 impl Core {
@@ -44,20 +45,20 @@ impl Core {
             }
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
-                    self.jobs.insert(id, job);
+                    self.jobs.insert(id, Arc::new(job));
                 }
                 JobStatus::Pending => {
                     let deadline_ms = job
                         .deadline_ms
                         .unwrap_or(now_ms + self.config.timing.pending_timeout_ms);
                     job.deadline_ms = Some(deadline_ms);
-                    self.jobs.insert(id, job);
+                    self.jobs.insert(id, Arc::new(job));
                     self.enqueue_restored(id, deadline_ms);
                 }
                 JobStatus::Assigned | JobStatus::Running => {
                     job.attempts = job.attempts.saturating_sub(1);
                     job.recoveries = job.recoveries.saturating_add(1);
-                    self.jobs.insert(id, job);
+                    self.jobs.insert(id, Arc::new(job));
                     requeued.push(id);
                 }
             }
@@ -117,7 +118,7 @@ impl Core {
         let before = self.jobs.len();
         let mut freed_bytes = 0;
         let mut unpaid = Vec::new();
-        self.jobs.retain(|_, j: &mut Job| {
+        self.jobs.retain(|_, j: &mut Arc<Job>| {
             let keep = !(j.status.is_terminal() && j.created_at_ms < created_before_ms);
             if !keep {
                 freed_bytes += j.footprint_bytes;

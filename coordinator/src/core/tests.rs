@@ -13,6 +13,7 @@ use protocol::receipt::Receipt;
 use protocol::worker::CoordinatorFrame;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use std::sync::Arc;
 use uuid::Uuid;
 
 const T0: i64 = 1_795_255_200_000;
@@ -676,7 +677,7 @@ fn the_check_reports_a_free_worker_next_to_a_pending_job() {
     // Drop w1's job without the event that would fill its slot.
     r.core.workers.get_mut(&w1).unwrap().jobs.clear();
     r.core.idle.entry(LLM).or_default().insert((0, w1));
-    let job = r.core.jobs.get_mut(&public).unwrap();
+    let job = Arc::make_mut(r.core.jobs.get_mut(&public).unwrap());
     job.status = JobStatus::Completed;
     job.worker = None;
     job.deadline_ms = None;
@@ -716,7 +717,7 @@ fn the_check_reports_a_missing_or_stray_deadline() {
 #[test]
 fn the_check_reports_a_wrong_kind_of_deadline_and_one_too_far() {
     let (mut r, _, [_, _, queued]) = corruptible();
-    let job = r.core.jobs.get_mut(&queued).unwrap();
+    let job = Arc::make_mut(r.core.jobs.get_mut(&queued).unwrap());
     let timer = job.timer.as_mut().unwrap();
     r.core.timers.remove(timer);
     timer.kind = TimerKind::Lease;
@@ -724,7 +725,7 @@ fn the_check_reports_a_wrong_kind_of_deadline_and_one_too_far() {
     assert!(matches!(violation(&r), InvariantViolation::Deadline { job, .. } if job == queued));
 
     let (mut r, _, [_, _, queued]) = corruptible();
-    let job = r.core.jobs.get_mut(&queued).unwrap();
+    let job = Arc::make_mut(r.core.jobs.get_mut(&queued).unwrap());
     let timer = job.timer.as_mut().unwrap();
     r.core.timers.remove(timer);
     timer.at_ms += 1_000_000;
@@ -738,7 +739,7 @@ fn the_check_reports_a_wrong_kind_of_deadline_and_one_too_far() {
 #[test]
 fn the_check_reports_too_many_attempts() {
     let (mut r, _, [public, _, _]) = corruptible();
-    r.core.jobs.get_mut(&public).unwrap().attempts = 4;
+    Arc::make_mut(r.core.jobs.get_mut(&public).unwrap()).attempts = 4;
     assert_eq!(
         violation(&r),
         InvariantViolation::Attempts {
@@ -826,7 +827,7 @@ fn the_check_reports_queue_disagreements() {
     );
 
     let (mut r, _, [_, _, queued2]) = corruptible();
-    r.core.jobs.get_mut(&queued2).unwrap().queue_pos = Some(7);
+    Arc::make_mut(r.core.jobs.get_mut(&queued2).unwrap()).queue_pos = Some(7);
     assert!(matches!(
         violation(&r),
         InvariantViolation::Queue { job, problem: "job is queued at another position", .. } if job == queued2
@@ -863,6 +864,6 @@ fn the_check_reports_a_broken_session_index() {
 fn assert_invariants_panics_on_a_breach_when_checks_are_on() {
     let (mut r, _, [public, _, _]) = corruptible();
     r.core.config.check_invariants = true;
-    r.core.jobs.get_mut(&public).unwrap().attempts = 0;
+    Arc::make_mut(r.core.jobs.get_mut(&public).unwrap()).attempts = 0;
     r.core.assert_invariants(r.now_ms);
 }
