@@ -54,6 +54,14 @@ pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (W
         );
         for_each_index(
             &mut best,
+            |w| w.link_faults.len(),
+            |w, i| {
+                w.link_faults.remove(i);
+            },
+            &mut |b, c| try_candidate(b, c, &mut runs),
+        );
+        for_each_index(
+            &mut best,
             |w| w.pairings.len(),
             |w, i| {
                 w.pairings.remove(i);

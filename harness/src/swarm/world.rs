@@ -31,6 +31,8 @@ pub enum Kind {
     DuplicateResult,
     MalformedFrames,
     HeartbeatLoss,
+    LinkFaults,
+    DuplicateSessions,
     WorkerChurn,
     CoordinatorRestart,
     CrashBetweenWrites,
@@ -55,6 +57,8 @@ impl Kind {
         Kind::DuplicateResult,
         Kind::MalformedFrames,
         Kind::HeartbeatLoss,
+        Kind::LinkFaults,
+        Kind::DuplicateSessions,
         Kind::WorkerChurn,
         Kind::CoordinatorRestart,
         Kind::CrashBetweenWrites,
@@ -79,6 +83,8 @@ impl Kind {
             Kind::DuplicateResult => "duplicate_result",
             Kind::MalformedFrames => "malformed_frames",
             Kind::HeartbeatLoss => "heartbeat_loss",
+            Kind::LinkFaults => "partitions_delays_holds",
+            Kind::DuplicateSessions => "duplicate_sessions",
             Kind::WorkerChurn => "worker_churn",
             Kind::CoordinatorRestart => "coordinator_restart",
             Kind::CrashBetweenWrites => "crash_between_writes",
@@ -135,12 +141,28 @@ pub struct WorkerSpec {
     pub faults: Vec<JobFaultSpec>,
     /// `heartbeat = { ... }` fault, when drawn.
     pub heartbeat: Option<String>,
+    /// A second session with this (earlier) worker's key.
+    pub key_of: Option<String>,
 }
 
 impl WorkerSpec {
     pub fn honest(&self) -> bool {
-        self.faults.is_empty() && self.heartbeat.is_none()
+        self.faults.is_empty() && self.heartbeat.is_none() && self.key_of.is_none()
     }
+}
+
+/// A network fault between a worker and its instance (a version-2
+/// `[[faults]]` table), repaired before the timeline ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFault {
+    /// `partition`, `delay` or `hold`.
+    pub kind: &'static str,
+    pub worker: String,
+    pub instance: &'static str,
+    pub at_ms: u64,
+    pub for_ms: u64,
+    /// For `delay`.
+    pub delay_ms: u64,
 }
 
 /// A user paired with a worker during set-up (before any fault).
@@ -207,6 +229,7 @@ pub struct WorldSpec {
     pub workers: Vec<WorkerSpec>,
     pub pairings: Vec<Pairing>,
     pub events: Vec<Timed>,
+    pub link_faults: Vec<LinkFault>,
     /// Jobs committed after the heal that must complete (liveness).
     pub heal_commits: u32,
     /// Whether the run ends with the heal and its liveness checks (the
@@ -230,6 +253,15 @@ impl WorldSpec {
         let pairings = draw_pairings(&mut rng, &kinds, &workers);
         let events = draw_events(&mut rng, &kinds, &instances, &workers, &pairings);
         let heal_commits = rng.gen_range(1..=4);
+        let mut workers = workers;
+        if kinds.has(Kind::DuplicateSessions) {
+            add_twins(&mut rng, &mut workers);
+        }
+        let link_faults = if kinds.has(Kind::LinkFaults) {
+            draw_link_faults(&mut rng, &workers, timeline_ms(&events))
+        } else {
+            vec![]
+        };
         Self {
             seed,
             kinds,
@@ -237,6 +269,7 @@ impl WorldSpec {
             workers,
             pairings,
             events,
+            link_faults,
             heal_commits,
             heal: true,
         }
@@ -263,7 +296,16 @@ impl WorldSpec {
     pub fn normalize(&mut self) {
         let instances: Vec<&'static str> = self.instances.iter().map(|i| i.name).collect();
         self.workers.retain(|w| instances.contains(&w.instance));
+        let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        self.workers
+            .retain(|w| w.key_of.as_ref().is_none_or(|k| names.contains(k)));
         let workers: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        let end_ms = timeline_ms(&self.events);
+        self.link_faults.retain(|f| {
+            workers.contains(&f.worker)
+                && instances.contains(&f.instance)
+                && f.at_ms + f.for_ms <= end_ms
+        });
         self.pairings
             .retain(|p| instances.contains(&p.instance) && workers.contains(&p.worker));
         let paid: Vec<&'static str> = self
@@ -318,6 +360,8 @@ impl WorldSpec {
             }
         }
         self.events = kept;
+        let end_ms = timeline_ms(&self.events);
+        self.link_faults.retain(|f| f.at_ms + f.for_ms <= end_ms);
     }
 
     /// Whether every instance keeps an honest worker of both job types
@@ -345,6 +389,49 @@ impl WorldSpec {
             .unwrap_or(0)
             + 10_000
     }
+}
+
+/// Simulated time the timeline's events take (their gaps added up).
+pub fn timeline_ms(events: &[Timed]) -> u64 {
+    events.iter().map(|t| t.after_ms).sum()
+}
+
+/// Second sessions with the keys of some workers: each replaces the other
+/// (`error replaced`) and reconnects, so the two take turns.
+fn add_twins(rng: &mut ChaCha20Rng, workers: &mut Vec<WorkerSpec>) {
+    let count = rng.gen_range(1..=2).min(workers.len());
+    let originals: Vec<WorkerSpec> = workers.choose_multiple(rng, count).cloned().collect();
+    for original in originals {
+        workers.push(WorkerSpec {
+            name: format!("{}-twin", original.name),
+            key_of: Some(original.name.clone()),
+            faults: vec![],
+            heartbeat: None,
+            ..original
+        });
+    }
+}
+
+/// Partitions, delays and holds between a worker and its instance, each
+/// repaired before the timeline ends (the heal needs a healthy network).
+fn draw_link_faults(rng: &mut ChaCha20Rng, workers: &[WorkerSpec], end_ms: u64) -> Vec<LinkFault> {
+    if end_ms < 100 {
+        return vec![];
+    }
+    (0..rng.gen_range(1..=3))
+        .map(|_| {
+            let worker = workers.choose(rng).expect("a worker");
+            let at_ms = rng.gen_range(0..end_ms - 1);
+            LinkFault {
+                kind: pick(rng, &["partition", "delay", "hold"]),
+                worker: worker.name.clone(),
+                instance: worker.instance,
+                at_ms,
+                for_ms: rng.gen_range(1..=(end_ms - at_ms).min(20_000)),
+                delay_ms: rng.gen_range(1..=500),
+            }
+        })
+        .collect()
 }
 
 /// One of `items`, drawn uniformly.
@@ -438,6 +525,7 @@ fn draw_workers(
                 latency,
                 faults,
                 heartbeat,
+                key_of: None,
             }
         })
         .collect()
@@ -670,7 +758,13 @@ fn draw_commit(
 pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let _ = writeln!(w, "schema_version = 1");
+    let version =
+        if world.link_faults.is_empty() && world.workers.iter().all(|w| w.key_of.is_none()) {
+            1
+        } else {
+            2
+        };
+    let _ = writeln!(w, "schema_version = {version}");
     let _ = writeln!(w, "name = {name:?}");
     let _ = writeln!(w, "description = {description:?}");
     let _ = writeln!(w, "seed = {}", world.seed);
@@ -680,6 +774,9 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     }
     for worker in &world.workers {
         render_worker(w, worker);
+    }
+    for (k, f) in world.link_faults.iter().enumerate() {
+        render_link_fault(w, k, f);
     }
     if world
         .events
@@ -724,6 +821,9 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
 
 fn render_worker(w: &mut String, spec: &WorkerSpec) {
     let _ = writeln!(w, "\n[[workers]]\nname = {:?}", spec.name);
+    if let Some(original) = &spec.key_of {
+        let _ = writeln!(w, "key_of = {original:?}");
+    }
     if spec.instance != INSTANCE_NAMES[0] {
         let _ = writeln!(w, "instance = {:?}", spec.instance);
     }
@@ -749,6 +849,24 @@ fn render_worker(w: &mut String, spec: &WorkerSpec) {
     if !faults.is_empty() {
         let _ = writeln!(w, "faults = {{ {} }}", faults.join(", "));
     }
+}
+
+fn render_link_fault(w: &mut String, k: usize, f: &LinkFault) {
+    let delay = if f.kind == "delay" {
+        format!(", delay = \"{}ms\"", f.delay_ms)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        w,
+        "\n[[faults]]\nname = \"link{k}\"\nkind = {:?}\nbetween = [{:?}, {:?}]\nat = \"{}ms\"\nfor = \"{}ms\"{}",
+        f.kind,
+        f.worker,
+        f.instance,
+        f.at_ms,
+        f.for_ms,
+        if delay.is_empty() { String::new() } else { format!("\n{}", &delay[2..]) }
+    );
 }
 
 fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
