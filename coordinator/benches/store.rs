@@ -42,10 +42,16 @@ async fn run(db: String) -> Duration {
     };
     let parts = Parts::new(Arc::new(SystemClock), ChaCha20Rng::seed_from_u64(1));
     let mut server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    // Workers use in-memory channels: their origin is the one the
+    // coordinator accepts, so it must be set before serving would set the
+    // listener's.
+    c.default_worker_origins(vec![
+        protocol::origin::worker_origin(protocol::connection::CHANNEL_URL).unwrap(),
+    ]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     server.serve_tcp(listener);
-    let c = server.coordinator().clone();
     let done = Arc::new(AtomicU64::new(0));
     let all_done = Arc::new(Notify::new());
     for w in 0..WORKERS {

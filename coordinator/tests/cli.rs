@@ -28,6 +28,14 @@ fn run(args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
+/// Runs the binary, which must refuse to start (exit 2); returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
 /// The help text of one flag: from its line to the next flag's.
 fn help_of(help: &str, flag: &str) -> String {
     let start = help
@@ -62,7 +70,7 @@ fn help_describes_db_under_db() {
 #[test]
 fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
     // Issue 16 finding 10: Monad testnet answered 402 with Base Sepolia's USDC.
-    let out = run(&[
+    let stderr = refused(&[
         "--network",
         "eip155:10143",
         "--payment-required",
@@ -73,8 +81,6 @@ fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
         "--listen",
         "127.0.0.1:0",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("no payment asset is known for network eip155:10143")
             && stderr.contains("--asset"),
@@ -87,7 +93,7 @@ fn payments_on_a_network_without_a_known_asset_refuse_to_start() {
 /// timeout, so no worker ever stayed online.
 #[test]
 fn a_heartbeat_timeout_not_above_the_interval_refuses_to_start() {
-    let out = run(&[
+    let stderr = refused(&[
         "--heartbeat-interval-ms",
         "5000",
         "--heartbeat-timeout-ms",
@@ -97,8 +103,6 @@ fn a_heartbeat_timeout_not_above_the_interval_refuses_to_start() {
         "--listen",
         "127.0.0.1:0",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
             "heartbeat timeout (2000 ms) must be longer than the heartbeat interval (5000 ms)"
