@@ -46,9 +46,10 @@ async fn run(db: String) -> Duration {
     // Workers use in-memory channels: their origin is the one the
     // coordinator accepts, so it must be set before serving would set the
     // listener's.
-    c.default_worker_origins(vec![
-        protocol::origin::worker_origin(protocol::connection::CHANNEL_URL).unwrap(),
-    ]);
+    c.default_worker_origins(vec![protocol::origin::worker_origin(
+        protocol::connection::CHANNEL_URL,
+    )
+    .unwrap()]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     server.serve_tcp(listener);
