@@ -179,6 +179,17 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
         if text.starts_with("harness instance ") && text.ends_with(" restart") {
             add("fault coordinator_restart".into());
         }
+        if let Some(rest) = text.strip_prefix("harness fault ") {
+            // `harness fault NAME: partition|hold|delay Nms between ...`
+            let what = rest.split_once(": ").map_or("", |(_, w)| w);
+            let kind = what.split(' ').next().unwrap_or("");
+            if matches!(kind, "partition" | "hold" | "delay") {
+                add(format!("fault link_{kind}"));
+            }
+        }
+        if text.contains("\"code\":\"replaced\"") {
+            add("fault session_replaced".into());
+        }
         if text.starts_with("harness facilitator") {
             add("fault facilitator_script".into());
         }

@@ -251,11 +251,11 @@ impl WorldSpec {
         let instances = draw_instances(&mut rng, &kinds);
         let workers = draw_workers(&mut rng, &kinds, &instances);
         let pairings = draw_pairings(&mut rng, &kinds, &workers);
-        let events = draw_events(&mut rng, &kinds, &instances, &workers, &pairings);
+        let mut events = draw_events(&mut rng, &kinds, &instances, &workers, &pairings);
         let heal_commits = rng.gen_range(1..=4);
         let mut workers = workers;
         if kinds.has(Kind::DuplicateSessions) {
-            add_twins(&mut rng, &mut workers);
+            add_twins(&mut rng, &mut workers, &mut events);
         }
         let link_faults = if kinds.has(Kind::LinkFaults) {
             draw_link_faults(&mut rng, &workers, timeline_ms(&events))
@@ -398,10 +398,21 @@ pub fn timeline_ms(events: &[Timed]) -> u64 {
 
 /// Second sessions with the keys of some workers: each replaces the other
 /// (`error replaced`) and reconnects, so the two take turns.
-fn add_twins(rng: &mut ChaCha20Rng, workers: &mut Vec<WorkerSpec>) {
+/// Each twin is stopped again early in the timeline (an event inserted among
+/// the first few): while both run they take turns every reconnect backoff,
+/// which costs a handshake each, so a whole run of it would only be slow.
+fn add_twins(rng: &mut ChaCha20Rng, workers: &mut Vec<WorkerSpec>, events: &mut Vec<Timed>) {
     let count = rng.gen_range(1..=2).min(workers.len());
     let originals: Vec<WorkerSpec> = workers.choose_multiple(rng, count).cloned().collect();
     for original in originals {
+        let at = rng.gen_range(0..=events.len().min(3));
+        events.insert(
+            at,
+            Timed {
+                after_ms: 0,
+                event: Event::StopWorker(format!("{}-twin", original.name)),
+            },
+        );
         workers.push(WorkerSpec {
             name: format!("{}-twin", original.name),
             key_of: Some(original.name.clone()),
