@@ -97,9 +97,8 @@ fn split(line: &str) -> Option<(&str, &str)> {
 }
 
 /// The JSON after a prefix such as `<- ` or `< 201 `.
-fn json_after<'a>(rest: &'a str, prefix: &str) -> Option<Value> {
-    let text: &'a str = rest.strip_prefix(prefix)?;
-    serde_json::from_str(text).ok()
+fn json_after(rest: &str, prefix: &str) -> Option<Value> {
+    serde_json::from_str(rest.strip_prefix(prefix)?).ok()
 }
 
 /// Per worker: authenticated on its current connection?

@@ -803,7 +803,7 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         if t.after_ms > 0 {
             let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", t.after_ms);
         }
-        render_event(w, world, &t.event);
+        render_event(w, &t.event);
     }
     if world.heal {
         render_heal(w, world);
@@ -916,7 +916,7 @@ fn commit_body(c: &Commit) -> String {
     )
 }
 
-fn render_event(w: &mut String, world: &WorldSpec, event: &Event) {
+fn render_event(w: &mut String, event: &Event) {
     let _ = match event {
         Event::Commit(c) => {
             let pay = match c.pay {
@@ -967,7 +967,6 @@ fn render_event(w: &mut String, world: &WorldSpec, event: &Event) {
         }
         Event::Router { index, private } => {
             let privacy = if *private { ", privacy_class = \"PRIVATE\"" } else { "" };
-            let _ = world;
             writeln!(
                 w,
                 "\n[[steps]]\nrouter = {{ call = \"run_llm\", request = {{ prompt = \"routed {index}\", max_tokens = 8, user_id = \"u0\"{privacy} }} }}"
