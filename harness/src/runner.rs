@@ -513,6 +513,7 @@ async fn run_instance_control(control: &InstanceControl, world: &mut World) -> R
         InstanceAction::Stop => world.set_instance_up(&control.name, false),
         InstanceAction::Start => world.set_instance_up(&control.name, true),
         InstanceAction::Restart => world.restart_instance(&control.name).await,
+        InstanceAction::GracefulRestart => world.graceful_restart_instance(&control.name).await,
         InstanceAction::CrashAfter => {
             let write = match control.write.ok_or("crash_after needs write")? {
                 StoreWriteKind::NonceReserved => StoreWrite::NonceReserved,

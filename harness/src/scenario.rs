@@ -721,6 +721,8 @@ choice!(
         Start => "start",
         /// Crash and recover from the store.
         Restart => "restart",
+        /// Stop gracefully (as on SIGTERM) and start again on the store.
+        GracefulRestart => "graceful_restart",
         /// Arm a crash right after the instance's next store write of
         /// kind `write`; the instance restarts at the next step.
         CrashAfter => "crash_after",

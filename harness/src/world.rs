@@ -522,6 +522,17 @@ impl World {
         sim.start().await
     }
 
+    /// Stops a simulated instance as SIGTERM stops the binary (the same
+    /// `Server::shutdown`: no new connections, sessions asked to close in
+    /// session order, held polls answered, serving drained, what is pending
+    /// committed), then the process exits and a new one starts on the same
+    /// database. Workers reconnect by themselves.
+    pub async fn graceful_restart_instance(&mut self, name: &str) -> Result<(), String> {
+        let sim = self.sim_instance(name)?;
+        sim.shutdown().await;
+        sim.start().await
+    }
+
     /// Arms a crash of `name` right after its store's next write of kind
     /// `write`; the instance is restarted at the next step boundary
     /// ([`World::restart_crashed`]), as a supervisor would restart it.
@@ -907,6 +918,25 @@ impl SimInstance {
             process.keeper = server.store().cloned();
             server.crash();
         }
+    }
+
+    /// Stops the running generation gracefully, then ends it as its
+    /// process would exit: the store writes nothing more and every
+    /// connection still open is cut.
+    pub async fn shutdown(&self) {
+        let server = {
+            let mut process = self.process();
+            let server = process.server.take();
+            // The in-memory database must outlive the generation.
+            process.keeper = server.as_ref().and_then(|s| s.store().cloned());
+            server
+        };
+        let Some(server) = server else { return };
+        server.shutdown().await;
+        if let Some(store) = &self.process().keeper {
+            store.halt();
+        }
+        self.net.crash(&self.host);
     }
 
     /// Whether a generation is running.

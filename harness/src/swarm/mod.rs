@@ -179,6 +179,9 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
         if text.starts_with("harness instance ") && text.ends_with(" restart") {
             add("fault coordinator_restart".into());
         }
+        if text.starts_with("harness instance ") && text.ends_with(" graceful_restart") {
+            add("fault graceful_restart".into());
+        }
         if let Some(rest) = text.strip_prefix("harness fault ") {
             // `harness fault NAME: partition|hold|delay Nms between ...`
             let what = rest.split_once(": ").map_or("", |(_, w)| w);

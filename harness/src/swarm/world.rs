@@ -35,6 +35,7 @@ pub enum Kind {
     DuplicateSessions,
     WorkerChurn,
     CoordinatorRestart,
+    GracefulRestart,
     CrashBetweenWrites,
     Router,
     ProviderErrors,
@@ -61,6 +62,7 @@ impl Kind {
         Kind::DuplicateSessions,
         Kind::WorkerChurn,
         Kind::CoordinatorRestart,
+        Kind::GracefulRestart,
         Kind::CrashBetweenWrites,
         Kind::Router,
         Kind::ProviderErrors,
@@ -87,6 +89,7 @@ impl Kind {
             Kind::DuplicateSessions => "duplicate_sessions",
             Kind::WorkerChurn => "worker_churn",
             Kind::CoordinatorRestart => "coordinator_restart",
+            Kind::GracefulRestart => "graceful_restart",
             Kind::CrashBetweenWrites => "crash_between_writes",
             Kind::Router => "router_calls",
             Kind::ProviderErrors => "provider_errors",
@@ -184,6 +187,8 @@ pub enum Event {
     StopWorker(String),
     StartWorker(String),
     Restart(&'static str),
+    /// Stop gracefully (as on SIGTERM) and start again.
+    GracefulRestart(&'static str),
     /// Crash right after the instance's next store write of this kind.
     CrashAfter {
         instance: &'static str,
@@ -351,7 +356,9 @@ impl WorldSpec {
                     stopped.retain(|s| s != n);
                     ok
                 }
-                Event::Restart(i) | Event::CrashAfter { instance: i, .. } => instances.contains(i),
+                Event::Restart(i)
+                | Event::GracefulRestart(i)
+                | Event::CrashAfter { instance: i, .. } => instances.contains(i),
                 Event::Facilitator { instance, .. } => facilitated.contains(instance),
                 Event::ProviderFault(_) | Event::Router { .. } => true,
             };
@@ -703,6 +710,7 @@ fn draw_event(
         21..=22 if kinds.has(Kind::ProviderErrors) => {
             Event::ProviderFault(pick(rng, &["server_error", "rate_limited", "none"]))
         }
+        27..=28 if kinds.has(Kind::GracefulRestart) => Event::GracefulRestart(instance.name),
         23..=26 if kinds.has(Kind::Router) => Event::Router {
             index,
             private: kinds.has(Kind::Private) && rng.gen_bool(0.3),
@@ -951,6 +959,7 @@ fn render_event(w: &mut String, event: &Event) {
         Event::StopWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"stop\" }}"),
         Event::StartWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"start\" }}"),
         Event::Restart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"restart\" }}"),
+        Event::GracefulRestart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"graceful_restart\" }}"),
         Event::CrashAfter { instance, write } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"crash_after\", write = {write:?} }}"
