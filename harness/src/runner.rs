@@ -521,7 +521,7 @@ async fn run_instance_control(control: &InstanceControl, world: &mut World) -> R
                 StoreWriteKind::NonceReleased => StoreWrite::NonceReleased,
                 StoreWriteKind::Commit => StoreWrite::Commit,
             };
-            world.crash_after(&control.name, write)
+            world.crash_after(&control.name, write).await
         }
     }
 }

@@ -116,6 +116,8 @@ fn check_lines<'a>(
     jobs: &BTreeMap<(&str, String), &Job>,
 ) -> Result<(), Violation> {
     let mut seen = Seen::default();
+    // A workload's commit `#i`, by (workload, i): the instance it went to.
+    let mut sent_to: BTreeMap<(&str, &str), &str> = BTreeMap::new();
     for (n, line) in lines.iter().enumerate() {
         let Some((actor, rest)) = split(line) else {
             continue;
@@ -132,6 +134,9 @@ fn check_lines<'a>(
                 continue;
             };
             check_frame(name, w, state, rest, jobs, &mut seen).map_err(|(i, m)| at(i, m))?;
+        } else {
+            check_workload(actor, rest, instances, jobs, &mut sent_to)
+                .map_err(|(i, m)| at(i, m))?;
         }
     }
     Ok(())
@@ -183,6 +188,40 @@ fn check_answer<'a>(
             return Err((
                 "completed_job_changed",
                 format!("{instance} showed job {id} completed; at the end it is not"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A workload's lines (`load > #3 chain_a fast ...`, `load < #3 201 ID`):
+/// a job it was answered 201 for must survive, as for any other client.
+fn check_workload<'a>(
+    workload: &'a str,
+    rest: &'a str,
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    jobs: &BTreeMap<(&str, String), &Job>,
+    sent_to: &mut BTreeMap<(&'a str, &'a str), &'a str>,
+) -> Result<(), Found> {
+    if let Some(commit) = rest.strip_prefix("> #") {
+        let mut words = commit.split(' ');
+        if let (Some(i), Some(instance)) = (words.next(), words.next()) {
+            if instances.contains_key(instance) {
+                sent_to.insert((workload, i), instance);
+            }
+        }
+    } else if let Some(answer) = rest.strip_prefix("< #") {
+        let mut words = answer.split(' ');
+        let (Some(i), Some("201"), Some(id)) = (words.next(), words.next(), words.next()) else {
+            return Ok(());
+        };
+        let Some(instance) = sent_to.get(&(workload, i)) else {
+            return Ok(());
+        };
+        if !jobs.contains_key(&(*instance, id.to_owned())) {
+            return Err((
+                "acknowledged_job_lost",
+                format!("{instance} answered {workload}'s commit #{i} 201 for job {id}, which it no longer has"),
             ));
         }
     }
@@ -440,6 +479,23 @@ mod tests {
             verdict(&[&answer], &[], &[], false),
             Some("acknowledged_job_lost")
         );
+    }
+
+    #[test]
+    fn a_201_to_a_workload_for_a_job_the_store_lost_is_caught() {
+        let commit = "load > #3 chain_a fast TASK PUBLIC";
+        let answer = format!("load < #3 201 {J1}");
+        assert_eq!(
+            verdict(&[commit, &answer], &[job(J1, "u", false, None)], &[], false),
+            None
+        );
+        assert_eq!(
+            verdict(&[commit, &answer], &[], &[], false),
+            Some("acknowledged_job_lost")
+        );
+        // A refusal acknowledges nothing.
+        let refused = "load < #3 402 payment required";
+        assert_eq!(verdict(&[commit, refused], &[], &[], false), None);
     }
 
     #[test]

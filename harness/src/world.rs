@@ -536,12 +536,13 @@ impl World {
     /// Arms a crash of `name` right after its store's next write of kind
     /// `write`; the instance is restarted at the next step boundary
     /// ([`World::restart_crashed`]), as a supervisor would restart it.
-    pub fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), String> {
+    /// An instance a `reboot` fault holds down is waited for (up to
+    /// [`DOWN_WAIT_MS`] of simulated time), as an operator's command would
+    /// wait for the supervisor to bring it back.
+    pub async fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), String> {
         let sim = self.sim_instance(name)?;
         let (net, host, crashed) = (sim.net.clone(), sim.host.clone(), sim.crashed.clone());
-        if !sim.is_running() {
-            return Err("instance is not running".into());
-        }
+        sim.wait_running().await?;
         let store = sim.store().ok_or("instance has no database")?;
         store.crash_after(write, move || {
             // Within the write itself: nothing the process does after it
@@ -880,6 +881,8 @@ struct Process {
     /// opened the database (an in-memory database lives while a
     /// connection to it is open).
     keeper: Option<Arc<SqliteStore>>,
+    /// A generation is being started (see [`SimInstance::start`]).
+    starting: bool,
 }
 
 impl SimInstance {
@@ -889,7 +892,23 @@ impl SimInstance {
 
     /// Starts a generation: a seeded RNG stream of its own, recovery from
     /// the database, serving on the instance's host name.
+    /// Starting an instance that runs, or that another caller is starting
+    /// (a `reboot` fault's restart beside a step's), does nothing: there is
+    /// never more than one generation, as a supervisor keeps one process.
     pub async fn start(&self) -> Result<(), String> {
+        {
+            let mut process = self.process();
+            if process.server.is_some() || process.starting {
+                return Ok(());
+            }
+            process.starting = true;
+        }
+        let started = self.start_generation().await;
+        self.process().starting = false;
+        started
+    }
+
+    async fn start_generation(&self) -> Result<(), String> {
         let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
         rng.set_stream(self.generation.fetch_add(1, Ordering::SeqCst));
         let parts = server::Parts {
@@ -939,6 +958,18 @@ impl SimInstance {
         self.net.crash(&self.host);
     }
 
+    /// Waits until a generation is running: one that a `reboot` fault
+    /// crashed comes back when its downtime ends.
+    async fn wait_running(&self) -> Result<(), String> {
+        for _ in 0..DOWN_WAIT_MS {
+            if self.is_running() {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        Err(format!("instance is not running after {DOWN_WAIT_MS} ms"))
+    }
+
     /// Whether a generation is running.
     pub fn is_running(&self) -> bool {
         self.process().server.is_some()
@@ -960,6 +991,9 @@ impl SimInstance {
             .map(|s| s.coordinator().clone())
     }
 }
+
+/// The longest an instance action waits for an instance to come back.
+pub const DOWN_WAIT_MS: u64 = 60_000;
 
 /// A process-wide unique in-memory database for one instance of one run
 /// (runs may share a process, and tests run in parallel threads). The

@@ -167,6 +167,7 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
             ("< 201 {\"job_id\"", "check jobs_acknowledged"),
             ("\"status\":\"completed\"}", "check completed_polls"),
             ("router >", "router call"),
+            (": crash", "fault reboot"),
         ];
         for (needle, key) in markers {
             if text.contains(needle) {
@@ -189,6 +190,9 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
             if matches!(kind, "partition" | "hold" | "delay") {
                 add(format!("fault link_{kind}"));
             }
+        }
+        if text.starts_with("load") && text.contains(" 201 ") {
+            add("check workload_acknowledged".into());
         }
         if text.contains("\"code\":\"replaced\"") {
             add("fault session_replaced".into());

@@ -62,6 +62,22 @@ pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (W
         );
         for_each_index(
             &mut best,
+            |w| w.loads.len(),
+            |w, i| {
+                w.loads.remove(i);
+            },
+            &mut |b, c| try_candidate(b, c, &mut runs),
+        );
+        for_each_index(
+            &mut best,
+            |w| w.reboots.len(),
+            |w, i| {
+                w.reboots.remove(i);
+            },
+            &mut |b, c| try_candidate(b, c, &mut runs),
+        );
+        for_each_index(
+            &mut best,
             |w| w.pairings.len(),
             |w, i| {
                 w.pairings.remove(i);

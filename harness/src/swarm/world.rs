@@ -39,6 +39,8 @@ pub enum Kind {
     CrashBetweenWrites,
     Router,
     ProviderErrors,
+    ConcurrentClients,
+    RebootInFlight,
 }
 
 impl Kind {
@@ -66,6 +68,8 @@ impl Kind {
         Kind::CrashBetweenWrites,
         Kind::Router,
         Kind::ProviderErrors,
+        Kind::ConcurrentClients,
+        Kind::RebootInFlight,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +97,8 @@ impl Kind {
             Kind::CrashBetweenWrites => "crash_between_writes",
             Kind::Router => "router_calls",
             Kind::ProviderErrors => "provider_errors",
+            Kind::ConcurrentClients => "concurrent_clients",
+            Kind::RebootInFlight => "reboot_in_flight",
         }
     }
 }
@@ -168,6 +174,31 @@ pub struct LinkFault {
     pub delay_ms: u64,
 }
 
+/// A client committing beside the timeline (a version-2 `[[workloads]]`
+/// table): its commits race the timeline's own, and a reboot can catch
+/// them in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Load {
+    pub instance: &'static str,
+    pub count: u32,
+    pub start_ms: u64,
+    pub over_ms: u64,
+    pub paid: bool,
+    /// A user paired on the instance, whose commits are then PRIVATE.
+    pub private_user: Option<String>,
+}
+
+/// A crash and restart at a random time in a window (a version-2
+/// `[[faults]]` reboot), beside the timeline: it can fall in the middle of
+/// a request, a dispatch or a group commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reboot {
+    pub instance: &'static str,
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub down_ms: u64,
+}
+
 /// A user paired with a worker during set-up (before any fault).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pairing {
@@ -235,6 +266,8 @@ pub struct WorldSpec {
     pub pairings: Vec<Pairing>,
     pub events: Vec<Timed>,
     pub link_faults: Vec<LinkFault>,
+    pub loads: Vec<Load>,
+    pub reboots: Vec<Reboot>,
     /// Jobs committed after the heal that must complete (liveness).
     pub heal_commits: u32,
     /// Whether the run ends with the heal and its liveness checks (the
@@ -267,6 +300,17 @@ impl WorldSpec {
         } else {
             vec![]
         };
+        let end_ms = timeline_ms(&events);
+        let loads = if kinds.has(Kind::ConcurrentClients) {
+            draw_loads(&mut rng, &instances, &pairings, end_ms)
+        } else {
+            vec![]
+        };
+        let reboots = if kinds.has(Kind::RebootInFlight) {
+            draw_reboots(&mut rng, &instances, end_ms)
+        } else {
+            vec![]
+        };
         Self {
             seed,
             kinds,
@@ -275,6 +319,8 @@ impl WorldSpec {
             pairings,
             events,
             link_faults,
+            loads,
+            reboots,
             heal_commits,
             heal: true,
         }
@@ -369,6 +415,24 @@ impl WorldSpec {
         self.events = kept;
         let end_ms = timeline_ms(&self.events);
         self.link_faults.retain(|f| f.at_ms + f.for_ms <= end_ms);
+        let pairings = &self.pairings;
+        self.loads.retain(|l| instances.contains(&l.instance));
+        for load in &mut self.loads {
+            load.paid &= paid.contains(&load.instance);
+            let paired = |u: &String| {
+                pairings
+                    .iter()
+                    .any(|p| p.instance == load.instance && p.user == *u)
+            };
+            if !load.private_user.as_ref().is_some_and(paired) {
+                load.private_user = None;
+            }
+        }
+        self.reboots
+            .retain(|r| instances.contains(&r.instance) && r.from_ms < end_ms);
+        for reboot in &mut self.reboots {
+            reboot.to_ms = reboot.to_ms.min(end_ms);
+        }
     }
 
     /// Whether every instance keeps an honest worker of both job types
@@ -447,6 +511,56 @@ fn draw_link_faults(rng: &mut ChaCha20Rng, workers: &[WorkerSpec], end_ms: u64) 
                 at_ms,
                 for_ms: rng.gen_range(1..=(end_ms - at_ms).min(20_000)),
                 delay_ms: rng.gen_range(1..=500),
+            }
+        })
+        .collect()
+}
+
+/// One or two clients committing beside the timeline, each on one
+/// instance, spread over the timeline.
+fn draw_loads(
+    rng: &mut ChaCha20Rng,
+    instances: &[InstanceSpec],
+    pairings: &[Pairing],
+    end_ms: u64,
+) -> Vec<Load> {
+    let span_ms = end_ms.max(1_000);
+    (0..rng.gen_range(1..=2))
+        .map(|_| {
+            let instance = instances.choose(rng).expect("an instance");
+            let paired: Vec<&Pairing> = pairings
+                .iter()
+                .filter(|p| p.instance == instance.name)
+                .collect();
+            let start_ms = rng.gen_range(0..span_ms / 2);
+            Load {
+                instance: instance.name,
+                count: rng.gen_range(5..=40),
+                start_ms,
+                over_ms: rng.gen_range(100..=span_ms - start_ms),
+                paid: instance.payment.is_some() && rng.gen_bool(0.7),
+                private_user: paired
+                    .choose(rng)
+                    .filter(|_| rng.gen_bool(0.3))
+                    .map(|p| p.user.clone()),
+            }
+        })
+        .collect()
+}
+
+/// One or two reboots at random times inside the timeline.
+fn draw_reboots(rng: &mut ChaCha20Rng, instances: &[InstanceSpec], end_ms: u64) -> Vec<Reboot> {
+    if end_ms < 100 {
+        return vec![];
+    }
+    (0..rng.gen_range(1..=2))
+        .map(|_| {
+            let from_ms = rng.gen_range(0..end_ms - 1);
+            Reboot {
+                instance: instances.choose(rng).expect("an instance").name,
+                from_ms,
+                to_ms: rng.gen_range(from_ms + 1..=end_ms),
+                down_ms: *[0, 0, 50, 300, 1_000].choose(rng).expect("a downtime"),
             }
         })
         .collect()
@@ -777,12 +891,15 @@ fn draw_commit(
 pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let version =
-        if world.link_faults.is_empty() && world.workers.iter().all(|w| w.key_of.is_none()) {
-            1
-        } else {
-            2
-        };
+    let version = if world.link_faults.is_empty()
+        && world.loads.is_empty()
+        && world.reboots.is_empty()
+        && world.workers.iter().all(|w| w.key_of.is_none())
+    {
+        1
+    } else {
+        2
+    };
     let _ = writeln!(w, "schema_version = {version}");
     let _ = writeln!(w, "name = {name:?}");
     let _ = writeln!(w, "description = {description:?}");
@@ -796,6 +913,16 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     }
     for (k, f) in world.link_faults.iter().enumerate() {
         render_link_fault(w, k, f);
+    }
+    for (k, r) in world.reboots.iter().enumerate() {
+        let _ = writeln!(
+            w,
+            "\n[[faults]]\nname = \"reboot{k}\"\nkind = \"reboot\"\ninstance = {:?}\nwindow = [\"{}ms\", \"{}ms\"]\nfor = \"{}ms\"",
+            r.instance, r.from_ms, r.to_ms, r.down_ms
+        );
+    }
+    for (k, l) in world.loads.iter().enumerate() {
+        render_load(w, k, l);
     }
     if world
         .events
@@ -885,6 +1012,23 @@ fn render_link_fault(w: &mut String, k: usize, f: &LinkFault) {
         f.at_ms,
         f.for_ms,
         if delay.is_empty() { String::new() } else { format!("\n{}", &delay[2..]) }
+    );
+}
+
+fn render_load(w: &mut String, k: usize, l: &Load) {
+    let (privacy, user) = match &l.private_user {
+        Some(user) => ("{ PRIVATE = 1 }", format!("\nuser = {user:?}")),
+        None => ("{ PUBLIC = 1 }", String::new()),
+    };
+    let payers = if l.paid {
+        "{ paid = 1 }"
+    } else {
+        "{ unpaid = 1 }"
+    };
+    let _ = writeln!(
+        w,
+        "\n[[workloads]]\nname = \"load{k}\"\ninstances = [{:?}]\ncount = {}\nstart = \"{}ms\"\nover = \"{}ms\"\ntiers = {{ fast = 1, cheap = 1 }}\njob_types = {{ LLM_INFER = 1, TASK = 1 }}\nprivacy = {privacy}\npayers = {payers}{user}\nuntil = \"answered\"",
+        l.instance, l.count, l.start_ms, l.over_ms
     );
 }
 
@@ -1040,6 +1184,13 @@ fn render_heal(w: &mut String, world: &WorldSpec) {
         .any(|t| matches!(t.event, Event::ProviderFault(_)))
     {
         let _ = writeln!(w, "\n[[steps]]\nstub = {{ name = \"provider_a\" }}\n\n[[steps]]\nstub = {{ name = \"provider_b\" }}");
+    }
+    for (k, l) in world.loads.iter().enumerate() {
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"heal: workload_answered: every commit of load{k} is answered\"\nwait_until = {{ workload = \"load{k}\", within = \"{}ms\" }}",
+            l.start_ms + l.over_ms + 60_000
+        );
     }
     let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
     for i in &world.instances {
