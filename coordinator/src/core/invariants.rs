@@ -6,8 +6,9 @@
 //! dispatch decision per distinct (queue, avoided session) among pending
 //! jobs, which is what dispatch itself would pay to place them.
 
-use super::{queue_key, Core, Job, QueueKey, SessionId, Timer, TimerKind};
-use protocol::api::{JobStatus, JobType, PrivacyClass};
+use super::{queue_key, Core, Job, Outbound, QueueKey, SessionId, Timer, TimerKind};
+use protocol::api::{JobStatus, JobType, PrivacyClass, Tier};
+use protocol::worker::CoordinatorFrame;
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
@@ -98,6 +99,12 @@ pub enum InvariantViolation {
         pending: usize,
         queued: usize,
     },
+    #[error("tier order: CHEAP job {cheap} went to session {session} while FAST job {fast}, which it could take, was pending")]
+    TierOrder {
+        cheap: Uuid,
+        fast: Uuid,
+        session: SessionId,
+    },
     #[error("sessions: key {pubkey} and session {session}: {problem}")]
     SessionIndex {
         pubkey: String,
@@ -114,6 +121,7 @@ impl Core {
         self.check_workers()?;
         self.check_queues()?;
         self.check_dispatch()?;
+        self.check_tier_order()?;
         self.check_bytes()
     }
 
@@ -414,6 +422,45 @@ impl Core {
                         avoid: job.avoid,
                         session,
                     });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Core {
+    /// FAST before CHEAP: a worker given a CHEAP job by the last event (its
+    /// frames are the outbox's since the previous check) has no FAST job
+    /// pending that it could take, as `fill` and `queue_pick` decide it.
+    /// Cost: per CHEAP assignment, one queue head per FAST queue the worker
+    /// serves.
+    fn check_tier_order(&self) -> Result<(), InvariantViolation> {
+        let event = self.outbox.get(self.outbox_checked.get()..).unwrap_or(&[]);
+        self.outbox_checked.set(self.outbox.len());
+        for (session, out) in event {
+            let Outbound::Frame(CoordinatorFrame::Assign(assign)) = out else {
+                continue;
+            };
+            let cheap = self.jobs.get(&assign.job_id).map(|j| j.tier);
+            let Some(worker) = self.workers.get(session) else {
+                continue;
+            };
+            if cheap != Some(Tier::Cheap) {
+                continue;
+            }
+            for &job_type in &worker.capabilities {
+                let users = self.trust.users_trusting(&worker.pubkey);
+                let keys = std::iter::once(QueueKey::Public(Tier::Fast, job_type))
+                    .chain(users.map(|u| QueueKey::Private(Tier::Fast, job_type, u.clone())));
+                for key in keys {
+                    if let Some(fast) = self.queue_pick(&key, *session) {
+                        return Err(InvariantViolation::TierOrder {
+                            cheap: assign.job_id,
+                            fast,
+                            session: *session,
+                        });
+                    }
                 }
             }
         }

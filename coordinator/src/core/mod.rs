@@ -341,6 +341,10 @@ pub struct Core {
     next_seq: u64,
     next_session: SessionId,
     outbox: Vec<(SessionId, Outbound)>,
+    /// How much of `outbox` the invariant check has seen: the frames after
+    /// it are the last event's (checks run after every event). A cursor
+    /// only, so the check can stay `&self`; it never reaches a decision.
+    outbox_checked: std::cell::Cell<usize>,
     changes: Vec<Change>,
 }
 
@@ -363,6 +367,7 @@ impl Core {
             next_seq: 0,
             next_session: 1,
             outbox: Vec::new(),
+            outbox_checked: std::cell::Cell::new(0),
             changes: Vec::new(),
         }
     }
@@ -373,6 +378,7 @@ impl Core {
 
     /// Frames for sessions produced since the last call.
     pub fn take_outbox(&mut self) -> Vec<(SessionId, Outbound)> {
+        self.outbox_checked.set(0);
         std::mem::take(&mut self.outbox)
     }
 
@@ -601,11 +607,31 @@ impl Core {
     }
 
     /// Hands a pending job to the best free eligible worker (other than
-    /// `avoid` when there is a choice), or queues it.
+    /// `avoid` when there is a choice), or queues it. A worker that has a
+    /// more urgent job waiting (FAST before CHEAP, then commit order) takes
+    /// that one first: a retried job must not pass a queued FAST job (found
+    /// by the swarm: `scenarios/swarm-tier-order-*.toml`). Between events no
+    /// free worker has a job waiting (the dispatch invariant), so this costs
+    /// nothing on a commit.
     fn place(&mut self, id: Uuid, avoid: Option<SessionId>, to_front: bool, now_ms: i64) {
-        if let Some(session) = self.pick_worker(&id, avoid) {
-            self.assign(id, session, now_ms);
-            return;
+        while let Some(session) = self.pick_worker(&id, avoid) {
+            let rank = (self.jobs[&id].tier, self.jobs[&id].seq);
+            let waiting = if self.pending_count > 0 {
+                self.best_head(session)
+            } else {
+                None
+            };
+            match waiting {
+                // Each turn fills a slot, so the loop ends.
+                Some((better, other)) if better < rank => {
+                    self.dequeue(&other);
+                    self.assign(other, session, now_ms);
+                }
+                _ => {
+                    self.assign(id, session, now_ms);
+                    return;
+                }
+            }
         }
         let job = self
             .jobs
@@ -757,31 +783,37 @@ impl Core {
             if worker.load() >= worker.slots {
                 return;
             }
-            // The best head over the queues the worker serves, without
-            // collecting their keys.
-            let mut best: Option<((Tier, u64), Uuid)> = None;
-            let mut consider = |key: QueueKey| {
-                if let Some(id) = self.queue_pick(&key, session) {
-                    let rank = ((tier_of(&key), self.jobs[&id].seq), id);
-                    if best.is_none_or(|b| rank < b) {
-                        best = Some(rank);
-                    }
-                }
-            };
-            for &job_type in &worker.capabilities {
-                for tier in [Tier::Fast, Tier::Cheap] {
-                    consider(QueueKey::Public(tier, job_type));
-                    for user in self.trust.users_trusting(&worker.pubkey) {
-                        consider(QueueKey::Private(tier, job_type, user.clone()));
-                    }
-                }
-            }
-            let Some((_, id)) = best else {
+            let Some((_, id)) = self.best_head(session) else {
                 return;
             };
             self.dequeue(&id);
             self.assign(id, session, now_ms);
         }
+    }
+
+    /// The most urgent queued job `session` may take, with its rank (tier,
+    /// then commit order): the best head over the queues it serves, without
+    /// collecting their keys.
+    fn best_head(&self, session: SessionId) -> Option<((Tier, u64), Uuid)> {
+        let worker = self.workers.get(&session)?;
+        let mut best: Option<((Tier, u64), Uuid)> = None;
+        let mut consider = |key: QueueKey| {
+            if let Some(id) = self.queue_pick(&key, session) {
+                let rank = ((tier_of(&key), self.jobs[&id].seq), id);
+                if best.is_none_or(|b| rank < b) {
+                    best = Some(rank);
+                }
+            }
+        };
+        for &job_type in &worker.capabilities {
+            for tier in [Tier::Fast, Tier::Cheap] {
+                consider(QueueKey::Public(tier, job_type));
+                for user in self.trust.users_trusting(&worker.pubkey) {
+                    consider(QueueKey::Private(tier, job_type, user.clone()));
+                }
+            }
+        }
+        best
     }
 
     /// The first job of a queue that `session` may take: not one this
@@ -821,6 +853,26 @@ impl Core {
             self.fail(id, reason);
         } else {
             self.place(id, avoid, true, now_ms);
+        }
+    }
+
+    /// Ends several attempts in one event. They are retried FAST before
+    /// CHEAP, then in commit order: one at a time in any other order (a
+    /// worker's jobs by id, leases by deadline), a CHEAP job could take the
+    /// free worker a FAST job released a moment later in the same event
+    /// needed (found by the swarm: `scenarios/swarm-tier-order-*.toml`).
+    fn retry_in_order(
+        &mut self,
+        mut ended: Vec<(Uuid, Option<SessionId>)>,
+        reason: FailureReason,
+        now_ms: i64,
+    ) {
+        ended.sort_by_key(|(id, _)| {
+            let job = &self.jobs[id];
+            (job.tier, job.seq)
+        });
+        for (id, avoid) in ended {
+            self.retry_or_fail(id, reason, avoid, now_ms);
         }
     }
 
@@ -999,9 +1051,8 @@ impl Core {
                 self.fill(s, now_ms);
             }
         }
-        for id in worker.jobs {
-            self.retry_or_fail(id, FailureReason::WorkerDisconnected, None, now_ms);
-        }
+        let held = worker.jobs.into_iter().map(|id| (id, None)).collect();
+        self.retry_in_order(held, FailureReason::WorkerDisconnected, now_ms);
     }
 
     /// Changes a worker's job set and keeps the idle index in step.
@@ -1054,7 +1105,10 @@ impl Core {
 
     /// Fires every timer due at `now_ms`. Timers are removed when they are
     /// replaced or their job ends, so each one fired is its job's live one.
+    /// Jobs whose leases ended are retried together, after every timer has
+    /// fired (see [`Core::retry_in_order`]).
     pub fn tick(&mut self, now_ms: i64) {
+        let mut expired: Vec<(Uuid, Option<SessionId>)> = Vec::new();
         while let Some(timer) = self.timers.first().copied() {
             if timer.at_ms > now_ms {
                 break;
@@ -1084,16 +1138,15 @@ impl Core {
                     self.set_load(session, |jobs| {
                         jobs.remove(&timer.job);
                     });
-                    self.retry_or_fail(
-                        timer.job,
-                        FailureReason::WorkerTimeout,
-                        Some(session),
-                        now_ms,
-                    );
-                    self.fill(session, now_ms);
+                    expired.push((timer.job, Some(session)));
                 }
                 _ => {}
             }
+        }
+        let sessions: BTreeSet<SessionId> = expired.iter().filter_map(|(_, s)| *s).collect();
+        self.retry_in_order(expired, FailureReason::WorkerTimeout, now_ms);
+        for session in sessions {
+            self.fill(session, now_ms);
         }
     }
 

@@ -276,6 +276,65 @@ fn an_expired_lease_cancels_and_requeues_to_another_worker() {
     assert_eq!(r.core.accept(w1, id), Err(FrameError::NotAssigned));
 }
 
+/// Found by the swarm (`scenarios/swarm-tier-order-retry-passes-fast.toml`):
+/// the only worker's CHEAP job timed out while a FAST job waited, and the
+/// retried CHEAP job went straight back to the worker, ahead of the FAST one.
+#[test]
+fn a_retried_job_does_not_pass_a_queued_fast_job() {
+    let mut config = Config::default();
+    config.timing.lease_ms = 3_000;
+    let mut r = Rig::with_config(config);
+    let lease_ms = r.core.config().timing.lease_ms;
+    let w = r.worker("0xa", &[LLM], 1);
+    let cheap = r.commit(Tier::Cheap);
+    let fast = r.commit(Tier::Fast);
+    assert_eq!(
+        (r.holder(cheap), r.status(fast)),
+        (Some(w), JobStatus::Pending)
+    );
+    r.tick_at(T0 + lease_ms);
+    assert_eq!(r.holder(fast), Some(w));
+    assert_eq!(r.status(cheap), JobStatus::Pending);
+}
+
+/// Leases that end in one tick are retried FAST first, whatever their
+/// deadlines' order: the free worker gets the FAST job.
+#[test]
+fn leases_ending_together_retry_fast_before_cheap() {
+    let mut r = Rig::new();
+    let lease_ms = r.core.config().timing.lease_ms;
+    let a = r.worker("0xa", &[LLM], 2);
+    let cheap = r.commit(Tier::Cheap);
+    r.now_ms += 1;
+    let fast = r.commit(Tier::Fast);
+    assert_eq!((r.holder(cheap), r.holder(fast)), (Some(a), Some(a)));
+    let b = r.worker("0xb", &[LLM], 1);
+    r.tick_at(T0 + 1 + lease_ms);
+    assert_eq!(r.holder(fast), Some(b));
+    assert_eq!(r.status(cheap), JobStatus::Pending);
+}
+
+/// A disconnecting worker's jobs are retried FAST first too.
+#[test]
+fn a_disconnected_workers_jobs_retry_fast_before_cheap() {
+    for seed in 0..8 {
+        let mut r = Rig::new();
+        let a = r.worker(&format!("0xa{seed}"), &[LLM], 2);
+        // Job ids are random: over the seeds the CHEAP job's id sorts both
+        // before and after the FAST one's.
+        for _ in 0..seed {
+            r.core.challenge_nonce();
+        }
+        let cheap = r.commit(Tier::Cheap);
+        let fast = r.commit(Tier::Fast);
+        assert_eq!((r.holder(cheap), r.holder(fast)), (Some(a), Some(a)));
+        let b = r.worker(&format!("0xb{seed}"), &[LLM], 1);
+        r.unregister(a);
+        assert_eq!(r.holder(fast), Some(b), "seed {seed}");
+        assert_eq!(r.status(cheap), JobStatus::Pending, "seed {seed}");
+    }
+}
+
 #[test]
 fn spent_attempts_fail_the_job_with_the_last_reason() {
     let mut r = Rig::new();
