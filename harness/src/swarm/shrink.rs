@@ -87,10 +87,12 @@ pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (W
         simplify_workers(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
         simplify_instances(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
         simplify_events(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
-        if best.heal_commits > 1 {
-            let mut c = best.clone();
-            c.heal_commits = 1;
-            try_candidate(&mut best, c, &mut runs);
+        for fewer in [0, 1] {
+            if best.heal && best.heal_commits > fewer {
+                let mut c = best.clone();
+                c.heal_commits = fewer;
+                try_candidate(&mut best, c, &mut runs);
+            }
         }
         if best == before || runs >= RUNS_MAX {
             return (best, runs);

@@ -268,7 +268,9 @@ pub struct WorldSpec {
     pub link_faults: Vec<LinkFault>,
     pub loads: Vec<Load>,
     pub reboots: Vec<Reboot>,
-    /// Jobs committed after the heal that must complete (liveness).
+    /// Jobs committed after the heal that must complete (liveness), with
+    /// a health check before them; 0 leaves both out (the shrinker does,
+    /// when the failure is a job that never ends).
     pub heal_commits: u32,
     /// Whether the run ends with the heal and its liveness checks (the
     /// shrinker drops it when a safety failure does not need it).
@@ -1193,6 +1195,9 @@ fn render_heal(w: &mut String, world: &WorldSpec) {
         );
     }
     let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
+    if world.heal_commits == 0 {
+        return;
+    }
     for i in &world.instances {
         let honest = world
             .workers
