@@ -16,6 +16,7 @@ mod invariants;
 mod restore;
 #[cfg(test)]
 mod tests;
+mod timers;
 mod tracked;
 
 pub use invariants::InvariantViolation;
@@ -339,7 +340,7 @@ pub struct Core {
     queued_bytes: usize,
     /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
     kept_bytes: usize,
-    timers: BTreeSet<Timer>,
+    timers: timers::Timers,
     next_seq: u64,
     next_session: SessionId,
     outbox: Vec<(SessionId, Outbound)>,
@@ -364,7 +365,7 @@ impl Core {
             paid: HashMap::new(),
             queued_bytes: 0,
             kept_bytes: 0,
-            timers: BTreeSet::new(),
+            timers: timers::Timers::default(),
             next_seq: 0,
             next_session: 1,
             outbox: Vec::new(),
