@@ -34,10 +34,20 @@ impl Lane {
     }
 
     fn find(&self, timer: &Timer) -> Option<usize> {
-        let i = self
+        // Jobs mostly leave in the order they came (the queue head is
+        // dispatched, the oldest lease ends first): the front is the
+        // common case, and a search of a long lane touches cold memory.
+        let front = self
             .entries
-            .binary_search_by_key(&timer.seq, |(t, _)| t.seq)
-            .ok()?;
+            .front()
+            .is_some_and(|(t, _)| t.seq == timer.seq);
+        let i = if front {
+            0
+        } else {
+            self.entries
+                .binary_search_by_key(&timer.seq, |(t, _)| t.seq)
+                .ok()?
+        };
         let (t, live) = &self.entries[i];
         (*live && t == timer).then_some(i)
     }
