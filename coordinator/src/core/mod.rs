@@ -9,8 +9,10 @@
 //! with a free slot. A new job therefore only needs a free worker, and a
 //! freed slot only needs the head of the queues that worker can serve.
 //! `check_invariants` (invariants.rs) verifies this and the other
-//! invariants of the state; the shell runs it after every event in debug
-//! builds and in the simulation.
+//! invariants of the whole state; after every event, in debug builds and
+//! in the simulation, the shell runs the same checks on what the event
+//! changed (`assert_invariants`), and the whole check every few hundred
+//! events.
 
 mod invariants;
 mod restore;
