@@ -20,8 +20,9 @@ pub struct Config {
     pub public_urls: Vec<String>,
     /// Check the core's invariants after every event and panic on a breach
     /// (see `Core::check_invariants`). On by default in debug builds; the
-    /// simulation turns it on in release builds too. Costs O(jobs) per event,
-    /// so benchmarks that hold large queues turn it off.
+    /// simulation turns it on in release builds too. Costs what the event
+    /// changed, plus O(jobs) every 512 events and after a worker leaves or
+    /// trust changes (see invariants.rs); benchmarks turn it off.
     pub check_invariants: bool,
     /// Reverse proxies whose `X-Forwarded-For` names the client for the
     /// per-client limits. Empty (the default): the header is ignored, since

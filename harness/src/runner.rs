@@ -900,6 +900,7 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
         let Some(store) = sim.store() else {
             return Err(format!("{name} is not running at the end of the run"));
         };
+        sim.check_core()?;
         let snapshot = coordinator::store::Store::load(&*store).map_err(|e| e.to_string())?;
         snapshots.insert(name.clone(), snapshot);
     }

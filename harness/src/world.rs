@@ -983,6 +983,17 @@ impl SimInstance {
             .and_then(|s| s.store().cloned())
     }
 
+    /// The whole-state check of the running generation's core. After each
+    /// event the core checks only what the event changed (and the whole
+    /// state every few hundred events); a run ends with the whole check.
+    pub fn check_core(&self) -> Result<(), String> {
+        let Some(c) = self.coordinator() else {
+            return Ok(());
+        };
+        c.read(|core| core.check_invariants(c.now_ms()))
+            .map_err(|v| format!("core invariant broken at the end of the run: {v}"))
+    }
+
     /// The current generation's coordinator.
     fn coordinator(&self) -> Option<coordinator::Coordinator> {
         self.process()

@@ -2,15 +2,54 @@
 //! every event in debug builds and when `Config::check_invariants` is on (the
 //! simulation). A breach means the state is corrupt, so the shell panics.
 //!
-//! Cost: O(jobs + workers × capabilities + trust lookups), plus one
-//! dispatch decision per distinct (queue, avoided session) among pending
-//! jobs, which is what dispatch itself would pay to place them.
+//! Two checks of the same invariants:
+//! - [`Core::check_invariants`], the whole state: O(jobs + workers ×
+//!   capabilities + trust lookups), plus one dispatch decision per distinct
+//!   (queue, avoided session) among pending jobs.
+//! - The check after an event ([`Core::assert_invariants`]): the jobs and
+//!   workers the event changed (tracked.rs notes them), each checked as the
+//!   whole check would, and the core's counters against totals carried from
+//!   the last check plus what the changed records now add. A record changed
+//!   only through the noting maps, so a breach the event made is in a
+//!   record it changed or in a counter. Events whose effect is not bounded
+//!   by the records they change (a worker leaving, trust changing, a
+//!   restore, old jobs forgotten) get the whole check, and so does every
+//!   [`WHOLE_CHECK_EVERY`]th event, as a backstop for a change made around
+//!   the maps.
 
-use super::{queue_key, Core, Job, Outbound, QueueKey, SessionId, Timer, TimerKind};
+use super::tracked::{idle_entries, JobShare};
+use super::{queue_key, Core, Job, Outbound, Queue, QueueKey, SessionId, Timer, TimerKind, Worker};
 use protocol::api::{JobStatus, JobType, PrivacyClass, Tier};
 use protocol::worker::CoordinatorFrame;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
+
+/// Every this many checks after an event, the whole state is checked.
+pub const WHOLE_CHECK_EVERY: u64 = 512;
+
+/// What the state added up to at the last check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Totals {
+    jobs: JobShare,
+    /// Idle-set entries: per worker with a free slot, its job types.
+    idle_entries: usize,
+}
+
+/// The check's memory between events.
+#[derive(Debug, Default)]
+pub(super) struct Checked {
+    /// The totals found by the last check; `None`: the next one checks all.
+    pub(super) totals: Option<Totals>,
+    events: u64,
+}
+
+impl Checked {
+    /// The next check looks at the whole state.
+    pub fn whole_next(&mut self) {
+        self.totals = None;
+    }
+}
 
 /// The first invariant found broken, with what it takes to debug it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,6 +144,10 @@ pub enum InvariantViolation {
         fast: Uuid,
         session: SessionId,
     },
+    #[error("idle sets list {listed} entries, but the workers with a free slot need {needed}")]
+    IdleCount { listed: usize, needed: usize },
+    #[error("sessions: {keys} keys index {workers} workers")]
+    SessionCount { keys: usize, workers: usize },
     #[error("sessions: key {pubkey} and session {session}: {problem}")]
     SessionIndex {
         pubkey: String,
@@ -128,12 +171,193 @@ impl Core {
     /// Panics with the violation when `Config::check_invariants` is on (by
     /// default in debug builds, and always in the simulation). The shell
     /// calls it after each event.
-    pub fn assert_invariants(&self, now_ms: i64) {
+    pub fn assert_invariants(&mut self, now_ms: i64) {
         if self.config.check_invariants {
-            if let Err(v) = self.check_invariants(now_ms) {
+            if let Err(v) = self.check_event(now_ms) {
                 panic!("core invariant broken after an event at {now_ms} ms: {v}");
             }
         }
+    }
+
+    /// The check after an event: what it changed, or all (see the module doc).
+    pub(super) fn check_event(&mut self, now_ms: i64) -> Result<(), InvariantViolation> {
+        self.checked.events += 1;
+        let backstop = self.checked.events % WHOLE_CHECK_EVERY == 0;
+        let noting = self.jobs.noting() && self.workers.noting();
+        let result = match self.checked.totals {
+            Some(before) if noting && !backstop => self.check_changes(now_ms, before),
+            _ => self
+                .check_invariants(now_ms)
+                .map(|()| self.totals())
+                .inspect(|_| self.forget_changes()),
+        };
+        self.checked.totals = result.as_ref().ok().copied();
+        result.map(|_| ())
+    }
+
+    fn forget_changes(&mut self) {
+        self.jobs.take_touched();
+        self.workers.take_touched();
+    }
+
+    /// What the whole state adds up to.
+    fn totals(&self) -> Totals {
+        let mut jobs = JobShare::default();
+        for job in self.jobs.values() {
+            jobs = jobs.plus(JobShare::of(job));
+        }
+        let idle_entries = self.workers.values().map(idle_entries).sum();
+        Totals { jobs, idle_entries }
+    }
+
+    /// The records changed since the last check, and the counters against
+    /// `before` plus what those records add now less what they added then.
+    pub(super) fn check_changes(
+        &mut self,
+        now_ms: i64,
+        before: Totals,
+    ) -> Result<Totals, InvariantViolation> {
+        let jobs = self.jobs.take_touched();
+        let workers = self.workers.take_touched();
+        let totals = self.changed_totals(before, &jobs, &workers);
+        for id in jobs.keys() {
+            if let Some(job) = self.jobs.get(id) {
+                self.check_job(job, now_ms)?;
+                self.check_queued(job)?;
+                if job.status == JobStatus::Pending {
+                    self.check_queue_dispatch(std::iter::once(id))?;
+                }
+            }
+        }
+        for session in workers.keys() {
+            if let Some(worker) = self.workers.get(session) {
+                self.check_worker(*session, worker)?;
+                self.check_free_worker_dispatch(worker)?;
+            }
+        }
+        self.check_tier_order()?;
+        self.check_counters(&totals)?;
+        Ok(totals)
+    }
+
+    fn changed_totals(
+        &self,
+        before: Totals,
+        jobs: &FxHashMap<Uuid, JobShare>,
+        workers: &BTreeMap<SessionId, usize>,
+    ) -> Totals {
+        let mut totals = before;
+        for (id, was) in jobs {
+            let now = self
+                .jobs
+                .get(id)
+                .map_or_else(JobShare::default, |j| JobShare::of(j));
+            totals.jobs = totals.jobs.plus(now).minus(*was);
+        }
+        for (session, was) in workers {
+            let now = self.workers.get(session).map_or(0, idle_entries);
+            totals.idle_entries = totals.idle_entries.wrapping_add(now).wrapping_sub(*was);
+        }
+        totals
+    }
+
+    /// The core's counters against the totals of the records.
+    fn check_counters(&self, totals: &Totals) -> Result<(), InvariantViolation> {
+        let held = (totals.jobs.queued_bytes, totals.jobs.kept_bytes);
+        if held != (self.queued_bytes, self.kept_bytes) {
+            return Err(InvariantViolation::JobBytes {
+                counted: (self.queued_bytes, self.kept_bytes),
+                held,
+            });
+        }
+        if self.timers.len() != totals.jobs.live {
+            return Err(InvariantViolation::StrayTimers {
+                timers: self.timers.len(),
+                jobs: totals.jobs.live,
+            });
+        }
+        let mut queued = 0;
+        for (key, queue) in &self.queues {
+            if queue.jobs.is_empty() {
+                return Err(InvariantViolation::EmptyQueue {
+                    queue: format!("{key:?}"),
+                });
+            }
+            queued += queue.jobs.len();
+        }
+        let pending = totals.jobs.pending;
+        if pending != queued || self.pending_count != pending {
+            return Err(InvariantViolation::PendingCount {
+                counted: self.pending_count,
+                pending,
+                queued,
+            });
+        }
+        let listed = self.idle.values().map(BTreeSet::len).sum();
+        if listed != totals.idle_entries {
+            return Err(InvariantViolation::IdleCount {
+                listed,
+                needed: totals.idle_entries,
+            });
+        }
+        // With every connected worker found by its own key (checked for
+        // each changed worker), equal sizes leave no stray key.
+        if self.session_of.len() != self.workers.len() {
+            return Err(InvariantViolation::SessionCount {
+                keys: self.session_of.len(),
+                workers: self.workers.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A job is pending exactly when it sits in its own queue at its position.
+    fn check_queued(&self, job: &Job) -> Result<(), InvariantViolation> {
+        let key = queue_key(job);
+        let problem = match (job.status == JobStatus::Pending, job.queue_pos) {
+            (true, Some(pos)) => {
+                let at = self.queues.get(&key).and_then(|q| q.jobs.get(&pos));
+                (at != Some(&job.id)).then_some("job is queued at another position")
+            }
+            (true, None) => Some("pending job is not queued"),
+            (false, Some(_)) => Some("job that is not pending keeps a queue position"),
+            (false, None) => None,
+        };
+        match problem {
+            Some(problem) => Err(queue_violation(&key, job.id, Some(job), problem)),
+            None => Ok(()),
+        }
+    }
+
+    /// A worker with a free slot leaves no job in the queues it may serve
+    /// that dispatch would give it or another free worker.
+    fn check_free_worker_dispatch(&self, worker: &Worker) -> Result<(), InvariantViolation> {
+        if worker.load() >= worker.slots {
+            return Ok(());
+        }
+        for &job_type in &worker.capabilities {
+            for tier in [Tier::Fast, Tier::Cheap] {
+                let public = self.queues.get(&QueueKey::Public(tier, job_type));
+                for queue in
+                    public
+                        .into_iter()
+                        .chain(
+                            self.trust
+                                .users_trusting(&worker.pubkey)
+                                .filter_map(|user| {
+                                    self.queues.get(&QueueKey::Private(
+                                        tier,
+                                        job_type,
+                                        user.clone(),
+                                    ))
+                                }),
+                        )
+                {
+                    self.check_queue_dispatch(queue.jobs.values())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Per job: deadline and timer, attempts, holder.
@@ -143,9 +367,7 @@ impl Core {
             if !job.status.is_terminal() {
                 live += 1;
             }
-            self.check_deadline(job, now_ms)?;
-            self.check_attempts(job)?;
-            self.check_holder(job)?;
+            self.check_job(job, now_ms)?;
         }
         if self.timers.len() != live {
             return Err(InvariantViolation::StrayTimers {
@@ -173,6 +395,12 @@ impl Core {
             });
         }
         Ok(())
+    }
+
+    fn check_job(&self, job: &Job, now_ms: i64) -> Result<(), InvariantViolation> {
+        self.check_deadline(job, now_ms)?;
+        self.check_attempts(job)?;
+        self.check_holder(job)
     }
 
     fn check_deadline(&self, job: &Job, now_ms: i64) -> Result<(), InvariantViolation> {
@@ -279,27 +507,9 @@ impl Core {
     /// Slots, the jobs each worker counts, the idle sets and the key index.
     fn check_workers(&self) -> Result<(), InvariantViolation> {
         let mut expected_idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>> = BTreeMap::new();
-        for (&session, worker) in &self.workers {
+        for (&session, worker) in self.workers.iter() {
+            self.check_worker(session, worker)?;
             let load = worker.load();
-            if load > worker.slots {
-                return Err(InvariantViolation::Overloaded {
-                    session,
-                    load,
-                    slots: worker.slots,
-                });
-            }
-            for id in &worker.jobs {
-                let job = self.jobs.get(id);
-                if job.is_none_or(|j| j.worker != Some(session)) {
-                    return Err(InvariantViolation::Holder {
-                        job: *id,
-                        status: job.map(|j| j.status),
-                        holder: job.and_then(|j| j.worker),
-                        session: Some(session),
-                        problem: "a worker counts a job it does not hold",
-                    });
-                }
-            }
             if load < worker.slots {
                 for &job_type in &worker.capabilities {
                     expected_idle
@@ -307,13 +517,6 @@ impl Core {
                         .or_default()
                         .insert((load, session));
                 }
-            }
-            if self.session_of.get(&worker.pubkey) != Some(&session) {
-                return Err(InvariantViolation::SessionIndex {
-                    pubkey: worker.pubkey.clone(),
-                    session,
-                    problem: "a connected worker is not found by its key",
-                });
             }
         }
         if let Some((pubkey, &session)) = self
@@ -328,6 +531,57 @@ impl Core {
             });
         }
         self.check_idle(&expected_idle)
+    }
+
+    /// One worker: slots, the jobs it counts (each held by it, and its to
+    /// hold), its own idle-set entries, and its key's entry in the index.
+    fn check_worker(&self, session: SessionId, worker: &Worker) -> Result<(), InvariantViolation> {
+        let load = worker.load();
+        if load > worker.slots {
+            return Err(InvariantViolation::Overloaded {
+                session,
+                load,
+                slots: worker.slots,
+            });
+        }
+        for id in &worker.jobs {
+            let job = self.jobs.get(id);
+            match job {
+                Some(job) if job.worker == Some(session) => self.check_holder(job)?,
+                _ => {
+                    return Err(InvariantViolation::Holder {
+                        job: *id,
+                        status: job.map(|j| j.status),
+                        holder: job.and_then(|j| j.worker),
+                        session: Some(session),
+                        problem: "a worker counts a job it does not hold",
+                    })
+                }
+            }
+        }
+        let free = load < worker.slots;
+        for &job_type in &worker.capabilities {
+            let listed = self
+                .idle
+                .get(&job_type)
+                .is_some_and(|set| set.contains(&(load, session)));
+            if listed != free {
+                return Err(InvariantViolation::IdleSet {
+                    job_type,
+                    load,
+                    session,
+                    listed,
+                });
+            }
+        }
+        if self.session_of.get(&worker.pubkey) != Some(&session) {
+            return Err(InvariantViolation::SessionIndex {
+                pubkey: worker.pubkey.clone(),
+                session,
+                problem: "a connected worker is not found by its key",
+            });
+        }
+        Ok(())
     }
 
     fn check_idle(
@@ -408,21 +662,30 @@ impl Core {
     /// answer depends only on the queue (job type, privacy, user) and the
     /// session the job avoids, so it is asked once per such pair.
     fn check_dispatch(&self) -> Result<(), InvariantViolation> {
-        for queue in self.queues.values() {
-            let mut asked: BTreeSet<Option<SessionId>> = BTreeSet::new();
-            for id in queue.jobs.values() {
-                let job = &self.jobs[id];
-                if !asked.insert(job.avoid) {
-                    continue;
-                }
-                if let Some(session) = self.pick_worker(id, job.avoid) {
-                    return Err(InvariantViolation::PendingWithFreeWorker {
-                        job: *id,
-                        attempts: job.attempts,
-                        avoid: job.avoid,
-                        session,
-                    });
-                }
+        self.queues
+            .values()
+            .try_for_each(|queue: &Queue| self.check_queue_dispatch(queue.jobs.values()))
+    }
+
+    /// No job of `ids` (pending jobs of one queue) has a free worker that
+    /// dispatch would give it to.
+    fn check_queue_dispatch<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a Uuid>,
+    ) -> Result<(), InvariantViolation> {
+        let mut asked: BTreeSet<Option<SessionId>> = BTreeSet::new();
+        for id in ids {
+            let job = &self.jobs[id];
+            if !asked.insert(job.avoid) {
+                continue;
+            }
+            if let Some(session) = self.pick_worker(id, job.avoid) {
+                return Err(InvariantViolation::PendingWithFreeWorker {
+                    job: *id,
+                    attempts: job.attempts,
+                    avoid: job.avoid,
+                    session,
+                });
             }
         }
         Ok(())

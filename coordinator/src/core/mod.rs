@@ -9,13 +9,17 @@
 //! with a free slot. A new job therefore only needs a free worker, and a
 //! freed slot only needs the head of the queues that worker can serve.
 //! `check_invariants` (invariants.rs) verifies this and the other
-//! invariants of the state; the shell runs it after every event in debug
-//! builds and in the simulation.
+//! invariants of the whole state; after every event, in debug builds and
+//! in the simulation, the shell runs the same checks on what the event
+//! changed (`assert_invariants`), and the whole check every few hundred
+//! events.
 
 mod invariants;
 mod restore;
 #[cfg(test)]
 mod tests;
+mod timers;
+mod tracked;
 
 pub use invariants::InvariantViolation;
 
@@ -27,7 +31,6 @@ use protocol::time::format_ms;
 use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha20Rng;
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -78,7 +81,9 @@ impl FailureReason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: Uuid,
-    pub submission: JobSubmission,
+    /// Shared, never changed after commit: copying a job (see [`Change`])
+    /// then copies no payload text.
+    pub submission: Arc<JobSubmission>,
     pub tier: Tier,
     pub status: JobStatus,
     pub output: Option<serde_json::Value>,
@@ -320,13 +325,13 @@ pub struct Core {
     /// client chooses, so a fast unkeyed hash (FxHash) cannot be flooded:
     /// lookups of chosen ids only miss. Maps keyed by client-chosen values
     /// (`session_of`, `paid`) keep std's per-process keyed SipHash.
-    /// A job is changed through `Arc::make_mut`: copied first only if a
-    /// change not yet dropped (by the store) still shares it.
-    jobs: FxHashMap<Uuid, Arc<Job>>,
+    /// A job is changed through `Arc::make_mut` (in `Jobs::get_mut`): copied
+    /// first only if a change not yet dropped (by the store) still shares it.
+    jobs: tracked::Jobs,
     /// Only non-empty queues.
     queues: BTreeMap<QueueKey, Queue>,
     pending_count: usize,
-    workers: BTreeMap<SessionId, Worker>,
+    workers: tracked::Workers,
     session_of: HashMap<String, SessionId>,
     /// Per job type, workers with a free slot, least loaded first.
     idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>>,
@@ -337,7 +342,7 @@ pub struct Core {
     queued_bytes: usize,
     /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
     kept_bytes: usize,
-    timers: BTreeSet<Timer>,
+    timers: timers::Timers,
     next_seq: u64,
     next_session: SessionId,
     outbox: Vec<(SessionId, Outbound)>,
@@ -346,29 +351,33 @@ pub struct Core {
     /// only, so the check can stay `&self`; it never reaches a decision.
     outbox_checked: std::cell::Cell<usize>,
     changes: Vec<Change>,
+    /// What the check after each event compares with (invariants.rs).
+    checked: invariants::Checked,
 }
 
 impl Core {
     pub fn new(config: Config, rng: ChaCha20Rng) -> Self {
+        let note = config.check_invariants;
         Self {
             config,
             rng,
-            jobs: FxHashMap::default(),
+            jobs: tracked::Jobs::new(note),
             queues: BTreeMap::new(),
             pending_count: 0,
-            workers: BTreeMap::new(),
+            workers: tracked::Workers::new(note),
             session_of: HashMap::new(),
             idle: BTreeMap::new(),
             trust: Trust::default(),
             paid: HashMap::new(),
             queued_bytes: 0,
             kept_bytes: 0,
-            timers: BTreeSet::new(),
+            timers: timers::Timers::default(),
             next_seq: 0,
             next_session: 1,
             outbox: Vec::new(),
             outbox_checked: std::cell::Cell::new(0),
             changes: Vec::new(),
+            checked: invariants::Checked::default(),
         }
     }
 
@@ -517,7 +526,7 @@ impl Core {
         self.kept_bytes += job.footprint_bytes;
         let job = Arc::new(job);
         self.changes.push(Change::Job(Arc::clone(&job)));
-        self.jobs.insert(id, job);
+        self.jobs.insert(job);
         CommitError::NoTrustedWorker(id)
     }
 
@@ -540,7 +549,7 @@ impl Core {
         let id = job.id;
         self.queued_bytes += job.footprint_bytes;
         let spent = job.paid_with.as_ref().map(|p| p.nonce);
-        self.jobs.insert(id, Arc::new(job));
+        self.jobs.insert(Arc::new(job));
         self.place(id, None, false, now_ms);
         if let Some(nonce) = spent {
             self.paid.insert(nonce, id);
@@ -560,7 +569,7 @@ impl Core {
     ) -> Option<(Uuid, String)> {
         let job = self.jobs.get(self.paid.get(nonce)?)?;
         let paid_with = job.paid_with.as_ref()?;
-        (job.submission == *submission && job.tier == tier)
+        (*job.submission == *submission && job.tier == tier)
             .then(|| (job.id, paid_with.response_header.clone()))
     }
 
@@ -581,7 +590,7 @@ impl Core {
         };
         let mut job = Job {
             id,
-            submission,
+            submission: Arc::new(submission),
             tier,
             status: JobStatus::Pending,
             output: None,
@@ -633,26 +642,20 @@ impl Core {
                 }
             }
         }
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("placed job exists");
+        let job = self.jobs.get_mut(&id).expect("placed job exists");
         job.status = JobStatus::Pending;
         job.worker = None;
         let deadline = now_ms + self.config.timing.pending_timeout_ms;
         job.deadline_ms = Some(deadline);
-        self.job_changed(&id);
         self.enqueue(id, to_front);
         self.add_timer(deadline, TimerKind::Pending, id);
+        // Recorded last: a change shares the job, so changing it after
+        // recording would copy it (see `Change`).
+        self.job_changed(&id);
     }
 
     fn enqueue(&mut self, id: Uuid, to_front: bool) {
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("queued job exists");
+        let job = self.jobs.get_mut(&id).expect("queued job exists");
         debug_assert!(job.queue_pos.is_none(), "job {id} queued twice");
         let pos = self
             .queues
@@ -665,11 +668,7 @@ impl Core {
 
     /// Takes a pending job out of its queue.
     fn dequeue(&mut self, id: &Uuid) {
-        let job = self
-            .jobs
-            .get_mut(id)
-            .map(Arc::make_mut)
-            .expect("dequeued job exists");
+        let job = self.jobs.get_mut(id).expect("dequeued job exists");
         let Some(pos) = job.queue_pos.take() else {
             return;
         };
@@ -747,11 +746,7 @@ impl Core {
 
     fn assign(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let lease_ms = self.config.timing.lease_ms;
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("assigned job exists");
+        let job = self.jobs.get_mut(&id).expect("assigned job exists");
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
         job.last_worker = Some(session);
@@ -765,12 +760,13 @@ impl Core {
             payment_ref: job.payment_ref.clone(),
             lease_ms: lease_ms.max(0) as u64,
         });
-        self.job_changed(&id);
         self.set_load(session, |jobs| {
             jobs.insert(id);
         });
         self.outbox.push((session, Outbound::Frame(frame)));
         self.add_timer(now_ms + lease_ms, TimerKind::Lease, id);
+        // Last, as in `place`.
+        self.job_changed(&id);
     }
 
     /// Fills a worker's free slots from the heads of the queues it can serve:
@@ -843,11 +839,7 @@ impl Core {
         avoid: Option<SessionId>,
         now_ms: i64,
     ) {
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("retried job exists");
+        let job = self.jobs.get_mut(&id).expect("retried job exists");
         job.avoid = avoid;
         if job.attempts >= self.config.timing.attempts_max {
             self.fail(id, reason);
@@ -878,11 +870,7 @@ impl Core {
 
     fn fail(&mut self, id: Uuid, reason: FailureReason) {
         self.clear_timer(&id);
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("failed job exists");
+        let job = self.jobs.get_mut(&id).expect("failed job exists");
         debug_assert!(!job.status.is_terminal(), "job {id} failed twice");
         self.queued_bytes -= job.footprint_bytes;
         self.kept_bytes += job.footprint_bytes;
@@ -907,11 +895,7 @@ impl Core {
     /// The worker started the job.
     pub fn accept(&mut self, session: SessionId, id: Uuid) -> Result<(), FrameError> {
         if self.held_by(&id, session)?.status == JobStatus::Assigned {
-            let job = self
-                .jobs
-                .get_mut(&id)
-                .map(Arc::make_mut)
-                .expect("held job exists");
+            let job = self.jobs.get_mut(&id).expect("held job exists");
             job.status = JobStatus::Running;
             self.job_changed(&id);
         }
@@ -932,11 +916,7 @@ impl Core {
             jobs.remove(&id);
         });
         self.clear_timer(&id);
-        let job = self
-            .jobs
-            .get_mut(&id)
-            .map(Arc::make_mut)
-            .expect("held job exists");
+        let job = self.jobs.get_mut(&id).expect("held job exists");
         job.status = JobStatus::Completed;
         job.output = Some(output);
         job.receipt = Some(receipt);
@@ -1028,6 +1008,8 @@ impl Core {
         let Some(worker) = self.workers.remove(&session) else {
             return;
         };
+        // Who else could take a job changed: the next check looks at all.
+        self.checked.whole_next();
         for job_type in &worker.capabilities {
             if let Some(set) = self.idle.get_mut(job_type) {
                 set.remove(&(worker.load(), session));
@@ -1086,19 +1068,14 @@ impl Core {
         };
         self.clear_timer(&job);
         self.timers.insert(timer);
-        if let Some(j) = self.jobs.get_mut(&job).map(Arc::make_mut) {
+        if let Some(j) = self.jobs.get_mut(&job) {
             j.timer = Some(timer);
         }
     }
 
     /// Drops a job's live timer, if it has one.
     fn clear_timer(&mut self, job: &Uuid) {
-        if let Some(timer) = self
-            .jobs
-            .get_mut(job)
-            .map(Arc::make_mut)
-            .and_then(|j| j.timer.take())
-        {
+        if let Some(timer) = self.jobs.get_mut(job).and_then(|j| j.timer.take()) {
             self.timers.remove(&timer);
         }
     }
@@ -1114,7 +1091,7 @@ impl Core {
                 break;
             }
             self.timers.pop_first();
-            let Some(job) = self.jobs.get_mut(&timer.job).map(Arc::make_mut) else {
+            let Some(job) = self.jobs.get_mut(&timer.job) else {
                 continue;
             };
             if job.timer != Some(timer) {
@@ -1179,6 +1156,8 @@ impl Core {
                 .claim(code, provider_pubkey, client, now_ms, &self.config.limits)?;
         self.changes.push(Change::Pairing(pairing));
         self.changes.push(Change::Trust(entry.clone()));
+        // Who may take which queue changed: the next check looks at all.
+        self.checked.whole_next();
         // The newly trusted worker may be online with PRIVATE jobs waiting for it.
         if let Some(&session) = self.session_of.get(&entry.provider_pubkey) {
             self.fill(session, now_ms);

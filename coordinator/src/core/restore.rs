@@ -24,6 +24,7 @@ impl Core {
     /// fresh core, before any worker registers. Jobs whose status changed
     /// here are left in the change buffer for the store.
     pub fn restore(&mut self, snapshot: Snapshot, now_ms: i64) {
+        self.checked.whole_next();
         self.move_rng_past(&snapshot);
         let mut jobs = snapshot.jobs;
         jobs.sort_by_key(|j| j.seq);
@@ -32,7 +33,12 @@ impl Core {
             .max(jobs.last().map_or(0, |j| j.seq.saturating_add(1)));
         let mut requeued: Vec<Uuid> = Vec::new();
         for mut job in jobs {
+            // A memory store shares the core's jobs, bookkeeping included;
+            // none of it survives a restart.
             job.worker = None;
+            job.avoid = None;
+            job.timer = None;
+            job.queue_pos = None;
             let id = job.id;
             job.footprint_bytes = super::footprint_bytes(&job);
             if job.status.is_terminal() {
@@ -45,20 +51,20 @@ impl Core {
             }
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
-                    self.jobs.insert(id, Arc::new(job));
+                    self.jobs.insert(Arc::new(job));
                 }
                 JobStatus::Pending => {
                     let deadline_ms = job
                         .deadline_ms
                         .unwrap_or(now_ms + self.config.timing.pending_timeout_ms);
                     job.deadline_ms = Some(deadline_ms);
-                    self.jobs.insert(id, Arc::new(job));
+                    self.jobs.insert(Arc::new(job));
                     self.enqueue_restored(id, deadline_ms);
                 }
                 JobStatus::Assigned | JobStatus::Running => {
                     job.attempts = job.attempts.saturating_sub(1);
                     job.recoveries = job.recoveries.saturating_add(1);
-                    self.jobs.insert(id, Arc::new(job));
+                    self.jobs.insert(Arc::new(job));
                     requeued.push(id);
                 }
             }
@@ -115,6 +121,8 @@ impl Core {
     /// (the store deletes its copies itself); returns how many. Terminal
     /// jobs have no queue entry or live timer, so nothing else refers to them.
     pub fn forget_terminal_jobs(&mut self, created_before_ms: i64) -> usize {
+        // Jobs leave without a note: the next check looks at all.
+        self.checked.whole_next();
         let before = self.jobs.len();
         let mut freed_bytes = 0;
         let mut unpaid = Vec::new();

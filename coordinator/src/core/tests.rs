@@ -13,7 +13,6 @@ use protocol::receipt::Receipt;
 use protocol::worker::CoordinatorFrame;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use std::sync::Arc;
 use uuid::Uuid;
 
 const T0: i64 = 1_795_255_200_000;
@@ -37,7 +36,15 @@ impl Rig {
         }
     }
 
-    fn check(&self) {
+    /// Both checks: the one after an event (of what the event changed),
+    /// then the whole state.
+    fn check(&mut self) {
+        if let Err(v) = self.core.check_event(self.now_ms) {
+            panic!(
+                "invariant broken at {} ms (check after the event): {v}",
+                self.now_ms
+            );
+        }
         if let Err(v) = self.core.check_invariants(self.now_ms) {
             panic!("invariant broken at {} ms: {v}", self.now_ms);
         }
@@ -723,10 +730,22 @@ fn corruptible() -> (Rig, [SessionId; 2], [Uuid; 3]) {
     (r, [w1, w2], [public, private, queued])
 }
 
-fn violation(r: &Rig) -> InvariantViolation {
+/// The whole check's finding. The check after an event must find the
+/// breach too, from what the corruption changed: a test corrupts records
+/// through the core's noting maps (as a faulty event would) or corrupts a
+/// counter or index directly; either way the check of the changes alone
+/// must fail, not only the whole check.
+fn violation(r: &mut Rig) -> InvariantViolation {
     let v = r.core.check_invariants(r.now_ms).unwrap_err();
     // The message names the job or session it is about.
     assert!(!v.to_string().is_empty());
+    let before = r
+        .core
+        .checked
+        .totals
+        .expect("checked before the corruption");
+    let changed = r.core.check_changes(r.now_ms, before);
+    assert!(changed.is_err(), "the check of the changes missed: {v}");
     v
 }
 
@@ -736,14 +755,14 @@ fn the_check_reports_a_free_worker_next_to_a_pending_job() {
     // Drop w1's job without the event that would fill its slot.
     r.core.workers.get_mut(&w1).unwrap().jobs.clear();
     r.core.idle.entry(LLM).or_default().insert((0, w1));
-    let job = Arc::make_mut(r.core.jobs.get_mut(&public).unwrap());
+    let job = r.core.jobs.get_mut(&public).unwrap();
     job.status = JobStatus::Completed;
     job.worker = None;
     job.deadline_ms = None;
     let timer = job.timer.take().unwrap();
     r.core.timers.remove(&timer);
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::PendingWithFreeWorker {
             job: queued,
             attempts: 0,
@@ -759,7 +778,7 @@ fn the_check_reports_a_missing_or_stray_deadline() {
     let timer = r.core.jobs[&public].timer.unwrap();
     r.core.timers.remove(&timer);
     assert!(matches!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::Deadline { job, status: JobStatus::Assigned, attempts: 1, .. } if job == public
     ));
     r.core.timers.insert(timer);
@@ -768,7 +787,7 @@ fn the_check_reports_a_missing_or_stray_deadline() {
     stray.at_ms += 1;
     r.core.timers.insert(stray);
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::StrayTimers { timers: 4, jobs: 3 }
     );
 }
@@ -776,31 +795,31 @@ fn the_check_reports_a_missing_or_stray_deadline() {
 #[test]
 fn the_check_reports_a_wrong_kind_of_deadline_and_one_too_far() {
     let (mut r, _, [_, _, queued]) = corruptible();
-    let job = Arc::make_mut(r.core.jobs.get_mut(&queued).unwrap());
+    let job = r.core.jobs.get_mut(&queued).unwrap();
     let timer = job.timer.as_mut().unwrap();
     r.core.timers.remove(timer);
     timer.kind = TimerKind::Lease;
     r.core.timers.insert(*timer);
-    assert!(matches!(violation(&r), InvariantViolation::Deadline { job, .. } if job == queued));
+    assert!(matches!(violation(&mut r), InvariantViolation::Deadline { job, .. } if job == queued));
 
     let (mut r, _, [_, _, queued]) = corruptible();
-    let job = Arc::make_mut(r.core.jobs.get_mut(&queued).unwrap());
+    let job = r.core.jobs.get_mut(&queued).unwrap();
     let timer = job.timer.as_mut().unwrap();
     r.core.timers.remove(timer);
     timer.at_ms += 1_000_000;
     r.core.timers.insert(*timer);
     job.deadline_ms = Some(timer.at_ms);
     assert!(
-        matches!(violation(&r), InvariantViolation::DeadlineTooFar { job, .. } if job == queued)
+        matches!(violation(&mut r), InvariantViolation::DeadlineTooFar { job, .. } if job == queued)
     );
 }
 
 #[test]
 fn the_check_reports_too_many_attempts() {
     let (mut r, _, [public, _, _]) = corruptible();
-    Arc::make_mut(r.core.jobs.get_mut(&public).unwrap()).attempts = 4;
+    r.core.jobs.get_mut(&public).unwrap().attempts = 4;
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::Attempts {
             job: public,
             status: JobStatus::Assigned,
@@ -818,7 +837,7 @@ fn the_check_reports_a_private_job_held_by_an_untrusted_key() {
     r.core.session_of.remove("0xb");
     r.core.session_of.insert("0xmallory".into(), w2);
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::UntrustedHolder {
             job: private,
             status: JobStatus::Assigned,
@@ -834,7 +853,7 @@ fn the_check_reports_slot_and_idle_set_disagreements() {
     let (mut r, [w1, _], [public, _, _]) = corruptible();
     r.core.workers.get_mut(&w1).unwrap().slots = 0;
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::Overloaded {
             session: w1,
             load: 1,
@@ -845,7 +864,7 @@ fn the_check_reports_slot_and_idle_set_disagreements() {
     let (mut r, [w1, _], _) = corruptible();
     r.core.idle.entry(LLM).or_default().insert((1, w1));
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::IdleSet {
             job_type: LLM,
             load: 1,
@@ -857,7 +876,7 @@ fn the_check_reports_slot_and_idle_set_disagreements() {
     let (mut r, [w1, _], _) = corruptible();
     r.core.workers.get_mut(&w1).unwrap().slots = 2;
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::IdleSet {
             job_type: LLM,
             load: 1,
@@ -869,7 +888,7 @@ fn the_check_reports_slot_and_idle_set_disagreements() {
     let (mut r, [w1, w2], _) = corruptible();
     r.core.workers.get_mut(&w1).unwrap().jobs.remove(&public);
     r.core.workers.get_mut(&w2).unwrap().jobs.insert(public);
-    assert!(matches!(violation(&r), InvariantViolation::Holder { job, .. } if job == public));
+    assert!(matches!(violation(&mut r), InvariantViolation::Holder { job, .. } if job == public));
 }
 
 #[test]
@@ -877,7 +896,7 @@ fn the_check_reports_queue_disagreements() {
     let (mut r, _, _) = corruptible();
     r.core.pending_count += 1;
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::PendingCount {
             counted: 2,
             pending: 1,
@@ -886,9 +905,9 @@ fn the_check_reports_queue_disagreements() {
     );
 
     let (mut r, _, [_, _, queued2]) = corruptible();
-    Arc::make_mut(r.core.jobs.get_mut(&queued2).unwrap()).queue_pos = Some(7);
+    r.core.jobs.get_mut(&queued2).unwrap().queue_pos = Some(7);
     assert!(matches!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::Queue { job, problem: "job is queued at another position", .. } if job == queued2
     ));
 
@@ -896,7 +915,7 @@ fn the_check_reports_queue_disagreements() {
     let (_, queue) = r.core.queues.iter_mut().next().unwrap();
     queue.jobs.insert(9, Uuid::from_u128(42));
     assert!(matches!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::Queue {
             problem: "queued job does not exist",
             ..
@@ -909,7 +928,7 @@ fn the_check_reports_a_broken_session_index() {
     let (mut r, [w1, _], _) = corruptible();
     r.core.session_of.insert("0xghost".into(), w1);
     assert_eq!(
-        violation(&r),
+        violation(&mut r),
         InvariantViolation::SessionIndex {
             pubkey: "0xghost".into(),
             session: w1,
@@ -923,6 +942,6 @@ fn the_check_reports_a_broken_session_index() {
 fn assert_invariants_panics_on_a_breach_when_checks_are_on() {
     let (mut r, _, [public, _, _]) = corruptible();
     r.core.config.check_invariants = true;
-    Arc::make_mut(r.core.jobs.get_mut(&public).unwrap()).attempts = 0;
+    r.core.jobs.get_mut(&public).unwrap().attempts = 0;
     r.core.assert_invariants(r.now_ms);
 }
