@@ -600,6 +600,14 @@ async fn poll(
             }
         },
     };
+    // In cluster mode a job this node does not hold is read from the
+    // shared store, committed, whoever holds it.
+    let record = match record {
+        Some(record) => Some(record),
+        None => crate::node::shared_record(&c, id)
+            .await
+            .map_err(|_| ApiError::Internal)?,
+    };
     // Memory runs ahead of the disk under group commit: show a state (a
     // `completed`, say) only once it would survive a crash.
     c.durable().await.map_err(|_| ApiError::Internal)?;

@@ -12,6 +12,7 @@
 //! invariants of the state; the shell runs it after every event in debug
 //! builds and in the simulation.
 
+mod cluster;
 mod invariants;
 mod restore;
 #[cfg(test)]

@@ -1,0 +1,453 @@
+//! One node of a cluster (ARCHITECTURE.md, "Several nodes"): the shell
+//! around a node's core that keeps it in step with the shared store.
+//!
+//! - [`NodeStore`] is the node's [`Store`]: every event's changes are
+//!   written behind, batched, in event order, one shared-store transaction
+//!   a batch; `flush` waits for the batch holding the caller's changes.
+//! - [`run_lease`] renews the node's lease, takes over lapsed nodes' jobs
+//!   and brings in trust entries other nodes wrote.
+//! - [`run_claims`] claims pool jobs for idle workers, woken by the pool's
+//!   notifications, by a freed slot, and every `claim_interval_ms`.
+//! - A node that loses a job or its lease *fences itself*: its store
+//!   refuses every further flush (so no client or worker is told anything
+//!   more) and the process is told to stop ([`Fence`]).
+//!
+//! Time comes from the coordinator's injected clock; tokio time drives the
+//! intervals, so the simulation can run nodes on its paused clock.
+
+use crate::cluster::{ClusterError, NodeId, SharedStore};
+use crate::coordinator::Coordinator;
+use crate::core::Change;
+use crate::store::{Snapshot, Store, StoreError};
+use rand::RngCore;
+use rand_chacha::ChaCha20Rng;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+
+/// Jobs one claim takes at most.
+pub const CLAIM_BATCH_MAX: usize = 256;
+/// Backstop for a lost notification, and how often due pool jobs are looked for.
+pub const CLAIM_INTERVAL_MS: u64 = 1_000;
+/// How long a node's lease lasts unrenewed (renewed every third of it).
+pub const NODE_LEASE_MS: i64 = 10_000;
+/// Pause between attempts to write a batch the store could not take.
+const WRITE_RETRY_MS: u64 = 50;
+
+/// What makes a process one node of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// `postgres://…` (or `postgresql://…`).
+    pub url: String,
+    /// The PostgreSQL schema the tables live in (default: the URL's).
+    pub schema: Option<String>,
+    pub node_id: NodeId,
+    pub node_lease_ms: i64,
+}
+
+/// Whether `db` names a PostgreSQL database (cluster mode).
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// The default node id: `node-` and 8 hex digits from a stream of the
+/// injected RNG of its own, so the node's ids and codes are drawn as they
+/// would be without it. Unique per process in production (OS entropy),
+/// reproducible in the simulation (seeded).
+pub fn default_node_id(rng: &ChaCha20Rng) -> NodeId {
+    let mut rng = rng.clone();
+    rng.set_stream(0x6e6f_6465);
+    format!("node-{:08x}", rng.next_u32())
+}
+
+/// What the node does once fenced: a process exits (another node owns its
+/// jobs now); the simulation would crash the node.
+pub type Fence = Arc<dyn Fn(&ClusterError) + Send + Sync>;
+
+/// What a coordinator in cluster mode knows of its cluster.
+pub struct ClusterLink {
+    pub node: NodeId,
+    pub shared: Arc<dyn SharedStore>,
+    pub node_lease_ms: i64,
+    /// Woken after an event that left a worker idle: the claim loop asks
+    /// the pool if it may hold something.
+    pub claim_wake: Notify,
+}
+
+/// The node's store: write-behind into the shared store.
+pub struct NodeStore {
+    node: NodeId,
+    shared: Arc<dyn SharedStore>,
+    /// Pairings and trust from the join, for the core's restore.
+    joined: Mutex<Option<Snapshot>>,
+    /// Jobs the node still held under its id, recovered once the
+    /// coordinator is a node (see [`NodeStore::take_held`]).
+    held: Mutex<Vec<crate::core::Job>>,
+    pending: Mutex<Pending>,
+    wake: Notify,
+    /// The count of `apply` calls whose changes are committed.
+    written: watch::Sender<u64>,
+    fenced: AtomicBool,
+    fence: Fence,
+    node_lease_ms: i64,
+}
+
+#[derive(Default)]
+struct Pending {
+    changes: Vec<Change>,
+    /// `apply` calls so far.
+    applied: u64,
+}
+
+impl NodeStore {
+    /// Joins the cluster as `node` and starts its writer task.
+    pub async fn join(
+        shared: Arc<dyn SharedStore>,
+        settings: &ClusterSettings,
+        now_ms: i64,
+        fence: Fence,
+    ) -> Result<Arc<Self>, ClusterError> {
+        let node = settings.node_id.clone();
+        let mut snapshot = shared.join(&node, now_ms, settings.node_lease_ms).await?;
+        let held = std::mem::take(&mut snapshot.jobs);
+        let store = Arc::new(Self {
+            node,
+            shared,
+            joined: Mutex::new(Some(snapshot)),
+            held: Mutex::new(held),
+            pending: Mutex::new(Pending::default()),
+            wake: Notify::new(),
+            written: watch::channel(0).0,
+            fenced: AtomicBool::new(false),
+            fence,
+            node_lease_ms: settings.node_lease_ms,
+        });
+        tokio::spawn(store.clone().run_writer());
+        Ok(store)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // Appends and takes only: a panic cannot leave it half-changed.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The jobs this node id still held when it joined (it restarted
+    /// before its lease lapsed), for `Core::recover` once the coordinator
+    /// is a node: recovered then, their requeues go to the pool.
+    pub fn take_held(&self) -> Vec<crate::core::Job> {
+        std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
+    }
+
+    /// Stops the node: no flush succeeds any more, and the fence runs once.
+    pub fn fence(&self, why: &ClusterError) {
+        if !self.fenced.swap(true, Ordering::SeqCst) {
+            tracing::error!(node = %self.node, error = %why, "node fenced: stopping");
+            self.written.send_modify(|_| {});
+            (self.fence)(why);
+        }
+    }
+
+    /// Commits pending batches as they come, in order, one transaction
+    /// each. A store that cannot be reached is retried until half the node
+    /// lease has passed; then the node fences itself, since others are
+    /// about to take its jobs.
+    async fn run_writer(self: Arc<Self>) {
+        let retries_max = (self.node_lease_ms / 2) as u64 / WRITE_RETRY_MS;
+        loop {
+            let (changes, applied) = {
+                let mut p = self.pending();
+                (std::mem::take(&mut p.changes), p.applied)
+            };
+            if changes.is_empty() {
+                if applied > *self.written.borrow() {
+                    self.written.send_replace(applied);
+                }
+                self.wake.notified().await;
+                continue;
+            }
+            let mut retries = 0;
+            loop {
+                if self.is_fenced() {
+                    return;
+                }
+                match self.shared.write(&self.node, &changes).await {
+                    Ok(()) => break,
+                    Err(ClusterError::Unavailable(e)) if retries < retries_max => {
+                        retries += 1;
+                        tracing::warn!(error = %e, retries, "shared store write failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(WRITE_RETRY_MS)).await;
+                    }
+                    Err(e) => {
+                        self.fence(&e);
+                        return;
+                    }
+                }
+            }
+            self.written.send_replace(applied);
+        }
+    }
+}
+
+impl Store for NodeStore {
+    fn apply(&self, changes: &[Change]) -> Result<(), StoreError> {
+        if self.is_fenced() {
+            return Err(StoreError(format!("node {} is fenced", self.node)));
+        }
+        let mut p = self.pending();
+        p.changes.extend_from_slice(changes);
+        p.applied += 1;
+        drop(p);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+        let target = self.pending().applied;
+        let mut written = self.written.subscribe();
+        Box::pin(async move {
+            loop {
+                if self.is_fenced() {
+                    return Err(StoreError(format!("node {} is fenced", self.node)));
+                }
+                if *written.borrow_and_update() >= target {
+                    return Ok(());
+                }
+                if written.changed().await.is_err() {
+                    return Err(StoreError("the writer stopped".into()));
+                }
+            }
+        })
+    }
+
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(joined.take().unwrap_or_default())
+    }
+}
+
+/// Renews the lease every third of it, takes over lapsed nodes' jobs and
+/// learns trust written elsewhere. Fences the node once it could not renew
+/// for half its lease.
+pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
+    let every = Duration::from_millis((link.node_lease_ms / 3).max(1) as u64);
+    let mut last_renewed_ms = c.now_ms();
+    let mut trust_version = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        if store.is_fenced() {
+            return;
+        }
+        let now_ms = c.now_ms();
+        match link.shared.renew(&link.node, now_ms, link.node_lease_ms).await {
+            Ok(()) => last_renewed_ms = now_ms,
+            Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
+            Err(e) => {
+                tracing::warn!(error = %e, "lease renewal failed");
+                if now_ms - last_renewed_ms >= link.node_lease_ms / 2 {
+                    return store.fence(&e);
+                }
+                continue;
+            }
+        }
+        match link.shared.take_over_lapsed(&link.node, now_ms).await {
+            Ok(jobs) if !jobs.is_empty() => {
+                tracing::warn!(jobs = jobs.len(), "recovering jobs of a node whose lease lapsed");
+                c.with(|core, now_ms| core.recover(jobs, now_ms));
+            }
+            Ok(_) => {}
+            Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
+            Err(e) => tracing::warn!(error = %e, "take-over failed"),
+        }
+        match link.shared.trust_after(trust_version).await {
+            Ok((entries, version)) => {
+                trust_version = version;
+                if !entries.is_empty() {
+                    c.with(|core, _| core.learn_trust(entries));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "trust sync failed"),
+        }
+    }
+}
+
+/// Claims pool jobs for the node's idle workers. The pool may hold
+/// something after a notification, after a claim that got all it asked
+/// for, and at every interval (which also fails due pool jobs).
+pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
+    let mut pool = link.shared.pool_changed();
+    let mut maybe_more = true;
+    let interval = Duration::from_millis(CLAIM_INTERVAL_MS);
+    loop {
+        let mut due = false;
+        tokio::select! {
+            biased;
+            changed = pool.changed() => {
+                if changed.is_err() {
+                    // The notifications ended; the interval still claims.
+                    pool = watch::channel(0).1;
+                }
+                maybe_more = true;
+            }
+            _ = link.claim_wake.notified() => {}
+            _ = tokio::time::sleep(interval) => {
+                maybe_more = true;
+                due = true;
+            }
+        }
+        if store.is_fenced() {
+            return;
+        }
+        if !maybe_more {
+            continue;
+        }
+        let mut want = c.read(|core| core.want(CLAIM_BATCH_MAX));
+        if due {
+            // Due jobs are taken whatever the filter; one more place for them.
+            want.max = want.max.max(1);
+        }
+        if want.max == 0 {
+            continue;
+        }
+        let now_ms = c.now_ms();
+        match link.shared.claim(&link.node, &want, now_ms).await {
+            Ok(jobs) => {
+                maybe_more = jobs.len() == want.max;
+                if !jobs.is_empty() {
+                    c.with(|core, now_ms| core.adopt(jobs, now_ms));
+                }
+            }
+            Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
+            Err(e) => tracing::warn!(error = %e, "claim failed"),
+        }
+    }
+}
+
+/// The metrics text with the node's info series added (before the
+/// OpenMetrics `# EOF`), so every scrape names the node.
+pub fn with_node_info(mut text: String, node: &str) -> String {
+    let info = format!(
+        "# HELP coordinator_node_info The node of a cluster this coordinator is.\n\
+         # TYPE coordinator_node_info gauge\n\
+         coordinator_node_info{{node=\"{node}\"}} 1\n"
+    );
+    let at = text.rfind("# EOF").unwrap_or(text.len());
+    text.insert_str(at, &info);
+    text
+}
+
+/// The payment gate's nonce store in cluster mode: every reservation is a
+/// row of the shared store, so one payment buys one job across nodes. The
+/// spend is written with the job it bought (`Change::NonceSpent` rides in
+/// the same batch), so `mark_spent` has nothing left to do.
+pub struct SharedNonces {
+    pub node: NodeId,
+    pub shared: Arc<dyn SharedStore>,
+}
+
+impl SharedNonces {
+    /// Runs a shared-store call from the gate's synchronous interface: on a
+    /// multi-threaded runtime (a real process) by blocking this worker
+    /// thread, as the SQLite store's nonce statements do; on the
+    /// simulation's current-thread runtime the in-memory store answers at
+    /// once.
+    fn call<T>(&self, call: crate::cluster::Call<'_, T>) -> Result<T, ClusterError> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let handle = Handle::current();
+        match handle.runtime_flavor() {
+            RuntimeFlavor::CurrentThread => {
+                let mut call = call;
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match call.as_mut().poll(&mut cx) {
+                    std::task::Poll::Ready(out) => out,
+                    std::task::Poll::Pending => Err(ClusterError::Unavailable(
+                        "a blocking store call on a current-thread runtime".into(),
+                    )),
+                }
+            }
+            _ => tokio::task::block_in_place(|| handle.block_on(call)),
+        }
+    }
+}
+
+impl x402::NonceStore for SharedNonces {
+    fn check_and_mark(&self, key: x402::NonceKey, valid_before: u64) -> Result<(), x402::NonceUsed> {
+        match self.call(self.shared.reserve_nonce(&self.node, key, valid_before)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(x402::NonceUsed),
+            Err(e) => {
+                // Refusing is safe: the payer may retry; accepting could
+                // let one payment buy two jobs.
+                tracing::error!(error = %e, "payment nonce reservation failed");
+                Err(x402::NonceUsed)
+            }
+        }
+    }
+
+    fn mark_spent(&self, _key: &x402::NonceKey) {}
+
+    fn release(&self, key: &x402::NonceKey) {
+        if let Err(e) = self.call(self.shared.release_nonce(&self.node, *key)) {
+            tracing::error!(error = %e, "payment nonce release failed");
+        }
+    }
+
+    /// Expired rows are left to the operator's retention for now: a row is
+    /// small and refusing an expired payment does not need it.
+    fn purge_expired(&self, _now_seconds: u64) {}
+
+    fn state(&self, _key: &x402::NonceKey) -> Option<x402::replay::NonceState> {
+        None
+    }
+}
+
+/// Log lines that name the node: a text line starts with `node=ID `, a
+/// JSON object gets a `"node"` field first.
+pub struct NodeLogs<F> {
+    pub node: NodeId,
+    pub inner: F,
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for NodeLogs<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut line = String::new();
+        let into = tracing_subscriber::fmt::format::Writer::new(&mut line);
+        self.inner.format_event(ctx, into, event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => {
+                let node = serde_json::to_string(&self.node).map_err(|_| std::fmt::Error)?;
+                write!(writer, "{{\"node\":{node},{rest}")
+            }
+            None => write!(writer, "node={} {line}", self.node),
+        }
+    }
+}
+
+/// A job as the shared store last committed it, for a poll on a node that
+/// does not hold it; `None` outside cluster mode. A held poll (`wait_ms`)
+/// on such a job is answered at once: the client asks again.
+pub async fn shared_record(
+    c: &Coordinator,
+    id: uuid::Uuid,
+) -> Result<Option<protocol::api::JobRecord>, ClusterError> {
+    let Some(link) = c.cluster() else {
+        return Ok(None);
+    };
+    Ok(link.shared.job(id).await?.map(|job| job.record()))
+}
