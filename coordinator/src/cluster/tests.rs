@@ -2,6 +2,8 @@
 //! and two nodes' cores driven over it (no I/O, no clock: time is given).
 
 use super::{ClusterError, MemoryShared, SharedStore, Want};
+use std::future::Future;
+use std::pin::Pin;
 use crate::config::Config;
 use crate::core::{Change, Core, FailureReason, Job, PaidWith, Payment};
 use protocol::api::{JobStatus, JobSubmission, JobType, Payload, PrivacyClass, Tier};
@@ -35,7 +37,7 @@ struct Node {
 }
 
 impl Node {
-    async fn join(shared: &MemoryShared, name: &'static str, seed: u64) -> Node {
+    async fn join(shared: &dyn SharedStore, name: &'static str, seed: u64) -> Node {
         let snapshot = shared.join(name, T0, LEASE_MS).await.unwrap();
         let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(seed));
         core.restore(snapshot, T0);
@@ -45,7 +47,7 @@ impl Node {
     }
 
     /// What the shell does after every event: release, check, write.
-    async fn end_event(&mut self, shared: &MemoryShared, now_ms: i64) -> Result<(), ClusterError> {
+    async fn end_event(&mut self, shared: &dyn SharedStore, now_ms: i64) -> Result<(), ClusterError> {
         self.core.release_pending();
         if let Err(v) = self.core.check_invariants(now_ms) {
             panic!("{}: invariant broken: {v}", self.name);
@@ -55,14 +57,14 @@ impl Node {
         shared.write(self.name, &changes).await
     }
 
-    async fn commit(&mut self, shared: &MemoryShared, tier: Tier, now_ms: i64) -> Uuid {
+    async fn commit(&mut self, shared: &dyn SharedStore, tier: Tier, now_ms: i64) -> Uuid {
         let s = submission("u", PrivacyClass::Public);
         let id = self.core.commit(s, tier, None, now_ms).unwrap();
         self.end_event(shared, now_ms).await.unwrap();
         id
     }
 
-    async fn claim(&mut self, shared: &MemoryShared, now_ms: i64) -> Vec<Uuid> {
+    async fn claim(&mut self, shared: &dyn SharedStore, now_ms: i64) -> Vec<Uuid> {
         let want = self.core.want(64);
         let jobs = shared.claim(self.name, &want, now_ms).await.unwrap();
         let ids = jobs.iter().map(|j| j.id).collect();
@@ -72,7 +74,7 @@ impl Node {
     }
 }
 
-async fn pooled_job(shared: &MemoryShared, node: &str, tier: Tier, seq: u64) -> Job {
+async fn pooled_job(shared: &dyn SharedStore, node: &str, tier: Tier, seq: u64) -> Job {
     let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(seq));
     let s = submission("u", PrivacyClass::Public);
     core.commit(s, tier, None, T0).unwrap();
@@ -93,36 +95,33 @@ fn llm_want(max: usize) -> Want {
     }
 }
 
-#[tokio::test]
-async fn two_nodes_never_both_hold_a_job() {
-    let shared = MemoryShared::default();
+async fn two_nodes_never_both_hold_a_job(shared: &dyn SharedStore) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     shared.join("b", T0, LEASE_MS).await.unwrap();
-    let job = pooled_job(&shared, "a", Tier::Fast, 1).await;
-    assert_eq!(shared.owner(job.id), Some(None), "a queued job is in the pool");
+    let job = pooled_job(shared, "a", Tier::Fast, 1).await;
 
     let got_a = shared.claim("a", &llm_want(8), T0).await.unwrap();
     let got_b = shared.claim("b", &llm_want(8), T0).await.unwrap();
     assert_eq!(got_a.len(), 1);
     assert!(got_b.is_empty(), "a claimed job is not claimed again");
-    assert_eq!(shared.owner(job.id), Some(Some("a".into())));
 
     // B writing about A's job is refused whole: it must stop.
     let mut stolen = job.clone();
     stolen.status = JobStatus::Assigned;
     let write = shared.write("b", &[Change::Job(Arc::new(stolen))]).await;
     assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
-    assert_eq!(shared.owner(job.id), Some(Some("a".into())));
+    let mut held = job.clone();
+    held.status = JobStatus::Assigned;
+    let write = shared.write("a", &[Change::Job(Arc::new(held))]).await;
+    assert_eq!(write, Ok(()), "A holds it");
 }
 
-#[tokio::test]
-async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted() {
-    let shared = MemoryShared::default();
+async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted(shared: &dyn SharedStore) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
-    let cheap_1 = pooled_job(&shared, "a", Tier::Cheap, 1).await.id;
-    let fast_2 = pooled_job(&shared, "a", Tier::Fast, 2).await.id;
-    let cheap_3 = pooled_job(&shared, "a", Tier::Cheap, 3).await.id;
-    let fast_4 = pooled_job(&shared, "a", Tier::Fast, 4).await.id;
+    let cheap_1 = pooled_job(shared, "a", Tier::Cheap, 1).await.id;
+    let fast_2 = pooled_job(shared, "a", Tier::Fast, 2).await.id;
+    let cheap_3 = pooled_job(shared, "a", Tier::Cheap, 3).await.id;
+    let fast_4 = pooled_job(shared, "a", Tier::Fast, 4).await.id;
 
     let task_only = Want {
         public: [JobType::Task].into(),
@@ -138,9 +137,7 @@ async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted
     assert_eq!(ids(rest), [cheap_3]);
 }
 
-#[tokio::test]
-async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone() {
-    let shared = MemoryShared::default();
+async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(shared: &dyn SharedStore) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(5));
     let code = core.create_pairing("alice", "c", T0).unwrap().code;
@@ -168,35 +165,32 @@ async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone() {
     assert_eq!(due.await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_job_committed_on_one_node_reaches_an_idle_worker_on_another() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    let mut b = Node::join(&shared, "b", 2).await;
+async fn a_job_committed_on_one_node_reaches_an_idle_worker_on_another(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
     let session = b.core.register("0xworker", vec![LLM], 1, T0).unwrap();
-    b.end_event(&shared, T0).await.unwrap();
+    b.end_event(shared, T0).await.unwrap();
 
-    let seen = shared.pool_changed();
-    let id = a.commit(&shared, Tier::Fast, T0).await;
-    assert!(seen.has_changed().unwrap(), "the pool write wakes claimers");
+    let mut seen = shared.pool_changed();
+    let id = a.commit(shared, Tier::Fast, T0).await;
+    // PostgreSQL delivers the notification on another connection.
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(5), seen.changed()).await;
+    assert!(matches!(woken, Ok(Ok(()))), "the pool write wakes claimers");
     assert!(a.core.job(&id).is_none(), "A keeps no pending job");
 
-    assert_eq!(b.claim(&shared, T0 + 1).await, [id]);
+    assert_eq!(b.claim(shared, T0 + 1).await, [id]);
     let job = b.core.job(&id).unwrap();
     assert_eq!((job.status, job.worker, job.attempts), (JobStatus::Assigned, Some(session), 1));
-    assert_eq!(shared.owner(id), Some(Some("b".into())));
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Assigned, "any node reads it");
 }
 
-#[tokio::test]
-async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    let mut b = Node::join(&shared, "b", 2).await;
+async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
     a.core.register("0xa", vec![LLM], 1, T0).unwrap();
-    a.end_event(&shared, T0).await.unwrap();
-    let id = a.commit(&shared, Tier::Fast, T0).await;
+    a.end_event(shared, T0).await.unwrap();
+    let id = a.commit(shared, Tier::Fast, T0).await;
     assert_eq!(a.core.job(&id).unwrap().attempts, 1, "assigned on A at once");
 
     // A dies: B renews, A does not.
@@ -210,7 +204,7 @@ async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts() {
 
     let worker_b = b.core.register("0xb", vec![LLM], 1, lapsed_ms).unwrap();
     b.core.recover(taken, lapsed_ms);
-    b.end_event(&shared, lapsed_ms).await.unwrap();
+    b.end_event(shared, lapsed_ms).await.unwrap();
     let job = b.core.job(&id).unwrap();
     assert_eq!(job.worker, Some(worker_b));
     assert_eq!((job.attempts, job.recoveries), (1, 1), "the interrupted attempt was given back");
@@ -220,7 +214,7 @@ async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts() {
     assert!(matches!(renewed, Err(ClusterError::Fenced { .. })));
     let result = a.core.complete(1, id, serde_json::json!({"text": "x"}), receipt(id), lapsed_ms);
     assert!(result.is_ok(), "A's core still thinks it holds the job");
-    let write = a.end_event(&shared, lapsed_ms).await;
+    let write = a.end_event(shared, lapsed_ms).await;
     assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Assigned, "B's attempt stands");
@@ -228,12 +222,12 @@ async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts() {
 
 #[tokio::test]
 async fn a_node_cut_off_from_the_store_loses_its_lease_and_its_jobs() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    Node::join(&shared, "b", 2).await;
+    let shared = &MemoryShared::default();
+    let mut a = Node::join(shared, "a", 1).await;
+    Node::join(shared, "b", 2).await;
     a.core.register("0xa", vec![LLM], 1, T0).unwrap();
-    a.end_event(&shared, T0).await.unwrap();
-    let id = a.commit(&shared, Tier::Fast, T0).await;
+    a.end_event(shared, T0).await.unwrap();
+    let id = a.commit(shared, Tier::Fast, T0).await;
 
     shared.cut("a");
     let renewed = shared.renew("a", T0 + 1, LEASE_MS).await;
@@ -248,13 +242,11 @@ async fn a_node_cut_off_from_the_store_loses_its_lease_and_its_jobs() {
     assert_eq!(shared.owner(id), Some(Some("b".into())));
 }
 
-#[tokio::test]
-async fn a_restarted_node_id_waits_for_its_lease_and_gets_its_jobs_back() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
+async fn a_restarted_node_id_waits_for_its_lease_and_gets_its_jobs_back(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
     a.core.register("0xa", vec![LLM], 1, T0).unwrap();
-    a.end_event(&shared, T0).await.unwrap();
-    let id = a.commit(&shared, Tier::Fast, T0).await;
+    a.end_event(shared, T0).await.unwrap();
+    let id = a.commit(shared, Tier::Fast, T0).await;
 
     let again = shared.join("a", T0 + 1, LEASE_MS).await;
     assert_eq!(again.unwrap_err(), ClusterError::NodeIdInUse("a".into()));
@@ -262,11 +254,9 @@ async fn a_restarted_node_id_waits_for_its_lease_and_gets_its_jobs_back() {
     assert_eq!(snapshot.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
 }
 
-#[tokio::test]
-async fn a_payment_buys_one_job_across_nodes() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    let mut b = Node::join(&shared, "b", 2).await;
+async fn a_payment_buys_one_job_across_nodes(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
     let nonce = NonceKey {
         chain_id: 84532,
         asset: Default::default(),
@@ -285,22 +275,20 @@ async fn a_payment_buys_one_job_across_nodes() {
     };
     let s = submission("u", PrivacyClass::Public);
     let id = a.core.commit(s.clone(), Tier::Fast, Some(payment.clone()), T0).unwrap();
-    a.end_event(&shared, T0).await.unwrap();
+    a.end_event(shared, T0).await.unwrap();
     assert_eq!(shared.paid_job(nonce).await.unwrap().unwrap().id, id, "B finds it");
 
     // A second job with the same payment, by a node that skipped the
     // reservation (a sabotage), is refused whole.
     b.core.commit(s, Tier::Fast, Some(payment), T0).unwrap();
-    let write = b.end_event(&shared, T0).await;
+    let write = b.end_event(shared, T0).await;
     assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
     assert!(!shared.reserve_nonce("b", nonce, 1).await.unwrap(), "spent stays spent");
     shared.release_nonce("b", nonce).await.unwrap();
     assert!(!shared.reserve_nonce("b", nonce, 1).await.unwrap(), "never released");
 }
 
-#[tokio::test]
-async fn a_dead_nodes_unspent_reservations_are_released() {
-    let shared = MemoryShared::default();
+async fn a_dead_nodes_unspent_reservations_are_released(shared: &dyn SharedStore) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     shared.join("b", T0, LEASE_MS).await.unwrap();
     let nonce = NonceKey {
@@ -315,11 +303,9 @@ async fn a_dead_nodes_unspent_reservations_are_released() {
     assert!(shared.reserve_nonce("b", nonce, 1).await.unwrap(), "the payer may retry");
 }
 
-#[tokio::test]
-async fn a_due_pool_job_fails_on_the_node_that_claims_it() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    let id = a.commit(&shared, Tier::Cheap, T0).await;
+async fn a_due_pool_job_fails_on_the_node_that_claims_it(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let id = a.commit(shared, Tier::Cheap, T0).await;
     let due_ms = T0 + Config::default().timing.pending_timeout_ms;
     let want = Want {
         max: 1,
@@ -327,20 +313,18 @@ async fn a_due_pool_job_fails_on_the_node_that_claims_it() {
     };
     let jobs = shared.claim("a", &want, due_ms).await.unwrap();
     a.core.adopt(jobs, due_ms);
-    a.end_event(&shared, due_ms).await.unwrap();
+    a.end_event(shared, due_ms).await.unwrap();
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Failed);
     assert_eq!(stored.error, Some(FailureReason::NoEligibleWorker));
 }
 
-#[tokio::test]
-async fn trust_written_on_one_node_reaches_another() {
-    let shared = MemoryShared::default();
-    let mut a = Node::join(&shared, "a", 1).await;
-    let mut b = Node::join(&shared, "b", 2).await;
+async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
     let code = a.core.create_pairing("alice", "c", T0).unwrap().code;
     a.core.claim_pairing(&code, Ok("0xk"), "c", T0).unwrap();
-    a.end_event(&shared, T0).await.unwrap();
+    a.end_event(shared, T0).await.unwrap();
     let (entries, version) = shared.trust_after(0).await.unwrap();
     assert_eq!(entries.len(), 1);
     b.core.learn_trust(entries);
@@ -351,7 +335,7 @@ async fn trust_written_on_one_node_reaches_another() {
 
     // B's idle trusted worker now names alice's PRIVATE jobs in its claims.
     b.core.register("0xk", vec![LLM], 1, T0).unwrap();
-    b.end_event(&shared, T0).await.unwrap();
+    b.end_event(shared, T0).await.unwrap();
     let want = b.core.want(8);
     assert!(want.private.contains(&("alice".to_string(), LLM)));
     let commit = a.core.commit(submission("alice", PrivacyClass::Private), Tier::Fast, None, T0);
@@ -366,5 +350,59 @@ fn receipt(id: Uuid) -> protocol::receipt::Receipt {
         completed_at: "2026-11-24T00:00:00.000Z".into(),
         payment_ref: None,
         signature: "0x00".into(),
+    }
+}
+
+type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// The semantics every shared store keeps, by name.
+const CHECKS: &[(&str, Check)] = &[
+    ("two_nodes_never_both_hold_a_job", |s| Box::pin(two_nodes_never_both_hold_a_job(s))),
+    ("claim_order", |s| {
+        Box::pin(claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted(s))
+    }),
+    ("private_and_due_claims", |s| {
+        Box::pin(private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(s))
+    }),
+    ("cross_node_dispatch", |s| {
+        Box::pin(a_job_committed_on_one_node_reaches_an_idle_worker_on_another(s))
+    }),
+    ("lapsed_lease", |s| {
+        Box::pin(a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(s))
+    }),
+    ("restarted_node_id", |s| {
+        Box::pin(a_restarted_node_id_waits_for_its_lease_and_gets_its_jobs_back(s))
+    }),
+    ("payment_buys_one_job", |s| Box::pin(a_payment_buys_one_job_across_nodes(s))),
+    ("dead_node_reservations", |s| {
+        Box::pin(a_dead_nodes_unspent_reservations_are_released(s))
+    }),
+    ("due_pool_job", |s| Box::pin(a_due_pool_job_fails_on_the_node_that_claims_it(s))),
+    ("trust", |s| Box::pin(trust_written_on_one_node_reaches_another(s))),
+];
+
+#[tokio::test]
+async fn the_in_memory_store_keeps_the_shared_semantics() {
+    for (name, check) in CHECKS {
+        eprintln!("memory: {name}");
+        check(&MemoryShared::default()).await;
+    }
+}
+
+/// The same checks on PostgreSQL, each in a schema of its own, when
+/// `COORDINATOR_TEST_PG` names a database (`scripts/pg-throwaway.sh start`
+/// gives one); skipped otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_keeps_the_shared_semantics() {
+    let Ok(url) = std::env::var("COORDINATOR_TEST_PG") else {
+        eprintln!("skipped: set COORDINATOR_TEST_PG=postgres://… to run");
+        return;
+    };
+    let run = std::process::id();
+    for (i, (name, check)) in CHECKS.iter().enumerate() {
+        eprintln!("postgres: {name}");
+        let schema = format!("t{run}_{i}");
+        let shared = crate::pg::PgShared::connect(&url, Some(&schema)).await.unwrap();
+        check(&*shared).await;
     }
 }
