@@ -228,7 +228,10 @@ impl Tables {
     }
 
     fn held_by(&self, node: &str) -> Vec<Job> {
-        let held = self.jobs.values().filter(|r| r.owner.as_deref() == Some(node));
+        let held = self
+            .jobs
+            .values()
+            .filter(|r| r.owner.as_deref() == Some(node));
         held.filter(|r| !r.job.status.is_terminal())
             .map(|r| (*r.job).clone())
             .collect()
@@ -281,7 +284,10 @@ impl SharedStore for MemoryShared {
                     }
                     let spent = job.paid_with.as_ref().and_then(|p| t.nonces.get(&p.nonce));
                     if spent.is_some_and(|n| n.job.is_some_and(|other| other != job.id)) {
-                        return Err(fenced(node, format!("job {}'s payment bought another job", job.id)));
+                        return Err(fenced(
+                            node,
+                            format!("job {}'s payment bought another job", job.id),
+                        ));
                     }
                 }
             }
@@ -300,7 +306,10 @@ impl SharedStore for MemoryShared {
                         };
                         if let Some(paid) = &job.paid_with {
                             let by = node.to_owned();
-                            let nonce = Nonce { by, job: Some(job.id) };
+                            let nonce = Nonce {
+                                by,
+                                job: Some(job.id),
+                            };
                             t.nonces.insert(paid.nonce, nonce);
                         }
                         let job = Arc::clone(job);
@@ -410,8 +419,12 @@ impl SharedStore for MemoryShared {
 
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)> {
         let t = self.tables();
-        let mut newer: Vec<(u64, TrustEntry)> =
-            t.trust.values().filter(|(v, _)| *v > version).cloned().collect();
+        let mut newer: Vec<(u64, TrustEntry)> = t
+            .trust
+            .values()
+            .filter(|(v, _)| *v > version)
+            .cloned()
+            .collect();
         newer.sort_by_key(|(v, _)| *v);
         let entries = newer.into_iter().map(|(_, e)| e).collect();
         Box::pin(std::future::ready(Ok((entries, t.trust_version))))

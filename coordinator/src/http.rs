@@ -472,9 +472,13 @@ async fn commit(
         }
         Err(refusal) => {
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
-                let bought = gate
-                    .nonce_key(&offer, &headers, now_seconds)
-                    .and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                let key = gate.nonce_key(&offer, &headers, now_seconds);
+                let mut bought =
+                    key.and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                if let (None, Some(key)) = (&bought, key) {
+                    // Cluster mode: the job may be held by another node.
+                    bought = crate::node::shared_paid_job(&c, key, &submission, tier).await;
+                }
                 if let Some((job_id, response_header)) = bought {
                     return answer_commit(&c, Ok(job_id), Some(&response_header)).await;
                 }

@@ -245,7 +245,11 @@ pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeSt
             return;
         }
         let now_ms = c.now_ms();
-        match link.shared.renew(&link.node, now_ms, link.node_lease_ms).await {
+        match link
+            .shared
+            .renew(&link.node, now_ms, link.node_lease_ms)
+            .await
+        {
             Ok(()) => last_renewed_ms = now_ms,
             Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
             Err(e) => {
@@ -258,7 +262,10 @@ pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeSt
         }
         match link.shared.take_over_lapsed(&link.node, now_ms).await {
             Ok(jobs) if !jobs.is_empty() => {
-                tracing::warn!(jobs = jobs.len(), "recovering jobs of a node whose lease lapsed");
+                tracing::warn!(
+                    jobs = jobs.len(),
+                    "recovering jobs of a node whose lease lapsed"
+                );
                 c.with(|core, now_ms| core.recover(jobs, now_ms));
             }
             Ok(_) => {}
@@ -377,7 +384,11 @@ impl SharedNonces {
 }
 
 impl x402::NonceStore for SharedNonces {
-    fn check_and_mark(&self, key: x402::NonceKey, valid_before: u64) -> Result<(), x402::NonceUsed> {
+    fn check_and_mark(
+        &self,
+        key: x402::NonceKey,
+        valid_before: u64,
+    ) -> Result<(), x402::NonceUsed> {
         match self.call(self.shared.reserve_nonce(&self.node, key, valid_before)) {
             Ok(true) => Ok(()),
             Ok(false) => Err(x402::NonceUsed),
@@ -450,4 +461,27 @@ pub async fn shared_record(
         return Ok(None);
     };
     Ok(link.shared.job(id).await?.map(|job| job.record()))
+}
+
+/// The job a payment bought, from the shared store, if it is this
+/// submission on this tier, with the `PAYMENT-RESPONSE` it was answered
+/// with: a retry on any node gets the same answer. `None` outside cluster
+/// mode.
+pub async fn shared_paid_job(
+    c: &Coordinator,
+    nonce: x402::NonceKey,
+    submission: &protocol::api::JobSubmission,
+    tier: protocol::api::Tier,
+) -> Option<(uuid::Uuid, String)> {
+    let link = c.cluster()?;
+    let job = match link.shared.paid_job(nonce).await {
+        Ok(job) => job?,
+        Err(e) => {
+            tracing::error!(error = %e, "paid job lookup failed");
+            return None;
+        }
+    };
+    let paid_with = job.paid_with.as_ref()?;
+    (job.submission == *submission && job.tier == tier)
+        .then(|| (job.id, paid_with.response_header.clone()))
 }

@@ -132,7 +132,10 @@ impl PgShared {
     pub async fn connect(url: &str, schema: Option<&str>) -> Result<Arc<Self>, PgError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(PgError::Url)?;
         if let Some(schema) = schema {
-            if schema.is_empty() || !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            if schema.is_empty()
+                || !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
             {
                 return Err(PgError::Schema(schema.to_owned()));
             }
@@ -161,8 +164,7 @@ impl PgShared {
         let (pool_tx, pool_rx) = watch::channel(0);
         // The listening connection: every notification counts up.
         tokio::spawn(async move {
-            let mut messages =
-                futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             use futures_util::StreamExt;
             while let Some(message) = messages.next().await {
                 match message {
@@ -210,8 +212,11 @@ async fn migrate(pool: &Pool) -> Result<(), PgError> {
     for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         tx.batch_execute(step).await?;
         let version = i as i64 + 1;
-        tx.execute("INSERT INTO schema_version (version) VALUES ($1)", &[&version])
-            .await?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[&version],
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(())
@@ -334,8 +339,14 @@ impl SharedStore for PgShared {
             .collect();
         Box::pin(async move {
             let mut client = self.client().await?;
-            let upsert = client.prepare_cached(UPSERT_JOB).await.map_err(unavailable)?;
-            let spend = client.prepare_cached(SPEND_NONCE).await.map_err(unavailable)?;
+            let upsert = client
+                .prepare_cached(UPSERT_JOB)
+                .await
+                .map_err(unavailable)?;
+            let spend = client
+                .prepare_cached(SPEND_NONCE)
+                .await
+                .map_err(unavailable)?;
             let tx = client.transaction().await.map_err(unavailable)?;
             let alive = tx
                 .query_opt(

@@ -314,7 +314,10 @@ pub async fn start_node(
     coordinator.join_cluster(link.clone());
     let held = store.take_held();
     if !held.is_empty() {
-        tracing::warn!(jobs = held.len(), "recovering jobs this node id held before");
+        tracing::warn!(
+            jobs = held.len(),
+            "recovering jobs this node id held before"
+        );
         coordinator.with(|core, now_ms| core.recover(held, now_ms));
     }
     if let Some(payment) = settings.payment.clone() {

@@ -345,7 +345,11 @@ async fn main() -> ExitCode {
     };
     let addr = listener.local_addr().map_or(args.listen, |a| a);
     // The URL may hold a password: name only the kind of store.
-    let db = if node_id.is_some() { "postgres" } else { args.db.as_str() };
+    let db = if node_id.is_some() {
+        "postgres"
+    } else {
+        args.db.as_str()
+    };
     tracing::info!(%addr, network = %args.network, db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
@@ -389,7 +393,9 @@ fn init_logs(format: LogFormat, node_id: Option<String>) {
         }
         (LogFormat::Json, Some(node)) => {
             let inner = tracing_subscriber::fmt::format().json();
-            logs.json().event_format(node::NodeLogs { node, inner }).init()
+            logs.json()
+                .event_format(node::NodeLogs { node, inner })
+                .init()
         }
     }
 }

@@ -2,13 +2,13 @@
 //! and two nodes' cores driven over it (no I/O, no clock: time is given).
 
 use super::{ClusterError, MemoryShared, SharedStore, Want};
-use std::future::Future;
-use std::pin::Pin;
 use crate::config::Config;
 use crate::core::{Change, Core, FailureReason, Job, PaidWith, Payment};
 use protocol::api::{JobStatus, JobSubmission, JobType, Payload, PrivacyClass, Tier};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use uuid::Uuid;
 use x402::NonceKey;
@@ -47,7 +47,11 @@ impl Node {
     }
 
     /// What the shell does after every event: release, check, write.
-    async fn end_event(&mut self, shared: &dyn SharedStore, now_ms: i64) -> Result<(), ClusterError> {
+    async fn end_event(
+        &mut self,
+        shared: &dyn SharedStore,
+        now_ms: i64,
+    ) -> Result<(), ClusterError> {
         self.core.release_pending();
         if let Err(v) = self.core.check_invariants(now_ms) {
             panic!("{}: invariant broken: {v}", self.name);
@@ -109,14 +113,19 @@ async fn two_nodes_never_both_hold_a_job(shared: &dyn SharedStore) {
     let mut stolen = job.clone();
     stolen.status = JobStatus::Assigned;
     let write = shared.write("b", &[Change::Job(Arc::new(stolen))]).await;
-    assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
+    assert!(
+        matches!(write, Err(ClusterError::Fenced { .. })),
+        "{write:?}"
+    );
     let mut held = job.clone();
     held.status = JobStatus::Assigned;
     let write = shared.write("a", &[Change::Job(Arc::new(held))]).await;
     assert_eq!(write, Ok(()), "A holds it");
 }
 
-async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted(shared: &dyn SharedStore) {
+async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted(
+    shared: &dyn SharedStore,
+) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     let cheap_1 = pooled_job(shared, "a", Tier::Cheap, 1).await.id;
     let fast_2 = pooled_job(shared, "a", Tier::Fast, 2).await.id;
@@ -137,21 +146,37 @@ async fn claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted
     assert_eq!(ids(rest), [cheap_3]);
 }
 
-async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(shared: &dyn SharedStore) {
+async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(
+    shared: &dyn SharedStore,
+) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(5));
     let code = core.create_pairing("alice", "c", T0).unwrap().code;
     core.claim_pairing(&code, Ok("0xk"), "c", T0).unwrap();
     core.register("0xk", vec![LLM], 1, T0).unwrap();
-    core.commit(submission("alice", PrivacyClass::Private), Tier::Fast, None, T0)
-        .unwrap();
-    core.commit(submission("alice", PrivacyClass::Private), Tier::Fast, None, T0)
-        .unwrap();
+    core.commit(
+        submission("alice", PrivacyClass::Private),
+        Tier::Fast,
+        None,
+        T0,
+    )
+    .unwrap();
+    core.commit(
+        submission("alice", PrivacyClass::Private),
+        Tier::Fast,
+        None,
+        T0,
+    )
+    .unwrap();
     assert_eq!(core.release_pending(), 1, "one went to the trusted worker");
     shared.write("a", &core.take_changes()).await.unwrap();
 
     let public_only = llm_want(8);
-    assert!(shared.claim("a", &public_only, T0).await.unwrap().is_empty());
+    assert!(shared
+        .claim("a", &public_only, T0)
+        .await
+        .unwrap()
+        .is_empty());
     let bob = Want {
         private: [("bob".to_string(), LLM)].into(),
         ..llm_want(8)
@@ -161,7 +186,14 @@ async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(sha
     let late_ms = T0 + Config::default().timing.pending_timeout_ms;
     let due = shared.claim("a", &Want::default(), late_ms).await;
     assert!(due.unwrap().is_empty(), "a claim of nothing takes nothing");
-    let due = shared.claim("a", &Want { max: 1, ..Want::default() }, late_ms);
+    let due = shared.claim(
+        "a",
+        &Want {
+            max: 1,
+            ..Want::default()
+        },
+        late_ms,
+    );
     assert_eq!(due.await.unwrap().len(), 1);
 }
 
@@ -180,7 +212,10 @@ async fn a_job_committed_on_one_node_reaches_an_idle_worker_on_another(shared: &
 
     assert_eq!(b.claim(shared, T0 + 1).await, [id]);
     let job = b.core.job(&id).unwrap();
-    assert_eq!((job.status, job.worker, job.attempts), (JobStatus::Assigned, Some(session), 1));
+    assert_eq!(
+        (job.status, job.worker, job.attempts),
+        (JobStatus::Assigned, Some(session), 1)
+    );
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Assigned, "any node reads it");
 }
@@ -191,7 +226,11 @@ async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(shared:
     a.core.register("0xa", vec![LLM], 1, T0).unwrap();
     a.end_event(shared, T0).await.unwrap();
     let id = a.commit(shared, Tier::Fast, T0).await;
-    assert_eq!(a.core.job(&id).unwrap().attempts, 1, "assigned on A at once");
+    assert_eq!(
+        a.core.job(&id).unwrap().attempts,
+        1,
+        "assigned on A at once"
+    );
 
     // A dies: B renews, A does not.
     let later_ms = T0 + LEASE_MS / 2;
@@ -207,15 +246,28 @@ async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(shared:
     b.end_event(shared, lapsed_ms).await.unwrap();
     let job = b.core.job(&id).unwrap();
     assert_eq!(job.worker, Some(worker_b));
-    assert_eq!((job.attempts, job.recoveries), (1, 1), "the interrupted attempt was given back");
+    assert_eq!(
+        (job.attempts, job.recoveries),
+        (1, 1),
+        "the interrupted attempt was given back"
+    );
 
     // A comes back from a pause: every write and renewal is refused.
     let renewed = shared.renew("a", lapsed_ms, LEASE_MS).await;
     assert!(matches!(renewed, Err(ClusterError::Fenced { .. })));
-    let result = a.core.complete(1, id, serde_json::json!({"text": "x"}), receipt(id), lapsed_ms);
+    let result = a.core.complete(
+        1,
+        id,
+        serde_json::json!({"text": "x"}),
+        receipt(id),
+        lapsed_ms,
+    );
     assert!(result.is_ok(), "A's core still thinks it holds the job");
     let write = a.end_event(shared, lapsed_ms).await;
-    assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
+    assert!(
+        matches!(write, Err(ClusterError::Fenced { .. })),
+        "{write:?}"
+    );
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Assigned, "B's attempt stands");
 }
@@ -238,7 +290,10 @@ async fn a_node_cut_off_from_the_store_loses_its_lease_and_its_jobs() {
     assert_eq!(taken.len(), 1);
     shared.heal("a");
     let renewed = shared.renew("a", lapsed_ms, LEASE_MS).await;
-    assert!(matches!(renewed, Err(ClusterError::Fenced { .. })), "healed too late");
+    assert!(
+        matches!(renewed, Err(ClusterError::Fenced { .. })),
+        "healed too late"
+    );
     assert_eq!(shared.owner(id), Some(Some("b".into())));
 }
 
@@ -264,7 +319,10 @@ async fn a_payment_buys_one_job_across_nodes(shared: &dyn SharedStore) {
         nonce: Default::default(),
     };
     assert!(shared.reserve_nonce("a", nonce, 1).await.unwrap());
-    assert!(!shared.reserve_nonce("b", nonce, 1).await.unwrap(), "one winner");
+    assert!(
+        !shared.reserve_nonce("b", nonce, 1).await.unwrap(),
+        "one winner"
+    );
 
     let payment = Payment {
         payment_ref: "ref".into(),
@@ -274,18 +332,34 @@ async fn a_payment_buys_one_job_across_nodes(shared: &dyn SharedStore) {
         },
     };
     let s = submission("u", PrivacyClass::Public);
-    let id = a.core.commit(s.clone(), Tier::Fast, Some(payment.clone()), T0).unwrap();
+    let id = a
+        .core
+        .commit(s.clone(), Tier::Fast, Some(payment.clone()), T0)
+        .unwrap();
     a.end_event(shared, T0).await.unwrap();
-    assert_eq!(shared.paid_job(nonce).await.unwrap().unwrap().id, id, "B finds it");
+    assert_eq!(
+        shared.paid_job(nonce).await.unwrap().unwrap().id,
+        id,
+        "B finds it"
+    );
 
     // A second job with the same payment, by a node that skipped the
     // reservation (a sabotage), is refused whole.
     b.core.commit(s, Tier::Fast, Some(payment), T0).unwrap();
     let write = b.end_event(shared, T0).await;
-    assert!(matches!(write, Err(ClusterError::Fenced { .. })), "{write:?}");
-    assert!(!shared.reserve_nonce("b", nonce, 1).await.unwrap(), "spent stays spent");
+    assert!(
+        matches!(write, Err(ClusterError::Fenced { .. })),
+        "{write:?}"
+    );
+    assert!(
+        !shared.reserve_nonce("b", nonce, 1).await.unwrap(),
+        "spent stays spent"
+    );
     shared.release_nonce("b", nonce).await.unwrap();
-    assert!(!shared.reserve_nonce("b", nonce, 1).await.unwrap(), "never released");
+    assert!(
+        !shared.reserve_nonce("b", nonce, 1).await.unwrap(),
+        "never released"
+    );
 }
 
 async fn a_dead_nodes_unspent_reservations_are_released(shared: &dyn SharedStore) {
@@ -299,8 +373,14 @@ async fn a_dead_nodes_unspent_reservations_are_released(shared: &dyn SharedStore
     };
     assert!(shared.reserve_nonce("a", nonce, 1).await.unwrap());
     shared.renew("b", T0 + LEASE_MS, LEASE_MS).await.unwrap();
-    shared.take_over_lapsed("b", T0 + LEASE_MS + 1).await.unwrap();
-    assert!(shared.reserve_nonce("b", nonce, 1).await.unwrap(), "the payer may retry");
+    shared
+        .take_over_lapsed("b", T0 + LEASE_MS + 1)
+        .await
+        .unwrap();
+    assert!(
+        shared.reserve_nonce("b", nonce, 1).await.unwrap(),
+        "the payer may retry"
+    );
 }
 
 async fn a_due_pool_job_fails_on_the_node_that_claims_it(shared: &dyn SharedStore) {
@@ -338,8 +418,16 @@ async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
     b.end_event(shared, T0).await.unwrap();
     let want = b.core.want(8);
     assert!(want.private.contains(&("alice".to_string(), LLM)));
-    let commit = a.core.commit(submission("alice", PrivacyClass::Private), Tier::Fast, None, T0);
-    assert!(commit.is_err(), "A alone does not see B's worker (presence is not built yet)");
+    let commit = a.core.commit(
+        submission("alice", PrivacyClass::Private),
+        Tier::Fast,
+        None,
+        T0,
+    );
+    assert!(
+        commit.is_err(),
+        "A alone does not see B's worker (presence is not built yet)"
+    );
 }
 
 fn receipt(id: Uuid) -> protocol::receipt::Receipt {
@@ -357,7 +445,9 @@ type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> 
 
 /// The semantics every shared store keeps, by name.
 const CHECKS: &[(&str, Check)] = &[
-    ("two_nodes_never_both_hold_a_job", |s| Box::pin(two_nodes_never_both_hold_a_job(s))),
+    ("two_nodes_never_both_hold_a_job", |s| {
+        Box::pin(two_nodes_never_both_hold_a_job(s))
+    }),
     ("claim_order", |s| {
         Box::pin(claims_take_fast_before_cheap_then_commit_order_and_only_what_is_wanted(s))
     }),
@@ -373,12 +463,18 @@ const CHECKS: &[(&str, Check)] = &[
     ("restarted_node_id", |s| {
         Box::pin(a_restarted_node_id_waits_for_its_lease_and_gets_its_jobs_back(s))
     }),
-    ("payment_buys_one_job", |s| Box::pin(a_payment_buys_one_job_across_nodes(s))),
+    ("payment_buys_one_job", |s| {
+        Box::pin(a_payment_buys_one_job_across_nodes(s))
+    }),
     ("dead_node_reservations", |s| {
         Box::pin(a_dead_nodes_unspent_reservations_are_released(s))
     }),
-    ("due_pool_job", |s| Box::pin(a_due_pool_job_fails_on_the_node_that_claims_it(s))),
-    ("trust", |s| Box::pin(trust_written_on_one_node_reaches_another(s))),
+    ("due_pool_job", |s| {
+        Box::pin(a_due_pool_job_fails_on_the_node_that_claims_it(s))
+    }),
+    ("trust", |s| {
+        Box::pin(trust_written_on_one_node_reaches_another(s))
+    }),
 ];
 
 #[tokio::test]
@@ -402,7 +498,9 @@ async fn the_postgres_store_keeps_the_shared_semantics() {
     for (i, (name, check)) in CHECKS.iter().enumerate() {
         eprintln!("postgres: {name}");
         let schema = format!("t{run}_{i}");
-        let shared = crate::pg::PgShared::connect(&url, Some(&schema)).await.unwrap();
+        let shared = crate::pg::PgShared::connect(&url, Some(&schema))
+            .await
+            .unwrap();
         check(&*shared).await;
     }
 }
