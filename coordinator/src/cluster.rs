@@ -116,8 +116,16 @@ pub trait SharedStore: Send + Sync + 'static {
     /// Trust entries written after `version`, and the version they bring the
     /// caller to.
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)>;
-    /// Counts up on every write that put a job in the pool; a node waits on
-    /// it to claim (PostgreSQL: `LISTEN jobs_pending`).
+    /// Replaces what `node` reports connected: (worker key, job type)
+    /// pairs. PRIVATE admission and the health count read it.
+    fn set_presence(&self, node: &str, workers: &BTreeSet<(String, JobType)>) -> Call<'_, ()>;
+    /// Whether one of `keys` is connected to some node with `job_type`.
+    fn present(&self, keys: &[String], job_type: JobType) -> Call<'_, bool>;
+    /// Workers connected to any node (a key counts once per node).
+    fn workers_online(&self) -> Call<'_, u64>;
+    /// Counts up on every write that put a job in the pool or wrote trust;
+    /// a node waits on it to claim and to learn trust (PostgreSQL: `LISTEN
+    /// jobs_pending`).
     fn pool_changed(&self) -> watch::Receiver<u64>;
 }
 
@@ -140,6 +148,7 @@ struct Tables {
     trust: BTreeMap<(String, String), (u64, TrustEntry)>,
     trust_version: u64,
     nonces: BTreeMap<NonceKey, Nonce>,
+    presence: BTreeMap<NodeId, BTreeSet<(String, JobType)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -293,6 +302,7 @@ impl SharedStore for MemoryShared {
             }
             let mut pooled = false;
             for change in changes {
+                pooled |= matches!(change, Change::Trust(_));
                 match change {
                     Change::Job(job) => {
                         let owner = owner_after_write(job, node);
@@ -372,6 +382,7 @@ impl SharedStore for MemoryShared {
             let mut taken = Vec::new();
             for dead in lapsed {
                 t.nodes.remove(&dead);
+                t.presence.remove(&dead);
                 t.release_reserved_by(&dead);
                 for row in t.jobs.values_mut() {
                     if row.owner.as_deref() == Some(dead.as_str()) && !row.job.status.is_terminal()
@@ -428,6 +439,31 @@ impl SharedStore for MemoryShared {
         newer.sort_by_key(|(v, _)| *v);
         let entries = newer.into_iter().map(|(_, e)| e).collect();
         Box::pin(std::future::ready(Ok((entries, t.trust_version))))
+    }
+
+    fn set_presence(&self, node: &str, workers: &BTreeSet<(String, JobType)>) -> Call<'_, ()> {
+        let workers = workers.clone();
+        self.run(node, |t| {
+            t.presence.insert(node.to_owned(), workers);
+            Ok(())
+        })
+    }
+
+    fn present(&self, keys: &[String], job_type: JobType) -> Call<'_, bool> {
+        let t = self.tables();
+        let mut all = t.presence.values().flatten();
+        let present = all.any(|(key, t)| *t == job_type && keys.contains(key));
+        Box::pin(std::future::ready(Ok(present)))
+    }
+
+    fn workers_online(&self) -> Call<'_, u64> {
+        let t = self.tables();
+        let mut count = 0u64;
+        for workers in t.presence.values() {
+            let keys: BTreeSet<&String> = workers.iter().map(|(key, _)| key).collect();
+            count += keys.len() as u64;
+        }
+        Box::pin(std::future::ready(Ok(count)))
     }
 
     fn pool_changed(&self) -> watch::Receiver<u64> {

@@ -467,6 +467,9 @@ impl Coordinator {
             Ok(session) => {
                 debug_assert_eq!(session, next);
                 self.flush(&mut state);
+                if let Some(link) = self.inner.cluster.get() {
+                    link.presence_wake.notify_one();
+                }
                 self.inner.timer_wake.notify_one();
                 Ok((session, rx))
             }
@@ -485,6 +488,9 @@ impl Coordinator {
         state.core.unregister(session, now_ms);
         state.core.assert_invariants(now_ms);
         self.flush(&mut state);
+        if let Some(link) = self.inner.cluster.get() {
+            link.presence_wake.notify_one();
+        }
         self.inner.timer_wake.notify_one();
     }
 

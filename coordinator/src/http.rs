@@ -341,7 +341,7 @@ pub fn rate_limit_key(ip: IpAddr) -> String {
 #[utoipa::path(get, path = "/v1/health", tag = "service",
     responses((status = 200, description = "The coordinator runs", body = Health)))]
 async fn health(State(c): State<Coordinator>) -> Json<Health> {
-    let workers_online = c.read(|core| core.workers_online()) as u64;
+    let workers_online = crate::node::workers_online(&c).await;
     Json(Health {
         status: "ok".into(),
         workers_online,
@@ -452,8 +452,13 @@ async fn commit(
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
     let job_type = submission.job_type;
+    // Cluster mode: the user's trusted worker may be on another node.
+    let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
     let Some(gate) = c.payments() else {
-        let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+        let committed = c.with(|core, now_ms| match elsewhere {
+            true => core.commit_trusted_elsewhere(submission, tier, None, now_ms),
+            false => core.commit(submission, tier, None, now_ms),
+        });
         count_commit(&c, &committed, tier, job_type);
         return answer_commit(&c, committed, None).await;
     };
@@ -489,7 +494,11 @@ async fn commit(
     };
     // One decision: a refusal is recorded here, under the same lock, and
     // admission is never asked again for this request.
-    if let Err(refused) = c.with(|core, now_ms| core.admit(&submission, tier, now_ms)) {
+    let admitted = c.with(|core, now_ms| match elsewhere {
+        true => core.admit_trusted_elsewhere(&submission),
+        false => core.admit(&submission, tier, now_ms),
+    });
+    if let Err(refused) = admitted {
         gate.cancel(&auth);
         return answer_commit(&c, Err(refused), None).await;
     }

@@ -4,10 +4,12 @@
 //! - [`NodeStore`] is the node's [`Store`]: every event's changes are
 //!   written behind, batched, in event order, one shared-store transaction
 //!   a batch; `flush` waits for the batch holding the caller's changes.
-//! - [`run_lease`] renews the node's lease, takes over lapsed nodes' jobs
-//!   and brings in trust entries other nodes wrote.
-//! - [`run_claims`] claims pool jobs for idle workers, woken by the pool's
-//!   notifications, by a freed slot, and every `claim_interval_ms`.
+//! - [`run_lease`] renews the node's lease and takes over lapsed nodes' jobs.
+//! - [`run_claims`] learns trust other nodes wrote and claims pool jobs for
+//!   idle workers, woken by the store's notifications, by a freed slot, and
+//!   every [`CLAIM_INTERVAL_MS`].
+//! - [`run_presence`] keeps the shared presence (who is connected here) for
+//!   PRIVATE admission and the health count on every node.
 //! - A node that loses a job or its lease *fences itself*: its store
 //!   refuses every further flush (so no client or worker is told anything
 //!   more) and the process is told to stop ([`Fence`]).
@@ -75,6 +77,9 @@ pub struct ClusterLink {
     /// Woken after an event that left a worker idle: the claim loop asks
     /// the pool if it may hold something.
     pub claim_wake: Notify,
+    /// Woken when a worker registers or leaves: the presence task writes
+    /// what is connected here.
+    pub presence_wake: Notify,
 }
 
 /// The node's store: write-behind into the shared store.
@@ -238,7 +243,6 @@ impl Store for NodeStore {
 pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
     let every = Duration::from_millis((link.node_lease_ms / 3).max(1) as u64);
     let mut last_renewed_ms = c.now_ms();
-    let mut trust_version = 0;
     loop {
         tokio::time::sleep(every).await;
         if store.is_fenced() {
@@ -272,24 +276,91 @@ pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeSt
             Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
             Err(e) => tracing::warn!(error = %e, "take-over failed"),
         }
-        match link.shared.trust_after(trust_version).await {
-            Ok((entries, version)) => {
-                trust_version = version;
-                if !entries.is_empty() {
-                    c.with(|core, _| core.learn_trust(entries));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "trust sync failed"),
+    }
+}
+
+/// Writes what is connected here to the shared presence whenever a worker
+/// registers or leaves (and again every lease renewal period, in case a
+/// write failed).
+pub async fn run_presence(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
+    let every = Duration::from_millis((link.node_lease_ms / 3).max(1) as u64);
+    let mut written = None;
+    loop {
+        tokio::select! {
+            biased;
+            _ = link.presence_wake.notified() => {}
+            _ = tokio::time::sleep(every) => {}
+        }
+        if store.is_fenced() {
+            return;
+        }
+        let now = c.read(|core| core.presence());
+        if written.as_ref() == Some(&now) {
+            continue;
+        }
+        match link.shared.set_presence(&link.node, &now).await {
+            Ok(()) => written = Some(now),
+            Err(e) => tracing::warn!(error = %e, "presence write failed"),
         }
     }
 }
 
-/// Claims pool jobs for the node's idle workers. The pool may hold
+/// Whether a PRIVATE submission's user has a trusted worker connected to
+/// another node (and none here): then this node admits it for that one.
+/// False outside cluster mode, for PUBLIC jobs, and when the shared store
+/// cannot say (the job is then refused as on one node).
+pub async fn trusted_elsewhere(c: &Coordinator, submission: &protocol::api::JobSubmission) -> bool {
+    let Some(link) = c.cluster() else {
+        return false;
+    };
+    if submission.privacy_class != protocol::api::PrivacyClass::Private {
+        return false;
+    }
+    let (here, keys) = c.read(|core| {
+        let here = core.trusted_online_here(&submission.user_id, submission.job_type);
+        let keys: Vec<String> = core
+            .trusted_providers(&submission.user_id)
+            .into_iter()
+            .map(|e| e.provider_pubkey)
+            .collect();
+        (here, keys)
+    });
+    if here || keys.is_empty() {
+        return false;
+    }
+    match link.shared.present(&keys, submission.job_type).await {
+        Ok(present) => present,
+        Err(e) => {
+            tracing::warn!(error = %e, "presence lookup failed");
+            false
+        }
+    }
+}
+
+/// Workers online for `GET /v1/health`: the whole cluster's in cluster
+/// mode (from the shared presence), else this coordinator's.
+pub async fn workers_online(c: &Coordinator) -> u64 {
+    let here = c.read(|core| core.workers_online()) as u64;
+    let Some(link) = c.cluster() else {
+        return here;
+    };
+    match link.shared.workers_online().await {
+        Ok(all) => all,
+        Err(e) => {
+            tracing::warn!(error = %e, "presence count failed");
+            here
+        }
+    }
+}
+
+/// Learns trust entries other nodes wrote, then claims pool jobs for the
+/// node's idle workers. The pool may hold
 /// something after a notification, after a claim that got all it asked
 /// for, and at every interval (which also fails due pool jobs).
 pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
     let mut pool = link.shared.pool_changed();
     let mut maybe_more = true;
+    let mut trust_version = 0;
     let interval = Duration::from_millis(CLAIM_INTERVAL_MS);
     loop {
         let mut due = false;
@@ -313,6 +384,17 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
         }
         if !maybe_more {
             continue;
+        }
+        // Trust first: a pairing made on another node names new PRIVATE
+        // jobs this node's workers may claim.
+        match link.shared.trust_after(trust_version).await {
+            Ok((entries, version)) => {
+                trust_version = version;
+                if !entries.is_empty() {
+                    c.with(|core, _| core.learn_trust(entries));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "trust sync failed"),
         }
         let mut want = c.read(|core| core.want(CLAIM_BATCH_MAX));
         if due {

@@ -22,7 +22,8 @@ use crate::core::{Change, Job};
 use crate::store::Snapshot;
 use crate::trust::{Pairing, TrustEntry};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use std::collections::BTreeMap;
+use protocol::api::JobType;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_postgres::NoTls;
@@ -34,7 +35,7 @@ const POOL_SIZE_MAX: usize = 16;
 
 /// Schema migrations, applied in order; the position is the version.
 const MIGRATIONS: &[&str] = &[
-    // 1: jobs, nodes, pairings, trust, nonces.
+    // 1: jobs, nodes, pairings, trust, nonces, presence.
     "CREATE TABLE jobs (
         id TEXT PRIMARY KEY,
         cseq BIGSERIAL NOT NULL,
@@ -71,7 +72,14 @@ const MIGRATIONS: &[&str] = &[
         reserved_by TEXT NOT NULL,
         job TEXT,
         valid_before BIGINT NOT NULL
-    );",
+    );
+    CREATE TABLE presence (
+        node_id TEXT NOT NULL,
+        pubkey TEXT NOT NULL,
+        job_type TEXT NOT NULL,
+        PRIMARY KEY (node_id, pubkey, job_type)
+    );
+    CREATE INDEX presence_key ON presence (pubkey);",
 ];
 
 /// Any key for the advisory lock that serialises migrations.
@@ -424,6 +432,8 @@ impl SharedStore for PgShared {
                     Change::Job(_) | Change::NonceSpent(_) => {}
                 }
             }
+            // Trust written wakes the other nodes too: they learn it.
+            pooled |= !others.iter().all(|c| matches!(c, Change::Pairing(_)));
             if pooled {
                 tx.batch_execute("NOTIFY jobs_pending")
                     .await
@@ -515,6 +525,9 @@ impl SharedStore for PgShared {
                 )
                 .await
                 .map_err(unavailable)?;
+                tx.execute("DELETE FROM presence WHERE node_id = $1", &[&dead])
+                    .await
+                    .map_err(unavailable)?;
                 tx.execute("DELETE FROM nodes WHERE node_id = $1", &[&dead])
                     .await
                     .map_err(unavailable)?;
@@ -596,6 +609,57 @@ impl SharedStore for PgShared {
                 entries.push(serde_json::from_str(row.get(1)).map_err(unavailable)?);
             }
             Ok((entries, latest))
+        })
+    }
+
+    fn set_presence(&self, node: &str, workers: &BTreeSet<(String, JobType)>) -> Call<'_, ()> {
+        let node = node.to_owned();
+        let keys: Vec<String> = workers.iter().map(|(key, _)| key.clone()).collect();
+        let types: Vec<String> = workers.iter().map(|(_, t)| name(t)).collect();
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            tx.execute("DELETE FROM presence WHERE node_id = $1", &[&node])
+                .await
+                .map_err(unavailable)?;
+            tx.execute(
+                "INSERT INTO presence (node_id, pubkey, job_type)
+                 SELECT $1, * FROM UNNEST($2::text[], $3::text[])",
+                &[&node, &keys, &types],
+            )
+            .await
+            .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)
+        })
+    }
+
+    fn present(&self, keys: &[String], job_type: JobType) -> Call<'_, bool> {
+        let keys = keys.to_vec();
+        let job_type = name(&job_type);
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM presence WHERE pubkey = ANY($1) AND job_type = $2)",
+                    &[&keys, &job_type],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.get(0))
+        })
+    }
+
+    fn workers_online(&self) -> Call<'_, u64> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM (SELECT DISTINCT node_id, pubkey FROM presence) AS online",
+                    &[],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
         })
     }
 

@@ -310,6 +310,7 @@ pub async fn start_node(
         shared: shared.clone(),
         node_lease_ms: cluster.node_lease_ms,
         claim_wake: tokio::sync::Notify::new(),
+        presence_wake: tokio::sync::Notify::new(),
     });
     coordinator.join_cluster(link.clone());
     let held = store.take_held();
@@ -338,6 +339,11 @@ pub async fn start_node(
     let tasks = vec![
         tokio::spawn(crate::coordinator::run_timers(coordinator.clone())),
         tokio::spawn(crate::node::run_lease(
+            coordinator.clone(),
+            link.clone(),
+            store.clone(),
+        )),
+        tokio::spawn(crate::node::run_presence(
             coordinator.clone(),
             link.clone(),
             store.clone(),

@@ -418,16 +418,32 @@ async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
     b.end_event(shared, T0).await.unwrap();
     let want = b.core.want(8);
     assert!(want.private.contains(&("alice".to_string(), LLM)));
-    let commit = a.core.commit(
-        submission("alice", PrivacyClass::Private),
-        Tier::Fast,
-        None,
-        T0,
-    );
+    let private = submission("alice", PrivacyClass::Private);
     assert!(
-        commit.is_err(),
-        "A alone does not see B's worker (presence is not built yet)"
+        !a.core.trusted_online_here("alice", LLM),
+        "the worker is on B"
     );
+    assert!(!shared.present(&["0xk".into()], LLM).await.unwrap());
+    shared.set_presence("b", &b.core.presence()).await.unwrap();
+    assert!(
+        shared.present(&["0xk".into()], LLM).await.unwrap(),
+        "B says it is there"
+    );
+    assert!(!shared
+        .present(&["0xk".into()], JobType::Task)
+        .await
+        .unwrap());
+    assert_eq!(shared.workers_online().await.unwrap(), 1);
+
+    // Admitted on A for B's worker, pooled, claimed by B only.
+    let id = a
+        .core
+        .commit_trusted_elsewhere(private, Tier::Fast, None, T0)
+        .unwrap();
+    a.end_event(shared, T0).await.unwrap();
+    assert!(a.core.job(&id).is_none(), "pooled");
+    assert_eq!(b.claim(shared, T0).await, [id]);
+    assert_eq!(b.core.job(&id).unwrap().status, JobStatus::Assigned);
 }
 
 fn receipt(id: Uuid) -> protocol::receipt::Receipt {

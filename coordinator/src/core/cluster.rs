@@ -137,6 +137,48 @@ impl Core {
         want
     }
 
+    /// The (worker key, job type) pairs connected here, for the shared
+    /// presence.
+    pub fn presence(&self) -> std::collections::BTreeSet<(String, protocol::api::JobType)> {
+        let workers = self.workers.values();
+        workers
+            .flat_map(|w| w.capabilities.iter().map(|&t| (w.pubkey.clone(), t)))
+            .collect()
+    }
+
+    /// Whether a worker `user_id` trusts is connected here with `job_type`.
+    pub fn trusted_online_here(&self, user_id: &str, job_type: protocol::api::JobType) -> bool {
+        self.trusted_sessions(user_id, job_type).next().is_some()
+    }
+
+    /// Commits a PRIVATE job whose user's trusted worker is connected to
+    /// another node (the shared presence says so): admitted as any job on
+    /// queue and byte room, then, like every queued job, released to the
+    /// pool, where only that worker's node claims it.
+    pub fn commit_trusted_elsewhere(
+        &mut self,
+        submission: protocol::api::JobSubmission,
+        tier: protocol::api::Tier,
+        payment: Option<super::Payment>,
+        now_ms: i64,
+    ) -> Result<Uuid, super::CommitError> {
+        if payment.is_none() {
+            self.admit_trusted_elsewhere(&submission)?;
+        }
+        Ok(self.enter(submission, tier, payment, now_ms))
+    }
+
+    /// Admission of such a job: queue and byte room only.
+    pub fn admit_trusted_elsewhere(
+        &self,
+        submission: &protocol::api::JobSubmission,
+    ) -> Result<(), super::CommitError> {
+        self.room_for(submission).map_err(|refused| match refused {
+            super::Refused::QueueFull => super::CommitError::QueueFull,
+            _ => super::CommitError::StorageFull,
+        })
+    }
+
     /// Adds trust entries another node recorded; a newly trusted idle
     /// worker finds nothing to fill (the core holds no pending job), so no
     /// dispatch follows here: the next claim names the new pairs.
