@@ -113,6 +113,12 @@ pub trait SharedStore: Send + Sync + 'static {
     /// Forgets a reservation (settlement failed, or the job was refused for
     /// free). A spent nonce is never released.
     fn release_nonce(&self, node: &str, key: NonceKey) -> Call<'_, ()>;
+    /// A pairing code as stored (`code` in lower case), whoever made it.
+    fn pairing(&self, code: &str) -> Call<'_, Option<Pairing>>;
+    /// Replaces the stored pairing `old` by `new` if it is still exactly
+    /// `old`: a compare-and-set, so of two nodes claiming one code at once
+    /// one wins. True if this call replaced it.
+    fn swap_pairing(&self, node: &str, old: &Pairing, new: &Pairing) -> Call<'_, bool>;
     /// Trust entries written after `version`, and the version they bring the
     /// caller to.
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)>;
@@ -425,6 +431,22 @@ impl SharedStore for MemoryShared {
                 t.nonces.remove(&key);
             }
             Ok(())
+        })
+    }
+
+    fn pairing(&self, code: &str) -> Call<'_, Option<Pairing>> {
+        let pairing = self.tables().pairings.get(code).cloned();
+        Box::pin(std::future::ready(Ok(pairing)))
+    }
+
+    fn swap_pairing(&self, node: &str, old: &Pairing, new: &Pairing) -> Call<'_, bool> {
+        let (old, new) = (old.clone(), new.clone());
+        self.run(node, |t| {
+            if t.pairings.get(&old.code) != Some(&old) {
+                return Ok(false);
+            }
+            t.pairings.insert(new.code.clone(), new);
+            Ok(true)
         })
     }
 

@@ -723,7 +723,14 @@ async fn trust_claim(
     let key = signing::parse_public_key(key)
         .map(|k| signing::public_key_hex(&k))
         .map_err(|_| KeyNotOnCurve);
+    // Cluster mode: the code may have been made, or claimed, on another node.
+    let stored = crate::node::pairing_for_claim(&c, code, key.as_deref().ok(), &client)
+        .await
+        .map_err(|_| ApiError::Internal)?;
     let claimed = c.with(|core, now_ms| {
+        if let Some(pairing) = stored {
+            core.learn_pairing(pairing, now_ms);
+        }
         core.claim_pairing(code, key.as_deref().map_err(|e| *e), &client, now_ms)
     });
     c.durable().await.map_err(|_| ApiError::Internal)?;

@@ -567,3 +567,48 @@ pub async fn shared_paid_job(
     (job.submission == *submission && job.tier == tier)
         .then(|| (job.id, paid_with.response_header.clone()))
 }
+
+/// Cluster mode, before a pairing claim: makes the code's stored state the
+/// one this node's core judges, and claims it in the shared store first
+/// (compare-and-set), so of two nodes claiming one code only one succeeds.
+/// Returns the pairing for the core to learn in the same event as its
+/// claim (`None`: nothing to learn, outside cluster mode too). A client
+/// over its failure budget is left to the core's 429.
+pub async fn pairing_for_claim(
+    c: &Coordinator,
+    code: &str,
+    provider_pubkey: Option<&str>,
+    client: &str,
+) -> Result<Option<crate::trust::Pairing>, ClusterError> {
+    let Some(link) = c.cluster() else {
+        return Ok(None);
+    };
+    if !c.with(|core, now_ms| core.claim_allowed(client, now_ms)) {
+        return Ok(None);
+    }
+    let code = code.trim().to_ascii_lowercase();
+    let Some(stored) = link.shared.pairing(&code).await? else {
+        return Ok(None);
+    };
+    let now_ms = c.now_ms();
+    let (Some(key), None, true) = (
+        provider_pubkey,
+        &stored.claimed_by,
+        now_ms < stored.expires_at_ms,
+    ) else {
+        return Ok(Some(stored));
+    };
+    let mut claimed = stored.clone();
+    claimed.claimed_by = Some(key.to_owned());
+    claimed.claimed_at_ms = Some(now_ms);
+    if link
+        .shared
+        .swap_pairing(&link.node, &stored, &claimed)
+        .await?
+    {
+        // Won: the core claims the unclaimed code in its event.
+        return Ok(Some(stored));
+    }
+    // Another node claimed it first: the core answers `already_claimed`.
+    Ok(link.shared.pairing(&code).await?)
+}

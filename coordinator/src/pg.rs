@@ -591,6 +591,34 @@ impl SharedStore for PgShared {
         })
     }
 
+    fn pairing(&self, code: &str) -> Call<'_, Option<Pairing>> {
+        let code = code.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_opt("SELECT body FROM pairings WHERE code = $1", &[&code])
+                .await
+                .map_err(unavailable)?;
+            row.map(|row| serde_json::from_str(row.get(0)).map_err(unavailable))
+                .transpose()
+        })
+    }
+
+    fn swap_pairing(&self, _node: &str, old: &Pairing, new: &Pairing) -> Call<'_, bool> {
+        let (code, old, new) = (old.code.clone(), json(old), json(new));
+        Box::pin(async move {
+            let client = self.client().await?;
+            let swapped = client
+                .execute(
+                    "UPDATE pairings SET body = $3 WHERE code = $1 AND body = $2",
+                    &[&code, &old, &new],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(swapped == 1)
+        })
+    }
+
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)> {
         Box::pin(async move {
             let client = self.client().await?;
@@ -677,7 +705,7 @@ mod tests {
     fn column_values_are_the_serde_names_the_queries_use() {
         assert_eq!(name(&JobStatus::Pending), "pending");
         assert_eq!(name(&JobStatus::Assigned), "assigned");
-        assert_eq!(name(&protocol::api::JobType::LlmInfer), "llm_infer");
+        assert_eq!(name(&protocol::api::JobType::LlmInfer), "LLM_INFER");
     }
 
     #[test]

@@ -457,6 +457,43 @@ fn receipt(id: Uuid) -> protocol::receipt::Receipt {
     }
 }
 
+async fn a_code_made_on_one_node_is_claimed_once_across_nodes(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
+    let mut c = Node::join(shared, "c", 3).await;
+    let code = a.core.create_pairing("alice", "x", T0).unwrap().code;
+    a.end_event(shared, T0).await.unwrap();
+
+    // B and C read it unclaimed at once; the compare-and-set lets one win.
+    let on_b = shared.pairing(&code).await.unwrap().expect("stored by A");
+    let on_c = on_b.clone();
+    let claimed = |p: &crate::trust::Pairing, key: &str| {
+        let mut p = p.clone();
+        p.claimed_by = Some(key.into());
+        p.claimed_at_ms = Some(T0);
+        p
+    };
+    assert!(shared
+        .swap_pairing("b", &on_b, &claimed(&on_b, "0xkb"))
+        .await
+        .unwrap());
+    assert!(!shared
+        .swap_pairing("c", &on_c, &claimed(&on_c, "0xkc"))
+        .await
+        .unwrap());
+
+    b.core.learn_pairing(on_b, T0);
+    assert!(b.core.claim_pairing(&code, Ok("0xkb"), "x", T0).is_ok());
+    b.end_event(shared, T0).await.unwrap();
+    let latest = shared.pairing(&code).await.unwrap().unwrap();
+    c.core.learn_pairing(latest, T0);
+    let lost = c.core.claim_pairing(&code, Ok("0xkc"), "x", T0);
+    assert_eq!(lost.unwrap_err(), crate::trust::ClaimError::AlreadyClaimed);
+    let (trust, _) = shared.trust_after(0).await.unwrap();
+    let keys: Vec<&str> = trust.iter().map(|e| e.provider_pubkey.as_str()).collect();
+    assert_eq!(keys, ["0xkb"], "one claim, one trusted key");
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.

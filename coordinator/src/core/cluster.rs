@@ -179,6 +179,19 @@ impl Core {
         })
     }
 
+    /// Whether `client` may try a pairing claim now (its failure budgets).
+    pub fn claim_allowed(&mut self, client: &str, now_ms: i64) -> bool {
+        let limits = &self.config.limits;
+        self.trust.claim_allowed(client, now_ms, limits).is_ok()
+    }
+
+    /// Takes a pairing as the shared store holds it, replacing what this
+    /// node knew of the code.
+    pub fn learn_pairing(&mut self, pairing: crate::trust::Pairing, now_ms: i64) {
+        let retention_ms = self.config.timing.pairing_code_retention_ms;
+        self.trust.learn(pairing, retention_ms, now_ms);
+    }
+
     /// Adds trust entries another node recorded; a newly trusted idle
     /// worker finds nothing to fill (the core holds no pending job), so no
     /// dispatch follows here: the next claim names the new pairs.
