@@ -528,6 +528,9 @@ const CHECKS: &[(&str, Check)] = &[
     ("trust", |s| {
         Box::pin(trust_written_on_one_node_reaches_another(s))
     }),
+    ("pairing_claimed_once", |s| {
+        Box::pin(a_code_made_on_one_node_is_claimed_once_across_nodes(s))
+    }),
 ];
 
 #[tokio::test]
