@@ -119,6 +119,8 @@ pub trait SharedStore: Send + Sync + 'static {
     /// `old`: a compare-and-set, so of two nodes claiming one code at once
     /// one wins. True if this call replaced it.
     fn swap_pairing(&self, node: &str, old: &Pairing, new: &Pairing) -> Call<'_, bool>;
+    /// The trust entries of one user, whoever wrote them.
+    fn trust_of(&self, user_id: &str) -> Call<'_, Vec<TrustEntry>>;
     /// Trust entries written after `version`, and the version they bring the
     /// caller to.
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)>;
@@ -448,6 +450,13 @@ impl SharedStore for MemoryShared {
             t.pairings.insert(new.code.clone(), new);
             Ok(true)
         })
+    }
+
+    fn trust_of(&self, user_id: &str) -> Call<'_, Vec<TrustEntry>> {
+        let t = self.tables();
+        let of_user = t.trust.values().filter(|(_, e)| e.user_id == user_id);
+        let entries = of_user.map(|(_, e)| e.clone()).collect();
+        Box::pin(std::future::ready(Ok(entries)))
     }
 
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)> {

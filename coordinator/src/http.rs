@@ -796,6 +796,8 @@ async fn trust_list(
         .get("user_id")
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
+    // Cluster mode: pairings claimed on other nodes count at once.
+    crate::node::learn_trust_of(&c, user_id).await;
     let providers = c.read(|core| core.trusted_providers(user_id));
     c.durable().await.map_err(|_| ApiError::Internal)?;
     let providers = providers

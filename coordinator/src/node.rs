@@ -316,6 +316,7 @@ pub async fn trusted_elsewhere(c: &Coordinator, submission: &protocol::api::JobS
     if submission.privacy_class != protocol::api::PrivacyClass::Private {
         return false;
     }
+    learn_trust_of(c, &submission.user_id).await;
     let (here, keys) = c.read(|core| {
         let here = core.trusted_online_here(&submission.user_id, submission.job_type);
         let keys: Vec<String> = core
@@ -611,4 +612,20 @@ pub async fn pairing_for_claim(
     }
     // Another node claimed it first: the core answers `already_claimed`.
     link.shared.pairing(&code).await
+}
+
+/// Cluster mode: brings in the user's trust entries as the shared store
+/// holds them now, so a pairing claimed on another node a moment ago
+/// counts here at once (the notification-driven sync may not have run
+/// yet). Does nothing outside cluster mode; a store error leaves the
+/// synced state.
+pub async fn learn_trust_of(c: &Coordinator, user_id: &str) {
+    let Some(link) = c.cluster() else {
+        return;
+    };
+    match link.shared.trust_of(user_id).await {
+        Ok(entries) if !entries.is_empty() => c.with(|core, _| core.learn_trust(entries)),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "trust lookup failed"),
+    }
 }

@@ -619,6 +619,20 @@ impl SharedStore for PgShared {
         })
     }
 
+    fn trust_of(&self, user_id: &str) -> Call<'_, Vec<TrustEntry>> {
+        let user_id = user_id.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query("SELECT body FROM trust WHERE user_id = $1", &[&user_id])
+                .await
+                .map_err(unavailable)?;
+            rows.iter()
+                .map(|row| serde_json::from_str(row.get(0)).map_err(unavailable))
+                .collect()
+        })
+    }
+
     fn trust_after(&self, version: u64) -> Call<'_, (Vec<TrustEntry>, u64)> {
         Box::pin(async move {
             let client = self.client().await?;

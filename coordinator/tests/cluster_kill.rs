@@ -366,3 +366,123 @@ async fn a_killed_node_loses_no_acknowledged_job() {
         let _ = node.child.start_kill();
     }
 }
+
+/// Pairings and PRIVATE jobs across nodes: a code made on node 0 is
+/// claimed on node 2 for a worker connected to node 2, once (a second
+/// claim on node 1 answers `already_claimed`); the user's PRIVATE job,
+/// committed on node 0, is admitted for that worker (the shared presence)
+/// and completed by it, and node 1 answers its poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pairings_and_private_jobs_cross_nodes() {
+    let Ok(url) = std::env::var("COORDINATOR_TEST_PG") else {
+        eprintln!("skipped: set COORDINATOR_TEST_PG=postgres://… to run");
+        return;
+    };
+    let schema = format!("private{}", std::process::id());
+    let mut nodes = Vec::new();
+    for i in 0..NODES {
+        nodes.push(start_node(&url, &schema, i).await);
+    }
+    let bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    let http = client();
+    let post =
+        |base: &str, path: &str, body: Value| http.post(format!("{base}{path}")).json(&body).send();
+    const WORKER_SEED: u64 = 7;
+    let key = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(WORKER_SEED)).public_key_hex();
+    let worker = tokio::spawn(work(bases[2].clone(), WORKER_SEED, 10));
+
+    let res = post(&bases[0], "/v1/trust/create", json!({"user_id": "alice"}));
+    let created: Value = res.await.unwrap().json().await.unwrap();
+    let code = created["pairing_code"].as_str().unwrap().to_owned();
+    let claim = json!({"pairing_code": code.to_uppercase(), "provider_pubkey": key});
+    let res = post(&bases[2], "/v1/trust/claim", claim.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        200,
+        "a code made on node 0 is claimed on node 2"
+    );
+    let other = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(99)).public_key_hex();
+    let again = json!({"pairing_code": code, "provider_pubkey": other});
+    let res = post(&bases[1], "/v1/trust/claim", again).await.unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"], "already_claimed", "a code is claimed once");
+    let listed: Value = http
+        .get(format!("{}/v1/trust/list?user_id=alice", bases[1]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["providers"][0]["provider_pubkey"],
+        key.as_str(),
+        "node 1 lists the claim node 2 took, at once: {listed}"
+    );
+
+    // Node 0 sees the worker through the shared presence once it is written.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let health: Value = http
+            .get(format!("{}/v1/health", bases[0]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if health["workers_online"] == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 0 never saw the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let terms = post(
+        &bases[0],
+        "/v1/jobs/commit/fast",
+        common::private(common::llm_job("alice")),
+    );
+    let res = terms.await.unwrap();
+    assert_eq!(res.status(), 402, "payments are on");
+    let header = res.headers().get("payment-required").cloned();
+    let raw = res.bytes().await.unwrap();
+    let required =
+        PaymentRequired::from_response(header.as_ref().map(|h| h.as_bytes()), Some(&raw)).unwrap();
+    let signer = LocalEvmSigner::from_secret_hex(PAYER).unwrap();
+    let now_s = server_now_ms(&bases[0]).await / 1000;
+    let payment = signer
+        .pay(&required, now_s as u64, &mut ChaCha20Rng::seed_from_u64(1))
+        .unwrap();
+    let res = http
+        .post(format!("{}/v1/jobs/commit/fast", bases[0]))
+        .header(payment.name, &payment.value)
+        .json(&common::private(common::llm_job("alice")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        201,
+        "admitted on node 0 for the worker on node 2"
+    );
+    let body: Value = res.json().await.unwrap();
+    let id: Uuid = body["job_id"].as_str().unwrap().parse().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let done = wait_terminal(&http, &bases[1], id, deadline).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["receipt"]["provider_pubkey"],
+        key.as_str(),
+        "by the trusted worker"
+    );
+    worker.abort();
+    for mut node in nodes {
+        let _ = node.child.start_kill();
+    }
+}

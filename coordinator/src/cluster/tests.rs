@@ -407,6 +407,8 @@ async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
     a.end_event(shared, T0).await.unwrap();
     let (entries, version) = shared.trust_after(0).await.unwrap();
     assert_eq!(entries.len(), 1);
+    assert_eq!(shared.trust_of("alice").await.unwrap(), entries);
+    assert!(shared.trust_of("bob").await.unwrap().is_empty());
     b.core.learn_trust(entries);
     assert_eq!(b.core.trusted_providers("alice").len(), 1);
     let (none, same) = shared.trust_after(version).await.unwrap();
