@@ -397,11 +397,15 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
             }
             Err(e) => tracing::warn!(error = %e, "trust sync failed"),
         }
-        let mut want = c.read(|core| core.want(CLAIM_BATCH_MAX));
         if due {
-            // Due jobs are taken whatever the filter; one more place for them.
-            want.max = want.max.max(1);
+            if let Err(e) = fail_due(&c, &link).await {
+                if matches!(e, ClusterError::Fenced { .. }) {
+                    return store.fence(&e);
+                }
+                tracing::warn!(error = %e, "claim of due jobs failed");
+            }
         }
+        let want = c.read(|core| core.want(CLAIM_BATCH_MAX));
         if want.max == 0 {
             continue;
         }
@@ -415,6 +419,26 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
             }
             Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
             Err(e) => tracing::warn!(error = %e, "claim failed"),
+        }
+    }
+}
+
+/// Claims pool jobs past their pending deadline, whatever their kind, in
+/// batches until none is left, and fails them (`Core::adopt`): the pool's
+/// pending timers, fired by whichever node looks first.
+async fn fail_due(c: &Coordinator, link: &ClusterLink) -> Result<(), ClusterError> {
+    let due_only = crate::cluster::Want {
+        max: CLAIM_BATCH_MAX,
+        ..Default::default()
+    };
+    loop {
+        let jobs = link.shared.claim(&link.node, &due_only, c.now_ms()).await?;
+        let full = jobs.len() == CLAIM_BATCH_MAX;
+        if !jobs.is_empty() {
+            c.with(|core, now_ms| core.adopt(jobs, now_ms));
+        }
+        if !full {
+            return Ok(());
         }
     }
 }
