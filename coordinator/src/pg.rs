@@ -91,7 +91,7 @@ pub enum PgError {
     Url(#[source] tokio_postgres::Error),
     #[error("invalid schema name {0:?}: letters, digits and _ only")]
     Schema(String),
-    #[error("PostgreSQL: {0}")]
+    #[error("PostgreSQL: {0}{detail}", detail = detail(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("PostgreSQL pool: {0}")]
     Pool(String),
@@ -107,8 +107,18 @@ pub struct PgShared {
     _listener: tokio_postgres::Client,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> ClusterError {
-    ClusterError::Unavailable(e.to_string())
+/// The server's message of a database error (`tokio_postgres::Error`
+/// shows only "db error").
+fn detail(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|db| format!(": {}", db.message()))
+        .unwrap_or_default()
+}
+
+fn unavailable<E: std::fmt::Display + 'static>(e: E) -> ClusterError {
+    let any: &dyn std::any::Any = &e;
+    let detail = any.downcast_ref().map(detail).unwrap_or_default();
+    ClusterError::Unavailable(format!("{e}{detail}"))
 }
 
 fn fenced(node: &str, why: impl Into<String>) -> ClusterError {
@@ -149,8 +159,13 @@ impl PgShared {
             }
             let (client, connection) = config.connect(NoTls).await?;
             let conn = tokio::spawn(connection);
+            // Under the migrations' lock: two nodes creating one schema at
+            // once would otherwise race (a unique violation in the catalog).
             client
-                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
+                     CREATE SCHEMA IF NOT EXISTS {schema}; COMMIT;"
+                ))
                 .await?;
             drop(client);
             let _ = conn.await;

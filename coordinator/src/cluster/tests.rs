@@ -562,3 +562,21 @@ async fn the_postgres_store_keeps_the_shared_semantics() {
         check(&*shared).await;
     }
 }
+
+/// Nodes started at once on a fresh schema all connect: creating the
+/// schema and migrating are serialised by an advisory lock (they raced in
+/// the first measurement, where nodes start together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_nodes_starting_at_once_all_migrate() {
+    let Ok(url) = std::env::var("COORDINATOR_TEST_PG") else {
+        eprintln!("skipped: set COORDINATOR_TEST_PG=postgres://… to run");
+        return;
+    };
+    let schema = format!("race{}", std::process::id());
+    let starts = (0..4).map(|_| crate::pg::PgShared::connect(&url, Some(&schema)));
+    for started in futures_util::future::join_all(starts).await {
+        if let Err(e) = started {
+            panic!("a node failed to start: {e}");
+        }
+    }
+}
