@@ -614,10 +614,10 @@ async fn poll(
         },
     };
     // In cluster mode a job this node does not hold is read from the
-    // shared store, committed, whoever holds it.
+    // shared store, committed, whoever holds it (a held poll waits there).
     let record = match record {
         Some(record) => Some(record),
-        None => crate::node::shared_record(&c, id)
+        None => crate::node::shared_record(&c, id, wait_ms)
             .await
             .map_err(|_| ApiError::Internal)?,
     };

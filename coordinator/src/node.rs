@@ -80,6 +80,8 @@ pub struct ClusterLink {
     /// Woken when a worker registers or leaves: the presence task writes
     /// what is connected here.
     pub presence_wake: Notify,
+    /// Places for held polls of jobs other nodes hold (`held_polls_max`).
+    pub remote_polls: tokio::sync::Semaphore,
 }
 
 /// The node's store: write-behind into the shared store.
@@ -557,17 +559,46 @@ where
     }
 }
 
+/// How often a held poll on a job another node holds reads it again.
+pub const REMOTE_POLL_INTERVAL_MS: u64 = 100;
+
 /// A job as the shared store last committed it, for a poll on a node that
-/// does not hold it; `None` outside cluster mode. A held poll (`wait_ms`)
-/// on such a job is answered at once: the client asks again.
+/// does not hold it; `None` outside cluster mode. With `wait_ms`, the poll
+/// is held as on the job's own node, until its status changes or the wait
+/// ends, reading the store every [`REMOTE_POLL_INTERVAL_MS`] (no per-job
+/// notification yet); at most `held_polls_max` such polls at once, beyond
+/// which they are answered at once.
 pub async fn shared_record(
     c: &Coordinator,
     id: uuid::Uuid,
+    wait_ms: Option<u64>,
 ) -> Result<Option<protocol::api::JobRecord>, ClusterError> {
     let Some(link) = c.cluster() else {
         return Ok(None);
     };
-    Ok(link.shared.job(id).await?.map(|job| job.record()))
+    let Some(mut job) = link.shared.job(id).await? else {
+        return Ok(None);
+    };
+    let wait = Duration::from_millis(wait_ms.unwrap_or(0));
+    let seen = job.status;
+    let permit = link.remote_polls.try_acquire();
+    if wait.is_zero() || seen.is_terminal() || c.is_stopping() || permit.is_err() {
+        return Ok(Some(job.record()));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let every = Duration::from_millis(REMOTE_POLL_INTERVAL_MS);
+    while job.status == seen && !c.is_stopping() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left.min(every)).await;
+        match link.shared.job(id).await? {
+            Some(latest) => job = latest,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(job.record()))
 }
 
 /// The job a payment bought, from the shared store, if it is this

@@ -311,6 +311,7 @@ pub async fn start_node(
         node_lease_ms: cluster.node_lease_ms,
         claim_wake: tokio::sync::Notify::new(),
         presence_wake: tokio::sync::Notify::new(),
+        remote_polls: tokio::sync::Semaphore::new(settings.config.limits.held_polls_max),
     });
     coordinator.join_cluster(link.clone());
     let held = store.take_held();

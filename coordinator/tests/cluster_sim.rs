@@ -66,9 +66,23 @@ async fn two_nodes_share_jobs_and_fail_a_backlog_on_time() {
     let id = committed.body["job_id"].as_str().unwrap().to_owned();
     let assigned = worker.expect_assign().await;
     assert_eq!(assigned.job_id.to_string(), id, "B's worker gets A's job");
+    // A long poll on A, which does not hold the job, waits for its change.
+    let app = a.app();
+    let uri = format!("/v1/jobs/{id}?wait_ms=20000");
+    let held = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let res = call(&app, "GET", &uri, None).await;
+        (res, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!held.is_finished(), "the poll is held");
     worker.complete(&assigned).await;
-    let polled = call(&a.app(), "GET", &format!("/v1/jobs/{id}"), None).await;
+    let (polled, waited) = held.await.unwrap();
     assert_eq!(polled.body["status"], "completed", "A reads what B holds");
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "woken by the change, not the wait: {waited:?}"
+    );
     let held_by_a = a
         .coordinator()
         .read(|core| core.job(&id.parse().unwrap()).is_some());
