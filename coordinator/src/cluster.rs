@@ -131,6 +131,10 @@ pub trait SharedStore: Send + Sync + 'static {
     fn present(&self, keys: &[String], job_type: JobType) -> Call<'_, bool>;
     /// Workers connected to any node (a key counts once per node).
     fn workers_online(&self) -> Call<'_, u64>;
+    /// Retention: deletes terminal jobs created before `created_before_ms`
+    /// and payment nonces whose `validBefore` passed before `now_s` (a
+    /// payment that old is refused as expired). Returns the jobs deleted.
+    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64>;
     /// Counts up on every write that put a job in the pool or wrote trust;
     /// a node waits on it to claim and to learn trust (PostgreSQL: `LISTEN
     /// jobs_pending`).
@@ -163,6 +167,7 @@ struct Tables {
 struct Nonce {
     /// The node that reserved it, whose death releases it unless spent.
     by: NodeId,
+    valid_before_s: u64,
     /// The job it bought, once spent.
     job: Option<Uuid>,
 }
@@ -323,9 +328,10 @@ impl SharedStore for MemoryShared {
                             }
                         };
                         if let Some(paid) = &job.paid_with {
-                            let by = node.to_owned();
+                            let reserved = t.nonces.get(&paid.nonce);
                             let nonce = Nonce {
-                                by,
+                                by: node.to_owned(),
+                                valid_before_s: reserved.map_or(0, |n| n.valid_before_s),
                                 job: Some(job.id),
                             };
                             t.nonces.insert(paid.nonce, nonce);
@@ -416,13 +422,18 @@ impl SharedStore for MemoryShared {
         Box::pin(std::future::ready(Ok(job)))
     }
 
-    fn reserve_nonce(&self, node: &str, key: NonceKey, _valid_before_s: u64) -> Call<'_, bool> {
+    fn reserve_nonce(&self, node: &str, key: NonceKey, valid_before_s: u64) -> Call<'_, bool> {
         self.run(node, |t| {
             if t.nonces.contains_key(&key) {
                 return Ok(false);
             }
             let by = node.to_owned();
-            t.nonces.insert(key, Nonce { by, job: None });
+            let nonce = Nonce {
+                by,
+                valid_before_s,
+                job: None,
+            };
+            t.nonces.insert(key, nonce);
             Ok(true)
         })
     }
@@ -495,6 +506,16 @@ impl SharedStore for MemoryShared {
             count += keys.len() as u64;
         }
         Box::pin(std::future::ready(Ok(count)))
+    }
+
+    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64> {
+        let mut t = self.tables();
+        let before = t.jobs.len();
+        let old = |r: &Row| r.job.status.is_terminal() && r.job.created_at_ms < created_before_ms;
+        t.jobs.retain(|_, r| !old(r));
+        t.nonces.retain(|_, n| n.valid_before_s >= now_s);
+        let deleted = (before - t.jobs.len()) as u64;
+        Box::pin(std::future::ready(Ok(deleted)))
     }
 
     fn pool_changed(&self) -> watch::Receiver<u64> {

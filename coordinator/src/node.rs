@@ -684,3 +684,24 @@ pub async fn learn_trust_of(c: &Coordinator, user_id: &str) {
         Err(e) => tracing::warn!(error = %e, "trust lookup failed"),
     }
 }
+
+/// Retention in cluster mode: every `RETENTION_INTERVAL_MS`, forgets this
+/// node's terminal jobs created more than `hours` ago and deletes them, and
+/// expired payment nonces, from the shared store (every node does it; the
+/// deletes are idempotent).
+pub async fn run_retention(c: Coordinator, link: Arc<ClusterLink>, hours: u64) {
+    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
+    let every = Duration::from_millis(crate::server::RETENTION_INTERVAL_MS);
+    loop {
+        tokio::time::sleep(every).await;
+        let now_ms = c.now_ms();
+        let before_ms = now_ms.saturating_sub(retention_ms);
+        c.with(|core, _| core.forget_terminal_jobs(before_ms));
+        let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
+        match link.shared.purge(before_ms, now_s).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "retention: old terminal jobs deleted"),
+            Err(e) => tracing::error!(error = %e, "retention purge failed"),
+        }
+    }
+}

@@ -720,6 +720,25 @@ impl SharedStore for PgShared {
         })
     }
 
+    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let deleted = client
+                .execute(
+                    "DELETE FROM jobs WHERE status IN ('completed', 'failed') AND created_at_ms < $1",
+                    &[&created_before_ms],
+                )
+                .await
+                .map_err(unavailable)?;
+            let now_s = i64::try_from(now_s).unwrap_or(i64::MAX);
+            client
+                .execute("DELETE FROM nonces WHERE valid_before < $1", &[&now_s])
+                .await
+                .map_err(unavailable)?;
+            Ok(deleted)
+        })
+    }
+
     fn pool_changed(&self) -> watch::Receiver<u64> {
         self.pool_rx.clone()
     }

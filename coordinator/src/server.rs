@@ -337,7 +337,7 @@ pub async fn start_node(
             .expect("a new coordinator has no payment gate yet");
     }
     tracing::info!(node = %cluster.node_id, "joined the cluster");
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(crate::coordinator::run_timers(coordinator.clone())),
         tokio::spawn(crate::node::run_lease(
             coordinator.clone(),
@@ -349,8 +349,16 @@ pub async fn start_node(
             link.clone(),
             store.clone(),
         )),
-        tokio::spawn(crate::node::run_claims(coordinator.clone(), link, store)),
+        tokio::spawn(crate::node::run_claims(
+            coordinator.clone(),
+            link.clone(),
+            store,
+        )),
     ];
+    if let Some(hours) = settings.retention_hours {
+        let retention = crate::node::run_retention(coordinator.clone(), link, hours);
+        tasks.push(tokio::spawn(retention));
+    }
     Ok(Server {
         coordinator,
         store: None,

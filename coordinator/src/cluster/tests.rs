@@ -496,6 +496,36 @@ async fn a_code_made_on_one_node_is_claimed_once_across_nodes(shared: &dyn Share
     assert_eq!(keys, ["0xkb"], "one claim, one trusted key");
 }
 
+async fn retention_deletes_old_terminal_jobs_and_expired_nonces(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let done = a.commit(shared, Tier::Cheap, T0).await;
+    let due_ms = T0 + Config::default().timing.pending_timeout_ms;
+    let want = Want {
+        max: 1,
+        ..Want::default()
+    };
+    let jobs = shared.claim("a", &want, due_ms).await.unwrap();
+    a.core.adopt(jobs, due_ms);
+    a.end_event(shared, due_ms).await.unwrap();
+    let pending = a.commit(shared, Tier::Cheap, due_ms).await;
+    let nonce = NonceKey {
+        chain_id: 1,
+        asset: Default::default(),
+        from: Default::default(),
+        nonce: Default::default(),
+    };
+    assert!(shared.reserve_nonce("a", nonce, 100).await.unwrap());
+
+    let deleted = shared.purge(due_ms + 1, 101).await.unwrap();
+    assert_eq!(deleted, 1, "the failed job, not the pending one");
+    assert!(shared.job(done).await.unwrap().is_none());
+    assert!(shared.job(pending).await.unwrap().is_some());
+    assert!(
+        shared.reserve_nonce("a", nonce, 200).await.unwrap(),
+        "the expired nonce is gone"
+    );
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -532,6 +562,9 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("pairing_claimed_once", |s| {
         Box::pin(a_code_made_on_one_node_is_claimed_once_across_nodes(s))
+    }),
+    ("retention", |s| {
+        Box::pin(retention_deletes_old_terminal_jobs_and_expired_nonces(s))
     }),
 ];
 
