@@ -340,7 +340,11 @@ impl SharedStore for MemoryShared {
                         t.jobs.insert(job.id, Row { job, owner, cseq });
                     }
                     Change::Pairing(p) => {
-                        t.pairings.insert(p.code.clone(), p.clone());
+                        // Never another user's code: two nodes may draw the same one.
+                        let theirs = t.pairings.get(&p.code);
+                        if theirs.is_none_or(|stored| stored.user_id == p.user_id) {
+                            t.pairings.insert(p.code.clone(), p.clone());
+                        }
                     }
                     Change::Trust(e) => {
                         t.trust_version += 1;

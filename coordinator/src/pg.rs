@@ -426,9 +426,12 @@ impl SharedStore for PgShared {
                 match change {
                     Change::Pairing(p) => {
                         tx.execute(
+                            // Never another user's code: two nodes may draw
+                            // the same one (see ARCHITECTURE.md).
                             "INSERT INTO pairings (code, body) VALUES ($1, $2)
-                             ON CONFLICT (code) DO UPDATE SET body = EXCLUDED.body",
-                            &[&p.code, &json(p)],
+                             ON CONFLICT (code) DO UPDATE SET body = EXCLUDED.body
+                             WHERE pairings.body::jsonb ->> 'user_id' = $3",
+                            &[&p.code, &json(p), &p.user_id],
                         )
                         .await
                         .map_err(unavailable)?;

@@ -526,6 +526,22 @@ async fn retention_deletes_old_terminal_jobs_and_expired_nonces(shared: &dyn Sha
     );
 }
 
+async fn a_code_drawn_twice_stays_its_first_users(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    // The same seed draws the same code on both nodes: a collision.
+    let mut b = Node::join(shared, "b", 1).await;
+    let first = a.core.create_pairing("alice", "x", T0).unwrap();
+    a.end_event(shared, T0).await.unwrap();
+    let second = b.core.create_pairing("bob", "x", T0).unwrap();
+    assert_eq!(first.code, second.code, "the test needs a collision");
+    b.end_event(shared, T0).await.unwrap();
+    let stored = shared.pairing(&first.code).await.unwrap().unwrap();
+    assert_eq!(
+        stored.user_id, "alice",
+        "bob's write does not take alice's code"
+    );
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -565,6 +581,9 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("retention", |s| {
         Box::pin(retention_deletes_old_terminal_jobs_and_expired_nonces(s))
+    }),
+    ("code_collision", |s| {
+        Box::pin(a_code_drawn_twice_stays_its_first_users(s))
     }),
 ];
 
