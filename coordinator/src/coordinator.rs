@@ -82,6 +82,9 @@ struct Inner {
     /// Origins a worker's login may name (`protocol::origin`): those of the
     /// configured public URLs, else those of the address served.
     worker_origins: std::sync::OnceLock<Vec<String>>,
+    /// Set once in cluster mode (`crate::node`): the core then keeps no
+    /// pending job, and idle workers wake the claim loop.
+    cluster: std::sync::OnceLock<Arc<crate::node::ClusterLink>>,
 }
 
 struct State {
@@ -183,6 +186,7 @@ impl Coordinator {
             handshakes_by_client: Arc::new(Mutex::new(BTreeMap::new())),
             metrics: Metrics::new(),
             worker_origins,
+            cluster: std::sync::OnceLock::new(),
         });
         Self { inner }
     }
@@ -254,6 +258,19 @@ impl Coordinator {
         self.inner.worker_origins.set(origins).is_ok()
     }
 
+    /// Makes this coordinator a node of a cluster; once, before serving.
+    /// Its queued jobs (those restored at start too) go to the pool now.
+    pub fn join_cluster(&self, link: Arc<crate::node::ClusterLink>) -> bool {
+        let joined = self.inner.cluster.set(link).is_ok();
+        self.with(|_, _| ());
+        joined
+    }
+
+    /// The cluster this coordinator is a node of, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<crate::node::ClusterLink>> {
+        self.inner.cluster.get()
+    }
+
     /// The payment gate, when commits must be paid.
     pub fn payments(&self) -> Option<&x402::PaymentGate> {
         self.inner.payments.get()
@@ -265,7 +282,11 @@ impl Coordinator {
 
     /// The metrics in the Prometheus text format, gauges read from the core now.
     pub fn render_metrics(&self) -> String {
-        self.read(|core| self.inner.metrics.render(core))
+        let text = self.read(|core| self.inner.metrics.render(core));
+        match self.cluster() {
+            Some(link) => crate::node::with_node_info(text, &link.node),
+            None => text,
+        }
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -301,6 +322,13 @@ impl Coordinator {
     }
 
     fn flush(&self, state: &mut State) {
+        if let Some(link) = self.inner.cluster.get() {
+            // Queued jobs go to the cluster's pool (ARCHITECTURE.md, Several nodes).
+            state.core.release_pending();
+            if state.core.has_idle() {
+                link.claim_wake.notify_one();
+            }
+        }
         let changes = state.core.take_changes();
         self.observe_jobs(&changes);
         if !changes.is_empty() {
@@ -439,6 +467,9 @@ impl Coordinator {
             Ok(session) => {
                 debug_assert_eq!(session, next);
                 self.flush(&mut state);
+                if let Some(link) = self.inner.cluster.get() {
+                    link.presence_wake.notify_one();
+                }
                 self.inner.timer_wake.notify_one();
                 Ok((session, rx))
             }
@@ -457,6 +488,9 @@ impl Coordinator {
         state.core.unregister(session, now_ms);
         state.core.assert_invariants(now_ms);
         self.flush(&mut state);
+        if let Some(link) = self.inner.cluster.get() {
+            link.presence_wake.notify_one();
+        }
         self.inner.timer_wake.notify_one();
     }
 

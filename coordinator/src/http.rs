@@ -341,7 +341,7 @@ pub fn rate_limit_key(ip: IpAddr) -> String {
 #[utoipa::path(get, path = "/v1/health", tag = "service",
     responses((status = 200, description = "The coordinator runs", body = Health)))]
 async fn health(State(c): State<Coordinator>) -> Json<Health> {
-    let workers_online = c.read(|core| core.workers_online()) as u64;
+    let workers_online = crate::node::workers_online(&c).await;
     Json(Health {
         status: "ok".into(),
         workers_online,
@@ -452,8 +452,13 @@ async fn commit(
     let submission =
         validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
     let job_type = submission.job_type;
+    // Cluster mode: the user's trusted worker may be on another node.
+    let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
     let Some(gate) = c.payments() else {
-        let committed = c.with(|core, now_ms| core.commit(submission, tier, None, now_ms));
+        let committed = c.with(|core, now_ms| match elsewhere {
+            true => core.commit_trusted_elsewhere(submission, tier, None, now_ms),
+            false => core.commit(submission, tier, None, now_ms),
+        });
         count_commit(&c, &committed, tier, job_type);
         return answer_commit(&c, committed, None).await;
     };
@@ -472,9 +477,13 @@ async fn commit(
         }
         Err(refusal) => {
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
-                let bought = gate
-                    .nonce_key(&offer, &headers, now_seconds)
-                    .and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                let key = gate.nonce_key(&offer, &headers, now_seconds);
+                let mut bought =
+                    key.and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                if let (None, Some(key)) = (&bought, key) {
+                    // Cluster mode: the job may be held by another node.
+                    bought = crate::node::shared_paid_job(&c, key, &submission, tier).await;
+                }
                 if let Some((job_id, response_header)) = bought {
                     return answer_commit(&c, Ok(job_id), Some(&response_header)).await;
                 }
@@ -485,7 +494,11 @@ async fn commit(
     };
     // One decision: a refusal is recorded here, under the same lock, and
     // admission is never asked again for this request.
-    if let Err(refused) = c.with(|core, now_ms| core.admit(&submission, tier, now_ms)) {
+    let admitted = c.with(|core, now_ms| match elsewhere {
+        true => core.admit_trusted_elsewhere(&submission),
+        false => core.admit(&submission, tier, now_ms),
+    });
+    if let Err(refused) = admitted {
         gate.cancel(&auth);
         return answer_commit(&c, Err(refused), None).await;
     }
@@ -600,6 +613,14 @@ async fn poll(
             }
         },
     };
+    // In cluster mode a job this node does not hold is read from the
+    // shared store, committed, whoever holds it (a held poll waits there).
+    let record = match record {
+        Some(record) => Some(record),
+        None => crate::node::shared_record(&c, id, wait_ms)
+            .await
+            .map_err(|_| ApiError::Internal)?,
+    };
     // Memory runs ahead of the disk under group commit: show a state (a
     // `completed`, say) only once it would survive a crash.
     c.durable().await.map_err(|_| ApiError::Internal)?;
@@ -702,7 +723,14 @@ async fn trust_claim(
     let key = signing::parse_public_key(key)
         .map(|k| signing::public_key_hex(&k))
         .map_err(|_| KeyNotOnCurve);
+    // Cluster mode: the code may have been made, or claimed, on another node.
+    let stored = crate::node::pairing_for_claim(&c, code, key.as_deref().ok(), &client)
+        .await
+        .map_err(|_| ApiError::Internal)?;
     let claimed = c.with(|core, now_ms| {
+        if let Some(pairing) = stored {
+            core.learn_pairing(pairing, now_ms);
+        }
         core.claim_pairing(code, key.as_deref().map_err(|e| *e), &client, now_ms)
     });
     c.durable().await.map_err(|_| ApiError::Internal)?;
@@ -768,6 +796,8 @@ async fn trust_list(
         .get("user_id")
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
+    // Cluster mode: pairings claimed on other nodes count at once.
+    crate::node::learn_trust_of(&c, user_id).await;
     let providers = c.read(|core| core.trusted_providers(user_id));
     c.durable().await.map_err(|_| ApiError::Internal)?;
     let providers = providers

@@ -11,15 +11,19 @@
 //! - [`session`]: one worker's WebSocket session, over any `protocol::connection::FrameConnection`.
 //! - [`validate`]: request body validation.
 //! - [`config`], [`clock`], [`store`]: what is injected; [`sqlite`]: the durable store.
+//! - [`cluster`]: what several nodes share in cluster mode (`--db postgres://…`).
 
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod coordinator;
 pub mod core;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod node;
 pub mod openapi;
+pub mod pg;
 pub mod rate;
 pub mod server;
 pub mod session;

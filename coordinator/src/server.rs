@@ -48,6 +48,9 @@ pub struct Settings {
     pub retention_hours: Option<u64>,
     /// Where `GET /metrics` is served.
     pub metrics_at: MetricsAt,
+    /// Cluster mode: a node of a coordinator on PostgreSQL (then `db` is
+    /// not used). See ARCHITECTURE.md, "Several nodes".
+    pub cluster: Option<crate::node::ClusterSettings>,
 }
 
 /// Where `GET /metrics` is served.
@@ -69,6 +72,7 @@ impl Default for Settings {
             payment: None,
             retention_hours: None,
             metrics_at: MetricsAt::Api,
+            cluster: None,
         }
     }
 }
@@ -125,6 +129,8 @@ pub enum StartError {
     },
     #[error("payment facilitator {url}: {message}")]
     Facilitator { url: String, message: String },
+    #[error("cannot join the cluster: {0}")]
+    Cluster(String),
 }
 
 impl Settings {
@@ -191,6 +197,12 @@ pub struct Server {
 /// the timer (and retention) task. Serve it with [`Server::serve`].
 pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartError> {
     let settings = settings.validate()?;
+    if let Some(cluster) = settings.cluster.clone() {
+        let shared = crate::pg::PgShared::connect(&cluster.url, cluster.schema.as_deref())
+            .await
+            .map_err(|e| StartError::Cluster(e.to_string()))?;
+        return start_node(settings, parts, cluster, shared).await;
+    }
     let writer = match parts.runtime {
         Runtime::Os => WriterRuntime::Thread,
         Runtime::Simulation => WriterRuntime::Task,
@@ -256,6 +268,100 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
     Ok(Server {
         coordinator,
         store,
+        tasks,
+        serving: None,
+        metrics_at: settings.metrics_at,
+    })
+}
+
+/// Starts a node of a cluster on `shared` (PostgreSQL in a process; the
+/// in-memory store can stand in for it): joins, recovers what the node id
+/// still held, gates payments on the shared nonce rows, and starts the
+/// timer, lease and claim tasks. See `crate::node`.
+pub async fn start_node(
+    settings: Settings,
+    parts: Parts,
+    cluster: crate::node::ClusterSettings,
+    shared: Arc<dyn crate::cluster::SharedStore>,
+) -> Result<Server, StartError> {
+    use crate::node::{ClusterLink, NodeStore, SharedNonces};
+    let settings = settings.validate()?;
+    let fence: crate::node::Fence = match parts.runtime {
+        // Another node may own this node's jobs now: stop at once, as a
+        // crash would; a supervisor restarts the process, which joins again.
+        Runtime::Os => Arc::new(|why| {
+            eprintln!("error: {why}; stopping");
+            std::process::exit(75);
+        }),
+        Runtime::Simulation => Arc::new(|_| {}),
+    };
+    let joined = NodeStore::join(shared.clone(), &cluster, parts.clock.now_ms(), fence).await;
+    let store = joined.map_err(|e| StartError::Cluster(e.to_string()))?;
+    let mut config = settings.config.clone();
+    config.check_invariants |= parts.runtime == Runtime::Simulation;
+    let coordinator = Coordinator::open(config, parts.clock, parts.rng, store.clone())
+        .await
+        .map_err(|source| StartError::Restore {
+            db: cluster.url.clone(),
+            source,
+        })?;
+    let link = Arc::new(ClusterLink {
+        node: cluster.node_id.clone(),
+        shared: shared.clone(),
+        node_lease_ms: cluster.node_lease_ms,
+        claim_wake: tokio::sync::Notify::new(),
+        presence_wake: tokio::sync::Notify::new(),
+        remote_polls: tokio::sync::Semaphore::new(settings.config.limits.held_polls_max),
+    });
+    coordinator.join_cluster(link.clone());
+    let held = store.take_held();
+    if !held.is_empty() {
+        tracing::warn!(
+            jobs = held.len(),
+            "recovering jobs this node id held before"
+        );
+        coordinator.with(|core, now_ms| core.recover(held, now_ms));
+    }
+    if let Some(payment) = settings.payment.clone() {
+        let settler = match parts.settler {
+            Some(settler) => settler,
+            None => settler_for(&payment)?,
+        };
+        let nonces = Arc::new(SharedNonces {
+            node: cluster.node_id.clone(),
+            shared,
+        });
+        let gate = x402::PaymentGate::new(payment, nonces, settler);
+        coordinator
+            .enable_payments(gate)
+            .expect("a new coordinator has no payment gate yet");
+    }
+    tracing::info!(node = %cluster.node_id, "joined the cluster");
+    let mut tasks = vec![
+        tokio::spawn(crate::coordinator::run_timers(coordinator.clone())),
+        tokio::spawn(crate::node::run_lease(
+            coordinator.clone(),
+            link.clone(),
+            store.clone(),
+        )),
+        tokio::spawn(crate::node::run_presence(
+            coordinator.clone(),
+            link.clone(),
+            store.clone(),
+        )),
+        tokio::spawn(crate::node::run_claims(
+            coordinator.clone(),
+            link.clone(),
+            store,
+        )),
+    ];
+    if let Some(hours) = settings.retention_hours {
+        let retention = crate::node::run_retention(coordinator.clone(), link, hours);
+        tasks.push(tokio::spawn(retention));
+    }
+    Ok(Server {
+        coordinator,
+        store: None,
         tasks,
         serving: None,
         metrics_at: settings.metrics_at,

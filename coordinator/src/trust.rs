@@ -229,6 +229,23 @@ impl Trust {
     ) -> Result<(Pairing, TrustEntry), ClaimError> {
         self.forget_old(now_ms);
         self.expire_live(now_ms);
+        self.claim_allowed(client, now_ms, limits)?;
+        let claimed = self.try_claim(code, provider_pubkey, now_ms);
+        if claimed.is_err() {
+            self.claim_failures_by_client.add(client, now_ms);
+            self.claim_failures.add("", now_ms);
+        }
+        claimed
+    }
+
+    /// Whether `client` may try a claim now: neither its failure budget
+    /// nor everyone's is used up. Counts nothing.
+    pub fn claim_allowed(
+        &mut self,
+        client: &str,
+        now_ms: i64,
+        limits: &Limits,
+    ) -> Result<(), ClaimError> {
         let keys_max = limits.rate_limited_keys_max;
         let limited = |scope| {
             move |l: Limited| ClaimError::RateLimited {
@@ -246,13 +263,14 @@ impl Trust {
             .map_err(limited(LimitScope::Client))?;
         self.claim_failures
             .check("", now_ms, limits.claim_failures_per_minute_max, 1)
-            .map_err(limited(LimitScope::Everyone))?;
-        let claimed = self.try_claim(code, provider_pubkey, now_ms);
-        if claimed.is_err() {
-            self.claim_failures_by_client.add(client, now_ms);
-            self.claim_failures.add("", now_ms);
-        }
-        claimed
+            .map_err(limited(LimitScope::Everyone))
+    }
+
+    /// Takes a pairing as another node stored it (cluster mode): it
+    /// replaces what was known of the code.
+    pub fn learn(&mut self, pairing: Pairing, retention_ms: i64, now_ms: i64) {
+        self.drop_live(&pairing.code);
+        self.remember(pairing, retention_ms, now_ms);
     }
 
     fn try_claim(

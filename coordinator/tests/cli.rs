@@ -145,3 +145,36 @@ fn a_public_url_without_an_origin_refuses_to_start() {
         );
     }
 }
+
+#[test]
+fn cluster_flags_need_a_postgres_db() {
+    for flag in ["--node-id", "--db-schema"] {
+        let stderr = refused(&["--db", ":memory:", flag, "x"]);
+        assert!(stderr.contains("need a postgres:// --db"), "{stderr}");
+    }
+    let out = run(&["--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help_of(&help, "--db").contains("postgres://"), "{help}");
+    assert!(
+        help_of(&help, "--node-id").contains("logs and metrics"),
+        "{help}"
+    );
+}
+
+#[test]
+fn an_unreachable_postgres_db_refuses_to_start() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let out = run(&[
+        "--db",
+        "postgres://nobody@127.0.0.1:1/none",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot join the cluster"), "{stderr}");
+    assert!(
+        !stderr.contains("nobody@"),
+        "the URL is not logged: {stderr}"
+    );
+}

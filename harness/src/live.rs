@@ -32,6 +32,7 @@ pub fn main(
     scenarios: &[Scenario],
     bin: Option<&Path>,
     verbose: Option<&crate::transcript::LineFilter>,
+    cluster: Option<&crate::world::LiveCluster>,
 ) -> ExitCode {
     let bin = match coordinator_bin(bin) {
         Ok(b) => b,
@@ -41,11 +42,18 @@ pub fn main(
         }
     };
     let (live, skipped): (Vec<&Scenario>, Vec<&Scenario>) = scenarios.iter().partition(|s| s.live);
-    println!("live conformance against {}", bin.display());
+    match cluster {
+        Some(c) => println!(
+            "live conformance against {} nodes of {} on PostgreSQL",
+            c.nodes,
+            bin.display()
+        ),
+        None => println!("live conformance against {}", bin.display()),
+    }
     let width = live.iter().map(|s| s.name.len()).max().unwrap_or(8).max(8);
     let mut failed = 0;
     for scenario in &live {
-        let report = run_live(scenario, &bin);
+        let report = run_live(scenario, &bin, cluster);
         let result = match &report.outcome {
             Outcome::Passed => "ok".to_owned(),
             outcome => {

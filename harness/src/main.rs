@@ -48,6 +48,13 @@ struct Args {
     /// With --live: the coordinator binary to start (default: next to this one).
     #[arg(long)]
     coordinator_bin: Option<PathBuf>,
+    /// With --live: run each instance as several coordinator nodes on this
+    /// PostgreSQL database (cluster mode), a schema of its own per instance.
+    #[arg(long, value_name = "postgres://…")]
+    live_db: Option<String>,
+    /// With --live-db: nodes per instance; workers are spread over them.
+    #[arg(long, default_value_t = 3)]
+    live_nodes: usize,
 }
 
 struct Row {
@@ -110,7 +117,16 @@ fn main() -> ExitCode {
         }
     };
     if args.live {
-        return harness::live::main(&scenarios, args.coordinator_bin.as_deref(), filter.as_ref());
+        let cluster = args.live_db.map(|db| harness::world::LiveCluster {
+            db,
+            nodes: args.live_nodes,
+        });
+        return harness::live::main(
+            &scenarios,
+            args.coordinator_bin.as_deref(),
+            filter.as_ref(),
+            cluster.as_ref(),
+        );
     }
 
     let bar = ProgressBar::new(scenarios.len() as u64);

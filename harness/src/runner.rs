@@ -202,14 +202,19 @@ pub mod panics {
 /// Runs `scenario` against live coordinator processes started from `bin`.
 /// Expectations are checked; transcripts are not compared (real time and
 /// real scheduling make them differ from run to run).
-pub fn run_live(scenario: &Scenario, bin: &std::path::Path) -> RunReport {
+/// With `cluster`, each instance is several nodes on one PostgreSQL.
+pub fn run_live(
+    scenario: &Scenario,
+    bin: &std::path::Path,
+    cluster: Option<&crate::world::LiveCluster>,
+) -> RunReport {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a current-thread runtime");
     let report = runtime.block_on(async {
         let failed = |message| RunReport::not_started(scenario, scenario.seed, message);
-        let mut world = match World::build_live(scenario, scenario.seed, bin).await {
+        let mut world = match World::build_live(scenario, scenario.seed, bin, cluster).await {
             Ok(w) => w,
             Err(message) => return failed(message),
         };

@@ -41,10 +41,34 @@ pub struct InstanceHandle {
 pub enum Driver {
     Sim(Box<SimInstance>),
     Live {
-        ws_url: String,
+        /// One per node: a single coordinator has one (see [`LiveCluster`]).
+        ws_urls: Vec<String>,
         /// Killed when dropped.
-        _process: Box<tokio::process::Child>,
+        _processes: Vec<tokio::process::Child>,
     },
+}
+
+/// `harness --live --live-db postgres://… --live-nodes N`: each instance is
+/// N coordinator nodes on that PostgreSQL (a schema of its own per
+/// instance and run), one coordinator in cluster mode. HTTP steps go to
+/// the first node; workers are spread over the nodes in name order, so
+/// jobs, pairings and payments cross nodes.
+#[derive(Debug, Clone)]
+pub struct LiveCluster {
+    pub db: String,
+    pub nodes: usize,
+}
+
+/// A PostgreSQL schema no other instance of any run uses.
+fn live_schema(instance: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let instance: String = instance
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(24)
+        .collect();
+    format!("h{}_{n}_{instance}", std::process::id())
 }
 
 pub struct SimWorker {
@@ -259,6 +283,7 @@ impl World {
         scenario: &Scenario,
         seed: u64,
         bin: &std::path::Path,
+        cluster: Option<&LiveCluster>,
     ) -> Result<Self, String> {
         let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
         let (_, transcript, worker_clock) = clocks(epoch_ms);
@@ -271,10 +296,6 @@ impl World {
                 "127.0.0.1:0".into(),
                 "--network".into(),
                 spec.network.clone(),
-                "--db".into(),
-                ":memory:".into(),
-                "--seed".into(),
-                instance_seed.to_string(),
             ];
             let t = &spec.timing;
             let flags: [(&str, Option<String>); 7] = [
@@ -322,16 +343,48 @@ impl World {
                     facilitator = Some(stub);
                 }
             }
-            let (process, addr) = start_coordinator(bin, &args).await?;
-            transcript.log("harness", format!("started coordinator {name} on {addr}"));
+            let schema = cluster.map(|_| live_schema(name));
+            let mut processes = Vec::new();
+            let mut addrs = Vec::new();
+            for node in 0..cluster.map_or(1, |c| c.nodes.max(1)) {
+                let mut args = args.clone();
+                // Nodes draw their ids from seeds of their own.
+                let seed = instance_seed.wrapping_add(node as u64).to_string();
+                args.extend(["--seed".into(), seed]);
+                match (cluster, &schema) {
+                    (Some(c), Some(schema)) => args.extend([
+                        "--db".into(),
+                        c.db.clone(),
+                        "--db-schema".into(),
+                        schema.clone(),
+                        "--node-id".into(),
+                        format!("{name}-{node}"),
+                    ]),
+                    _ => args.extend(["--db".into(), ":memory:".into()]),
+                }
+                let (process, addr) = start_coordinator(bin, &args).await?;
+                let node_name = match cluster {
+                    Some(_) => format!("{name} node {node}"),
+                    None => name.clone(),
+                };
+                transcript.log(
+                    "harness",
+                    format!("started coordinator {node_name} on {addr}"),
+                );
+                processes.push(process);
+                addrs.push(addr);
+            }
             instances.insert(
                 name.clone(),
                 InstanceHandle {
-                    base_url: format!("http://{addr}"),
+                    base_url: format!("http://{}", addrs[0]),
                     facilitator,
                     driver: Driver::Live {
-                        ws_url: format!("ws://{addr}/v1/workers/ws"),
-                        _process: Box::new(process),
+                        ws_urls: addrs
+                            .iter()
+                            .map(|addr| format!("ws://{addr}/v1/workers/ws"))
+                            .collect(),
+                        _processes: processes,
                     },
                 },
             );
@@ -386,6 +439,8 @@ impl World {
     }
 
     pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
+        // Spreads workers over the nodes of a live cluster, in name order.
+        let index = self.workers.keys().position(|k| k == name).unwrap_or(0);
         let w = self
             .workers
             .get_mut(name)
@@ -435,8 +490,9 @@ impl World {
                     let _ = worker.run(connector).await;
                 })
             }
-            Driver::Live { ws_url, .. } => {
-                let connector = worker_sim::WsConnector::new(ws_url.clone());
+            Driver::Live { ws_urls, .. } => {
+                let ws_url = ws_urls[index % ws_urls.len()].clone();
+                let connector = worker_sim::WsConnector::new(ws_url);
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
                 })

@@ -73,6 +73,11 @@ struct Args {
     /// With --target: the coordinator's pid, for CPU and RSS figures.
     #[arg(long)]
     pid: Option<u32>,
+    /// With --target: connect worker i to the i-th of these nodes (round
+    /// robin, repeatable), other nodes of the same cluster (`--db
+    /// postgres://…`); clients still use --target.
+    #[arg(long = "worker-node")]
+    worker_nodes: Vec<String>,
     /// The coordinator binary (default: `coordinator` next to this binary).
     #[arg(long)]
     coordinator_bin: Option<PathBuf>,
@@ -390,7 +395,11 @@ async fn connect_workers(
     count: u32,
     progress: &ProgressBar,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
-    let ws_url = format!("{}/v1/workers/ws", base.replacen("http://", "ws://", 1));
+    let ws_of = |base: &str| format!("{}/v1/workers/ws", base.replacen("http://", "ws://", 1));
+    let ws_urls: Vec<String> = match args.worker_nodes.is_empty() {
+        true => vec![ws_of(base)],
+        false => args.worker_nodes.iter().map(|b| ws_of(b)).collect(),
+    };
     let epoch_ms = unix_us() / 1000;
     let online_before = workers_online(client, base).await.unwrap_or(0);
     // Workers sign only for the network they serve: the target's.
@@ -426,7 +435,8 @@ async fn connect_workers(
             };
             let mut worker = Worker::new(config, worker_sim::TokioClock::shared(epoch_ms))
                 .map_err(|e| e.to_string())?;
-            let connector = worker_connector(ws_url.clone(), args.nagle_workers);
+            let ws_url = ws_urls[i as usize % ws_urls.len()].clone();
+            let connector = worker_connector(ws_url, args.nagle_workers);
             handles.push(tokio::spawn(async move {
                 let _ = worker.run(connector).await;
             }));

@@ -7,6 +7,7 @@
 
 use clap::Parser;
 use coordinator::config::Config;
+use coordinator::node::{self, ClusterSettings};
 use coordinator::server::{self, MetricsAt, Parts, Runtime, Settings, StartError};
 use coordinator::SystemClock;
 use protocol::money::Price;
@@ -171,9 +172,19 @@ struct Args {
     )]
     public_urls: Vec<String>,
     /// SQLite database file, created if missing; `:memory:` keeps nothing
-    /// across restarts.
+    /// across restarts. A `postgres://…` URL makes this process one node of
+    /// a cluster: every node with the same URL and --network is one
+    /// coordinator (ARCHITECTURE.md, "Several nodes").
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
+    /// With a `postgres://` --db: this node's id, in its logs and metrics.
+    /// Default: `node-` and 8 hex digits from the RNG (unique per process).
+    #[arg(long, env = "COORDINATOR_NODE_ID")]
+    node_id: Option<String>,
+    /// With a `postgres://` --db: the PostgreSQL schema to keep the tables
+    /// in (created if missing), so several clusters can share a database.
+    #[arg(long, env = "COORDINATOR_DB_SCHEMA")]
+    db_schema: Option<String>,
     /// Completed and failed jobs older than this are deleted (checked every
     /// 5 minutes). 0 keeps them until `--kept-bytes-max` refuses commits.
     #[arg(long, env = "COORDINATOR_RETENTION_HOURS", default_value_t = 24)]
@@ -265,15 +276,32 @@ impl Args {
                 Some(_) => MetricsAt::Apart,
                 None => MetricsAt::Api,
             },
+            cluster: self.cluster_settings()?,
         })
+    }
+
+    /// Cluster mode, when --db is a PostgreSQL URL; the node id is filled
+    /// in from the RNG in `main` when not given.
+    fn cluster_settings(&self) -> Result<Option<ClusterSettings>, String> {
+        if !node::is_postgres_url(&self.db) {
+            if self.node_id.is_some() || self.db_schema.is_some() {
+                return Err("--node-id and --db-schema need a postgres:// --db".into());
+            }
+            return Ok(None);
+        }
+        Ok(Some(ClusterSettings {
+            url: self.db.clone(),
+            schema: self.db_schema.clone(),
+            node_id: self.node_id.clone().unwrap_or_default(),
+            node_lease_ms: node::NODE_LEASE_MS,
+        }))
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_logs(args.log_format);
-    let settings = match args.settings() {
+    let mut settings = match args.settings() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -284,6 +312,13 @@ async fn main() -> ExitCode {
         Some(seed) => ChaCha20Rng::seed_from_u64(seed),
         None => ChaCha20Rng::from_entropy(),
     };
+    if let Some(cluster) = &mut settings.cluster {
+        if cluster.node_id.is_empty() {
+            cluster.node_id = node::default_node_id(&rng);
+        }
+    }
+    let node_id = settings.cluster.as_ref().map(|c| c.node_id.clone());
+    init_logs(args.log_format, node_id.clone());
     let parts = Parts {
         clock: Arc::new(SystemClock),
         rng,
@@ -309,7 +344,13 @@ async fn main() -> ExitCode {
         }
     };
     let addr = listener.local_addr().map_or(args.listen, |a| a);
-    tracing::info!(%addr, network = %args.network, db = %args.db, "coordinator listening on http://{addr}");
+    // The URL may hold a password: name only the kind of store.
+    let db = if node_id.is_some() {
+        "postgres"
+    } else {
+        args.db.as_str()
+    };
+    tracing::info!(%addr, network = %args.network, db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
     }
@@ -333,19 +374,29 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, node_id: Option<String>) {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs
+    match (format, node_id) {
+        (LogFormat::Text, None) => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
         // The request span's fields (request_id) sit in `span` and `spans`.
-        LogFormat::Json => logs.json().init(),
+        (LogFormat::Json, None) => logs.json().init(),
+        (LogFormat::Text, Some(node)) => {
+            let inner = tracing_subscriber::fmt::format().with_ansi(false);
+            logs.event_format(node::NodeLogs { node, inner }).init()
+        }
+        (LogFormat::Json, Some(node)) => {
+            let inner = tracing_subscriber::fmt::format().json();
+            logs.json()
+                .event_format(node::NodeLogs { node, inner })
+                .init()
+        }
     }
 }
 

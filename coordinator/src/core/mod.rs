@@ -14,6 +14,7 @@
 //! changed (`assert_invariants`), and the whole check every few hundred
 //! events.
 
+mod cluster;
 mod invariants;
 mod restore;
 #[cfg(test)]
@@ -461,6 +462,11 @@ impl Core {
         {
             return Err(Refused::NoTrustedWorker);
         }
+        self.room_for(submission)
+    }
+
+    /// Whether the queue and the byte budgets have room for a job.
+    fn room_for(&self, submission: &JobSubmission) -> Result<(), Refused> {
         if self.pending_count >= self.config.limits.queue_len_max {
             return Err(Refused::QueueFull);
         }
@@ -545,6 +551,17 @@ impl Core {
         if payment.is_none() {
             self.admit(&submission, tier, now_ms)?;
         }
+        Ok(self.enter(submission, tier, payment, now_ms))
+    }
+
+    /// Creates an admitted (or paid) job and places it.
+    fn enter(
+        &mut self,
+        submission: JobSubmission,
+        tier: Tier,
+        payment: Option<Payment>,
+        now_ms: i64,
+    ) -> Uuid {
         let job = self.new_job(submission, tier, payment, now_ms);
         let id = job.id;
         self.queued_bytes += job.footprint_bytes;
@@ -555,7 +572,7 @@ impl Core {
             self.paid.insert(nonce, id);
             self.changes.push(Change::NonceSpent(nonce));
         }
-        Ok(id)
+        id
     }
 
     /// The job a payment bought, if it is this submission on this tier, and

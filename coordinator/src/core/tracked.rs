@@ -102,6 +102,16 @@ impl Jobs {
         self.map.insert(job.id, job);
     }
 
+    /// Takes a job out (a cluster node hands it back to the shared store);
+    /// noted like a change, its share after is zero.
+    pub fn remove(&mut self, id: &Uuid) -> Option<Arc<Job>> {
+        let job = self.map.remove(id)?;
+        if let Some(touched) = &mut self.touched {
+            touched.entry(*id).or_insert_with(|| JobShare::of(&job));
+        }
+        Some(job)
+    }
+
     /// Drops the jobs `keep` refuses. Not noted: the caller asks for a
     /// whole check instead.
     pub fn retain(&mut self, keep: impl FnMut(&Uuid, &mut Arc<Job>) -> bool) {

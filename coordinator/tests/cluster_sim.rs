@@ -1,0 +1,112 @@
+//! Cluster mode in one process, deterministic: two nodes started through
+//! `server::start_node` on the in-memory shared store, under tokio's
+//! paused clock, as the simulation will run them (the node shell reads no
+//! wall clock; its intervals are tokio time). Checks the node shell itself:
+//! a job committed on one node reaches a worker connected to the other, a
+//! poll on a node that does not hold a job reads it from the store, and a
+//! backlog of pool jobs no worker can take fails at its pending deadline,
+//! however many there are.
+
+mod common;
+
+use common::{call, TestWorker, Wire, EPOCH_MS};
+use coordinator::cluster::{MemoryShared, SharedStore};
+use coordinator::config::Config;
+use coordinator::node::ClusterSettings;
+use coordinator::server::{self, Parts, Runtime, Server, Settings};
+use coordinator::TokioClock;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PENDING_TIMEOUT_MS: i64 = 5_000;
+
+async fn node(shared: &Arc<MemoryShared>, name: &str, seed: u64) -> Server {
+    let mut config = Config::default();
+    config.timing.pending_timeout_ms = PENDING_TIMEOUT_MS;
+    let settings = Settings {
+        config,
+        ..Settings::default()
+    };
+    let parts = Parts {
+        clock: Arc::new(TokioClock::new(EPOCH_MS)),
+        rng: ChaCha20Rng::seed_from_u64(seed),
+        runtime: Runtime::Simulation,
+        settler: None,
+    };
+    let cluster = ClusterSettings {
+        url: "memory".into(),
+        schema: None,
+        node_id: name.into(),
+        node_lease_ms: coordinator::node::NODE_LEASE_MS,
+    };
+    let shared: Arc<dyn SharedStore> = shared.clone();
+    server::start_node(settings, parts, cluster, shared)
+        .await
+        .expect("node starts")
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_nodes_share_jobs_and_fail_a_backlog_on_time() {
+    let shared = Arc::new(MemoryShared::default());
+    let a = node(&shared, "a", 1).await;
+    let b = node(&shared, "b", 2).await;
+    let mut worker =
+        TestWorker::connect(Wire::channel(b.coordinator()), 5, &["LLM_INFER"], 1).await;
+
+    let committed = call(
+        &a.app(),
+        "POST",
+        "/v1/jobs/commit/fast",
+        Some(common::llm_job("u")),
+    )
+    .await;
+    assert_eq!(committed.status, 201);
+    let id = committed.body["job_id"].as_str().unwrap().to_owned();
+    let assigned = worker.expect_assign().await;
+    assert_eq!(assigned.job_id.to_string(), id, "B's worker gets A's job");
+    // A long poll on A, which does not hold the job, waits for its change.
+    let app = a.app();
+    let uri = format!("/v1/jobs/{id}?wait_ms=20000");
+    let held = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let res = call(&app, "GET", &uri, None).await;
+        (res, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!held.is_finished(), "the poll is held");
+    worker.complete(&assigned).await;
+    let (polled, waited) = held.await.unwrap();
+    assert_eq!(polled.body["status"], "completed", "A reads what B holds");
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "woken by the change, not the wait: {waited:?}"
+    );
+    let held_by_a = a
+        .coordinator()
+        .read(|core| core.job(&id.parse().unwrap()).is_some());
+    assert!(!held_by_a, "A holds no job it released");
+
+    // More TASK jobs than one claim takes, and no worker for TASK.
+    let backlog = coordinator::node::CLAIM_BATCH_MAX + 44;
+    let mut ids = Vec::with_capacity(backlog);
+    for _ in 0..backlog {
+        let res = call(
+            &a.app(),
+            "POST",
+            "/v1/jobs/commit/cheap",
+            Some(common::task_job("u")),
+        )
+        .await;
+        assert_eq!(res.status, 201);
+        ids.push(res.body["job_id"].as_str().unwrap().to_owned());
+    }
+    let past_deadline_ms = PENDING_TIMEOUT_MS as u64 + coordinator::node::CLAIM_INTERVAL_MS + 100;
+    tokio::time::sleep(Duration::from_millis(past_deadline_ms)).await;
+    for id in &ids {
+        let polled = call(&b.app(), "GET", &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(polled.body["status"], "failed", "job {id}: {}", polled.body);
+        assert_eq!(polled.body["result"]["error"], "no_eligible_worker");
+    }
+}
