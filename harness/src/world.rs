@@ -259,6 +259,7 @@ impl World {
                     lease_ms: spec
                         .node_lease_ms
                         .unwrap_or(coordinator::node::NODE_LEASE_MS),
+                    transcript: transcript.clone(),
                 });
                 let mut settings = settings.clone();
                 // Each node is published under its own host name.
@@ -679,6 +680,7 @@ impl World {
             tokio::time::sleep(std::time::Duration::from_millis(down_ms)).await;
             loop {
                 if sim.start().await.is_ok() {
+                    sim.log("started again");
                     return;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
@@ -1076,6 +1078,8 @@ struct SimNode {
     /// recovers what it still holds.
     id: String,
     lease_ms: i64,
+    /// Where its supervisor says what it did.
+    transcript: Transcript,
 }
 
 /// How often a fenced node's supervisor tries to start it again (it cannot
@@ -1173,13 +1177,22 @@ impl SimInstance {
         Box::pin(async move {
             fenced.notified().await;
             self.crash();
+            self.log("fenced by the shared store; crashed");
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
                 if self.start().await.is_ok() {
+                    self.log("rejoined the shared store");
                     return;
                 }
             }
         })
+    }
+
+    /// Logs a node's line under its id (nothing for a single coordinator).
+    fn log(&self, line: &str) {
+        if let Some(node) = &self.node {
+            node.transcript.log(&node.id, line);
+        }
     }
 
     /// Stops the running generation gracefully, then ends it as its
