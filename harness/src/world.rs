@@ -628,7 +628,7 @@ impl World {
     pub async fn restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
         let sim = self.node(name, node)?;
         sim.crash();
-        sim.start().await
+        sim.rejoin().await
     }
 
     /// Node `node` of an instance: 0 is the driver's.
@@ -678,12 +678,8 @@ impl World {
         sim.crash();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(down_ms)).await;
-            loop {
-                if sim.start().await.is_ok() {
-                    sim.log("started again");
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
+            if sim.rejoin().await.is_ok() {
+                sim.log("started again");
             }
         });
         Ok(())
@@ -724,7 +720,7 @@ impl World {
     pub async fn graceful_restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
         let sim = self.node(name, node)?;
         sim.shutdown().await;
-        sim.start().await
+        sim.rejoin().await
     }
 
     /// Arms a crash of `name` right after its store's next write of kind
@@ -1178,14 +1174,29 @@ impl SimInstance {
             fenced.notified().await;
             self.crash();
             self.log("fenced by the shared store; crashed");
-            loop {
-                tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
-                if self.start().await.is_ok() {
-                    self.log("rejoined the shared store");
-                    return;
-                }
-            }
+            tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
+            // However long the partition lasts.
+            while self.rejoin().await.is_err() {}
+            self.log("rejoined the shared store");
         })
+    }
+
+    /// Starts a generation; a node that cannot join yet (the store is out
+    /// of reach, or its own id's lease has not lapsed) is tried again every
+    /// [`REJOIN_RETRY_MS`], as a supervisor restarts a process that exited,
+    /// for at most [`DOWN_WAIT_MS`].
+    pub async fn rejoin(&self) -> Result<(), String> {
+        let mut waited_ms = 0;
+        loop {
+            match self.start().await {
+                Err(e) if self.node.is_some() && waited_ms < DOWN_WAIT_MS => {
+                    tracing::debug!(error = %e, "node cannot join yet");
+                    tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
+                    waited_ms += REJOIN_RETRY_MS;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Logs a node's line under its id (nothing for a single coordinator).
