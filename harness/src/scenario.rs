@@ -1101,6 +1101,52 @@ mod tests {
     }
 
     #[test]
+    fn several_nodes_are_checked_at_load() {
+        let file = |instance: &str, rest: &str| {
+            format!(
+                "schema_version = 1\nname = \"n\"\nseed = 1\nlive = false\n\
+                 [instances.chain_a]\nnetwork = \"eip155:84532\"\n{instance}\n{rest}"
+            )
+        };
+        let err = |instance: &str, rest: &str| Scenario::parse(&file(instance, rest)).unwrap_err();
+        let ok = |instance: &str, rest: &str| Scenario::parse(&file(instance, rest)).unwrap();
+        let step = |s: &str| format!("[[steps]]\ninstance = {{ name = \"chain_a\", {s} }}\n");
+        assert_eq!(
+            ok("", "").instances["chain_a"].nodes,
+            1,
+            "one node by default"
+        );
+        assert!(err("nodes = 4", "").contains("nodes must be 1 to 3"));
+        assert!(err("node_lease_ms = 500", "").contains("needs nodes > 1"));
+        let partition = step("action = \"partition\", node = 1, duration_ms = 5000");
+        ok("nodes = 2", &partition);
+        assert!(err("", &partition).contains("has 1 node"));
+        assert!(err("nodes = 2", &step("action = \"partition\", node = 1"))
+            .contains("partition needs duration_ms"));
+        assert!(err(
+            "nodes = 2",
+            &step("action = \"crash\", node = 2, duration_ms = 1")
+        )
+        .contains("node 2: instance chain_a has 2 node(s)"));
+        assert!(err("nodes = 2", &step("action = \"stop\", node = 1"))
+            .contains("node goes with restart"));
+        assert!(
+            err("nodes = 2", &step("action = \"restart\", duration_ms = 1"))
+                .contains("duration_ms goes with partition or crash")
+        );
+        assert!(err(
+            "nodes = 2",
+            "[[workers]]\nname = \"w\"\nnode = 2\n[[steps]]\nadvance = \"1s\"\n"
+        )
+        .contains("worker w: instance chain_a has 2 node(s)"));
+        assert!(err(
+            "nodes = 2",
+            "[[steps]]\nhttp = { path = \"/v1/health\", node = 5 }\n"
+        )
+        .contains("instance chain_a has 2 node(s)"));
+    }
+
+    #[test]
     fn a_step_without_an_action_is_refused_at_its_table() {
         let err = load_error("[[steps]]\nname = \"nothing\"\n");
         assert_error(
