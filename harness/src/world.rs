@@ -479,9 +479,36 @@ impl World {
         Ok(())
     }
 
-    pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
-        // Spreads workers over the nodes of a live cluster, in name order.
+    /// The node of its instance a worker connects to: its `node`, or by
+    /// default spread over the nodes in name order (live clusters too).
+    fn worker_node(&self, name: &str, nodes: usize) -> usize {
         let index = self.workers.keys().position(|k| k == name).unwrap_or(0);
+        match self.workers.get(name).and_then(|w| w.node) {
+            Some(node) => node as usize,
+            None => index % nodes.max(1),
+        }
+    }
+
+    /// The simulated host a worker dials: its node's (`chain-a-n1.sim`), so
+    /// network faults on the worker's link hit the node it is connected to.
+    pub fn worker_host(&self, name: &str) -> Option<String> {
+        let w = self.workers.get(name)?;
+        let instance = self.instances.get(&w.instance)?;
+        let node = self.worker_node(name, 1 + instance.more_nodes.len());
+        Some(node_host(&w.instance, node as u32))
+    }
+
+    pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
+        // The node it dials: of the simulated instance, or of a live cluster.
+        let nodes = self
+            .workers
+            .get(name)
+            .and_then(|w| self.instances.get(&w.instance))
+            .map_or(1, |i| match &i.driver {
+                Driver::Sim(_) => 1 + i.more_nodes.len(),
+                Driver::Live { ws_urls, .. } => ws_urls.len(),
+            });
+        let node = self.worker_node(name, nodes);
         let w = self
             .workers
             .get_mut(name)
@@ -525,8 +552,7 @@ impl World {
             .with_observer(Arc::new(observer));
         w.task = Some(match &instance.driver {
             Driver::Sim(first) => {
-                let nodes = 1 + instance.more_nodes.len();
-                let sim = match w.node.map_or(index % nodes, |n| n as usize) {
+                let sim = match node {
                     0 => &**first,
                     n => &instance.more_nodes[n - 1],
                 };
@@ -537,7 +563,7 @@ impl World {
                 })
             }
             Driver::Live { ws_urls, .. } => {
-                let ws_url = ws_urls[index % ws_urls.len()].clone();
+                let ws_url = ws_urls[node].clone();
                 let connector = worker_sim::WsConnector::new(ws_url);
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
