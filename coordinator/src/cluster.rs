@@ -145,7 +145,11 @@ pub trait SharedStore: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct MemoryShared {
     inner: Mutex<Tables>,
-    pool_tx: watch::Sender<u64>,
+    /// One channel per subscriber, in subscription order: a change is sent
+    /// to each in that order, so the nodes wake in a fixed order (one
+    /// shared `watch` wakes its receivers in an order of tokio's choosing,
+    /// which the simulation must not depend on).
+    pool_tx: Mutex<Vec<watch::Sender<u64>>>,
 }
 
 #[derive(Debug, Default)]
@@ -184,7 +188,7 @@ impl Default for MemoryShared {
     fn default() -> Self {
         Self {
             inner: Mutex::new(Tables::default()),
-            pool_tx: watch::channel(0).0,
+            pool_tx: Mutex::default(),
         }
     }
 }
@@ -204,6 +208,26 @@ impl MemoryShared {
 
     pub fn heal(&self, node: &str) {
         self.tables().cut.remove(node);
+    }
+
+    /// Everything stored, whoever holds it: every job as last committed
+    /// (in id order), pairings and trust, for the simulation's end-of-run
+    /// checks.
+    pub fn snapshot(&self) -> Snapshot {
+        let t = self.tables();
+        Snapshot {
+            jobs: t.jobs.values().map(|r| (*r.job).clone()).collect(),
+            pairings: t.pairings.values().cloned().collect(),
+            trust: t.trust.values().map(|(_, e)| e.clone()).collect(),
+        }
+    }
+
+    /// Tells every subscriber, in subscription order, that the pool changed.
+    fn pool_changed_now(&self) {
+        let subscribers = self.pool_tx.lock().unwrap_or_else(|p| p.into_inner());
+        for tx in subscribers.iter() {
+            tx.send_modify(|n| *n += 1);
+        }
     }
 
     /// Who holds `id`: `Some(None)` for a job in the pool.
@@ -356,7 +380,7 @@ impl SharedStore for MemoryShared {
                 }
             }
             if pooled {
-                self.pool_tx.send_modify(|n| *n += 1);
+                self.pool_changed_now();
             }
             Ok(())
         })
@@ -523,7 +547,11 @@ impl SharedStore for MemoryShared {
     }
 
     fn pool_changed(&self) -> watch::Receiver<u64> {
-        self.pool_tx.subscribe()
+        let (tx, rx) = watch::channel(0);
+        let mut subscribers = self.pool_tx.lock().unwrap_or_else(|p| p.into_inner());
+        subscribers.retain(|tx| !tx.is_closed());
+        subscribers.push(tx);
+        rx
     }
 }
 

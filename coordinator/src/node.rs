@@ -152,6 +152,13 @@ impl NodeStore {
         self.fenced.load(Ordering::SeqCst)
     }
 
+    /// Stops writing, as a killed process does (the simulation's crash):
+    /// what was not committed is lost, and the fence does not run.
+    pub fn halt(&self) {
+        self.fenced.store(true, Ordering::SeqCst);
+        self.written.send_modify(|_| {});
+    }
+
     /// Stops the node: no flush succeeds any more, and the fence runs once.
     pub fn fence(&self, why: &ClusterError) {
         if !self.fenced.swap(true, Ordering::SeqCst) {

@@ -191,6 +191,11 @@ pub struct Server {
     tasks: Vec<JoinHandle<()>>,
     serving: Option<JoinHandle<()>>,
     metrics_at: MetricsAt,
+    /// A node's: notified once when the shared store fences it (in the
+    /// simulation; a real process exits instead).
+    fenced: Option<Arc<tokio::sync::Notify>>,
+    /// A node's store, halted by [`Server::crash`].
+    node_store: Option<Arc<crate::node::NodeStore>>,
 }
 
 /// Opens the store, restores the state it holds, gates payments and starts
@@ -271,6 +276,8 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
         tasks,
         serving: None,
         metrics_at: settings.metrics_at,
+        fenced: None,
+        node_store: None,
     })
 }
 
@@ -286,6 +293,7 @@ pub async fn start_node(
 ) -> Result<Server, StartError> {
     use crate::node::{ClusterLink, NodeStore, SharedNonces};
     let settings = settings.validate()?;
+    let fenced = Arc::new(tokio::sync::Notify::new());
     let fence: crate::node::Fence = match parts.runtime {
         // Another node may own this node's jobs now: stop at once, as a
         // crash would; a supervisor restarts the process, which joins again.
@@ -293,7 +301,11 @@ pub async fn start_node(
             eprintln!("error: {why}; stopping");
             std::process::exit(75);
         }),
-        Runtime::Simulation => Arc::new(|_| {}),
+        // The harness crashes the node when this fires (its supervisor).
+        Runtime::Simulation => {
+            let fenced = fenced.clone();
+            Arc::new(move |_| fenced.notify_one())
+        }
     };
     let joined = NodeStore::join(shared.clone(), &cluster, parts.clock.now_ms(), fence).await;
     let store = joined.map_err(|e| StartError::Cluster(e.to_string()))?;
@@ -352,9 +364,10 @@ pub async fn start_node(
         tokio::spawn(crate::node::run_claims(
             coordinator.clone(),
             link.clone(),
-            store,
+            store.clone(),
         )),
     ];
+    let node_store = store;
     if let Some(hours) = settings.retention_hours {
         let retention = crate::node::run_retention(coordinator.clone(), link, hours);
         tasks.push(tokio::spawn(retention));
@@ -365,6 +378,8 @@ pub async fn start_node(
         tasks,
         serving: None,
         metrics_at: settings.metrics_at,
+        fenced: Some(fenced),
+        node_store: Some(node_store),
     })
 }
 
@@ -387,6 +402,12 @@ fn settler_for(payment: &x402::PaymentConfig) -> Result<Arc<dyn x402::Settler>, 
 impl Server {
     pub fn coordinator(&self) -> &Coordinator {
         &self.coordinator
+    }
+
+    /// A node's fence signal: notified once when the shared store fenced
+    /// it (simulation only); `None` for a single coordinator.
+    pub fn fenced(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.fenced.clone()
     }
 
     /// The database, unless started with [`NO_STORE`].
@@ -479,6 +500,9 @@ impl Server {
     /// connections are the network's to cut.
     pub fn crash(self) {
         if let Some(store) = &self.store {
+            store.halt();
+        }
+        if let Some(store) = &self.node_store {
             store.halt();
         }
         for task in self.tasks.iter().chain(&self.serving) {

@@ -94,12 +94,13 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
                 .filter(|w| spec.workers.is_empty() || spec.workers.contains(&w.name))
             {
                 for name in crate::check::worker_names(w) {
-                    workers.insert(name, sim_host(&w.instance));
+                    let host = world.worker_host(&name);
+                    workers.insert(name, host.unwrap_or_else(|| sim_host(&w.instance)));
                 }
             }
             for name in &spec.workers {
-                if let Some(w) = world.workers.get(name) {
-                    workers.insert(name.clone(), sim_host(&w.instance));
+                if let Some(host) = world.worker_host(name) {
+                    workers.insert(name.clone(), host);
                 }
             }
             Target::Workers {
@@ -123,10 +124,16 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
                     spec.delay.as_ref().map_or(Duration::ZERO, |d| d.duration),
                 ),
             };
+            // A worker's link goes to the node it is connected to.
+            let dialled = world
+                .workers
+                .get(&peer)
+                .filter(|w| w.instance == host)
+                .and_then(|_| world.worker_host(&peer));
             Target::Link {
                 net: net()?,
+                host: dialled.unwrap_or_else(|| sim_host(&host)),
                 peer,
-                host: sim_host(&host),
                 label: host,
                 fault,
             }

@@ -345,7 +345,7 @@ impl Injector {
                 self.broken = true;
             }
             (Target::Instance(sim), Event::Restart) => {
-                if let Err(e) = sim.start().await {
+                if let Err(e) = sim.rejoin().await {
                     self.log(format!("restart failed: {e}"));
                     return;
                 }

@@ -509,16 +509,31 @@ async fn run_worker_control(
 }
 
 async fn run_instance_control(control: &InstanceControl, world: &mut World) -> Result<(), String> {
-    let at = control.write.map_or(String::new(), |w| format!(" {w}"));
+    let mut at = control.write.map_or(String::new(), |w| format!(" {w}"));
+    if let Some(node) = control.node {
+        at.push_str(&format!(" node {node}"));
+    }
+    if let Some(ms) = control.duration_ms {
+        at.push_str(&format!(" for {ms} ms"));
+    }
     world.transcript.log(
         "harness",
         format!("instance {} {}{at}", control.name, control.action),
     );
+    let node = control.node.unwrap_or(0);
     match control.action {
         InstanceAction::Stop => world.set_instance_up(&control.name, false),
         InstanceAction::Start => world.set_instance_up(&control.name, true),
-        InstanceAction::Restart => world.restart_instance(&control.name).await,
-        InstanceAction::GracefulRestart => world.graceful_restart_instance(&control.name).await,
+        InstanceAction::Restart => world.restart_node(&control.name, node).await,
+        InstanceAction::GracefulRestart => world.graceful_restart_node(&control.name, node).await,
+        InstanceAction::Partition => {
+            let ms = control.duration_ms.ok_or("partition needs duration_ms")?;
+            world.partition_node(&control.name, node, ms)
+        }
+        InstanceAction::Crash => {
+            let ms = control.duration_ms.ok_or("crash needs duration_ms")?;
+            world.crash_node(&control.name, node, ms)
+        }
         InstanceAction::CrashAfter => {
             let write = match control.write.ok_or("crash_after needs write")? {
                 StoreWriteKind::NonceReserved => StoreWrite::NonceReserved,
@@ -585,7 +600,8 @@ fn run_facilitator_control(control: &FacilitatorControl, world: &World) -> Resul
 /// `pay`, answers a 402 like a paying client and sends again.
 async fn run_http(call: &HttpCall, world: &mut World, vars: &mut Vars) -> Result<Answer, String> {
     let path = matcher::render_str(&call.path, vars)?;
-    let url = format!("{}{}", world.base_url(&call.instance)?, path);
+    let base = world.node_url(&call.instance, call.node.unwrap_or(0))?;
+    let url = format!("{base}{path}");
     let method: axum::http::Method = call
         .method
         .parse()
@@ -902,6 +918,15 @@ fn check_invariants(scenario: &Scenario, world: &World) -> Result<(), String> {
         let crate::world::Driver::Sim(sim) = &instance.driver else {
             continue;
         };
+        if let Some(snapshot) = world.cluster_snapshot(name) {
+            // Several nodes: what every running node holds is checked, and
+            // the shared store holds every job whoever owns it.
+            for node in world.nodes(name) {
+                node.check_core()?;
+            }
+            snapshots.insert(name.clone(), snapshot);
+            continue;
+        }
         let Some(store) = sim.store() else {
             return Err(format!("{name} is not running at the end of the run"));
         };

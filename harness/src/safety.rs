@@ -45,6 +45,7 @@ pub const INVARIANTS: &[&str] = &[
     "private_before_auth",
     "payment_bought_two_jobs",
     "unpaid_job_dispatched",
+    "node_fenced_unprovoked",
 ];
 
 /// What one simulated instance holds at the end of the run.
@@ -78,6 +79,7 @@ pub fn check(
         .collect();
     let mut found = Vec::new();
     found.extend(check_lines(lines, instances, workers, &jobs).err());
+    found.extend(check_fences(lines).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
     }
@@ -88,6 +90,35 @@ pub fn check(
         Some(v) => Err(v),
         None => Ok(()),
     }
+}
+
+/// A node of a several-node instance is fenced by the shared store only
+/// after it was cut from it (a `partition` step): otherwise two nodes
+/// disagreed about who holds a job, which the conditional writes caught
+/// (for example two nodes claimed the same pool job).
+fn check_fences(lines: &[String]) -> Result<(), Violation> {
+    let mut partitioned = std::collections::BTreeSet::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some((actor, rest)) = split(line) else {
+            continue;
+        };
+        if actor == "harness" {
+            // `instance chain_a partition node 2 for 8000 ms`
+            let words: Vec<&str> = rest.split(' ').collect();
+            if let ["instance", name, "partition", "node", i, ..] = words[..] {
+                partitioned.insert(format!("{name}-{i}"));
+            }
+            continue;
+        }
+        if rest.starts_with("fenced by the shared store") && !partitioned.contains(actor) {
+            return Err(Violation {
+                invariant: "node_fenced_unprovoked",
+                message: format!("node {actor} was fenced though never cut from the store"),
+                line: Some(n),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A transcript line split as `[+S.mmm] actor rest`.
@@ -420,6 +451,22 @@ mod tests {
             "attempts": 1, "payment_ref": payment_ref, "deadline_ms": 1, "seq": 1,
         }))
         .expect("a job")
+    }
+
+    #[test]
+    fn a_fence_needs_a_partition_of_that_node() {
+        let lines = |partition: &str| -> Vec<String> {
+            vec![
+                format!(
+                    "[+1.000s] harness instance chain_a partition node {partition} for 8000 ms"
+                ),
+                "[+2.500s] chain_a-2 fenced by the shared store; crashed".into(),
+            ]
+        };
+        assert_eq!(check_fences(&lines("2")), Ok(()));
+        let v = check_fences(&lines("1")).unwrap_err();
+        assert_eq!(v.invariant, "node_fenced_unprovoked");
+        assert_eq!(v.line, Some(1));
     }
 
     fn trust(user: &str, key: &str) -> TrustEntry {

@@ -117,6 +117,45 @@ pub struct Instance {
     /// Prices per tier and job type (version 2); the others keep the defaults.
     #[serde(default)]
     pub prices: crate::terms::PriceOverrides,
+    /// Coordinator nodes sharing one in-memory shared store (1 to
+    /// [`NODES_MAX`]); 1 is the single coordinator on its own store.
+    #[serde(default = "one")]
+    pub nodes: u32,
+    /// Several nodes: how long a node's lease lasts without renewal.
+    pub node_lease_ms: Option<i64>,
+}
+
+/// The most nodes a simulated instance may have.
+pub const NODES_MAX: u32 = 3;
+
+impl Instance {
+    /// Whether it is several nodes on a shared store.
+    pub fn is_cluster(&self) -> bool {
+        self.nodes > 1
+    }
+
+    fn check(&self, name: &str, live: bool) -> Result<(), String> {
+        if !(1..=NODES_MAX).contains(&self.nodes) {
+            return Err(format!("instance {name}: nodes must be 1 to {NODES_MAX}"));
+        }
+        if self.is_cluster() && live {
+            return Err(format!(
+                "instance {name}: nodes > 1 only in the simulation (live: --live-nodes)"
+            ));
+        }
+        if self.node_lease_ms.is_some() && !self.is_cluster() {
+            return Err(format!("instance {name}: node_lease_ms needs nodes > 1"));
+        }
+        if self
+            .node_lease_ms
+            .is_some_and(|ms| !(100..=600_000).contains(&ms))
+        {
+            return Err(format!(
+                "instance {name}: node_lease_ms must be 100 to 600000"
+            ));
+        }
+        Ok(())
+    }
 }
 
 choice!(
@@ -246,6 +285,9 @@ pub struct WorkerSpec {
     /// Use the key of this earlier worker (version 2): a second session
     /// with an existing worker's key.
     pub key_of: Option<String>,
+    /// The node of a several-node instance it connects to; by default the
+    /// workers are spread over the nodes in name order.
+    pub node: Option<u32>,
 }
 
 fn chain_a() -> String {
@@ -560,6 +602,8 @@ pub struct HttpCall {
     /// The client sending it, with its own address (per-client limits
     /// count it apart); by default the one shared scenario client.
     pub client: Option<String>,
+    /// The node of a several-node instance it goes to (default 0).
+    pub node: Option<u32>,
 }
 
 /// How the payer treats the 402 answer.
@@ -726,6 +770,13 @@ choice!(
         /// Arm a crash right after the instance's next store write of
         /// kind `write`; the instance restarts at the next step.
         CrashAfter => "crash_after",
+        /// Cut one node of a several-node instance from the shared store
+        /// for `duration_ms`: its lease lapses, it fences itself and
+        /// crashes, and it rejoins once the store is back.
+        Partition => "partition",
+        /// Crash one node of a several-node instance (`node`); its
+        /// supervisor starts it again after `duration_ms`.
+        Crash => "crash",
     }
 );
 
@@ -736,6 +787,11 @@ pub struct InstanceControl {
     pub name: String,
     pub action: InstanceAction,
     pub write: Option<StoreWriteKind>,
+    /// The node of a several-node instance it acts on (`restart`,
+    /// `graceful_restart`, `partition`, `crash`).
+    pub node: Option<u32>,
+    /// How long a `partition` lasts, or a `crash` stays down.
+    pub duration_ms: Option<u64>,
 }
 
 choice!(
@@ -766,7 +822,57 @@ pub struct Sockets {
 impl InstanceControl {
     /// `write` names the crash point of `crash_after` and means nothing
     /// for the other actions.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self, instances: &BTreeMap<String, Instance>) -> Result<(), String> {
+        let nodes = instances.get(&self.name).map_or(1, |i| i.nodes);
+        let node_action = matches!(
+            self.action,
+            InstanceAction::Restart
+                | InstanceAction::GracefulRestart
+                | InstanceAction::Partition
+                | InstanceAction::Crash
+        );
+        let timed = matches!(
+            self.action,
+            InstanceAction::Partition | InstanceAction::Crash
+        );
+        match self.node {
+            Some(_) if !node_action => {
+                return Err(format!(
+                    "node goes with restart, graceful_restart, partition or crash, not with {}",
+                    self.action
+                ))
+            }
+            Some(n) if n >= nodes => {
+                return Err(format!(
+                    "node {n}: instance {} has {nodes} node(s)",
+                    self.name
+                ))
+            }
+            None if timed => return Err(format!("{} needs node", self.action)),
+            _ => {}
+        }
+        if timed && nodes < 2 {
+            return Err(format!(
+                "{} needs an instance with nodes > 1; {} has 1",
+                self.action, self.name
+            ));
+        }
+        if self.action == InstanceAction::CrashAfter && nodes > 1 {
+            return Err("crash_after needs a single-node instance (it arms a SQLite write)".into());
+        }
+        match self.duration_ms {
+            None if timed => return Err(format!("{} needs duration_ms", self.action)),
+            Some(ms) if timed && (ms == 0 || ms > 3_600_000) => {
+                return Err("duration_ms must be 1 to 3600000".into())
+            }
+            Some(_) if !timed => {
+                return Err(format!(
+                    "duration_ms goes with partition or crash, not with {}",
+                    self.action
+                ))
+            }
+            _ => {}
+        }
         match (self.action, self.write) {
             (InstanceAction::CrashAfter, None) => Err(format!(
                 "crash_after needs write = one of {}",
@@ -858,16 +964,38 @@ impl Scenario {
             }
             if let Action::Instance(control) = &step.action {
                 control
-                    .check()
+                    .check(&scenario.instances)
                     .map_err(|e| format!("step {}: {e}", i + 1))?;
             }
+            if let Action::Http(call) = &step.action {
+                let nodes = scenario
+                    .instances
+                    .get(&call.instance)
+                    .map_or(1, |i| i.nodes);
+                if call.node.is_some_and(|n| n >= nodes) {
+                    return Err(format!(
+                        "step {}: instance {} has {nodes} node(s)",
+                        i + 1,
+                        call.instance
+                    ));
+                }
+            }
+        }
+        for (name, instance) in &scenario.instances {
+            instance.check(name, scenario.live)?;
         }
         for w in &scenario.workers {
             w.latency
                 .parse::<worker_sim::Latency>()
                 .map_err(|e| format!("worker {}: {e}", w.name))?;
-            if !scenario.instances.contains_key(&w.instance) {
+            let Some(instance) = scenario.instances.get(&w.instance) else {
                 return Err(format!("worker {}: no instance {:?}", w.name, w.instance));
+            };
+            if w.node.is_some_and(|n| n >= instance.nodes) {
+                return Err(format!(
+                    "worker {}: instance {} has {} node(s)",
+                    w.name, w.instance, instance.nodes
+                ));
             }
         }
         Ok(scenario)
@@ -970,6 +1098,52 @@ mod tests {
         );
         let err = load_error("[[steps]]\nhttp = { path = \"/\", bogus = 1 }\n");
         assert_error(&err, 9, "unknown field `bogus`");
+    }
+
+    #[test]
+    fn several_nodes_are_checked_at_load() {
+        let file = |instance: &str, rest: &str| {
+            format!(
+                "schema_version = 1\nname = \"n\"\nseed = 1\nlive = false\n\
+                 [instances.chain_a]\nnetwork = \"eip155:84532\"\n{instance}\n{rest}"
+            )
+        };
+        let err = |instance: &str, rest: &str| Scenario::parse(&file(instance, rest)).unwrap_err();
+        let ok = |instance: &str, rest: &str| Scenario::parse(&file(instance, rest)).unwrap();
+        let step = |s: &str| format!("[[steps]]\ninstance = {{ name = \"chain_a\", {s} }}\n");
+        assert_eq!(
+            ok("", "").instances["chain_a"].nodes,
+            1,
+            "one node by default"
+        );
+        assert!(err("nodes = 4", "").contains("nodes must be 1 to 3"));
+        assert!(err("node_lease_ms = 500", "").contains("needs nodes > 1"));
+        let partition = step("action = \"partition\", node = 1, duration_ms = 5000");
+        ok("nodes = 2", &partition);
+        assert!(err("", &partition).contains("has 1 node"));
+        assert!(err("nodes = 2", &step("action = \"partition\", node = 1"))
+            .contains("partition needs duration_ms"));
+        assert!(err(
+            "nodes = 2",
+            &step("action = \"crash\", node = 2, duration_ms = 1")
+        )
+        .contains("node 2: instance chain_a has 2 node(s)"));
+        assert!(err("nodes = 2", &step("action = \"stop\", node = 1"))
+            .contains("node goes with restart"));
+        assert!(
+            err("nodes = 2", &step("action = \"restart\", duration_ms = 1"))
+                .contains("duration_ms goes with partition or crash")
+        );
+        assert!(err(
+            "nodes = 2",
+            "[[workers]]\nname = \"w\"\nnode = 2\n[[steps]]\nadvance = \"1s\"\n"
+        )
+        .contains("worker w: instance chain_a has 2 node(s)"));
+        assert!(err(
+            "nodes = 2",
+            "[[steps]]\nhttp = { path = \"/v1/health\", node = 5 }\n"
+        )
+        .contains("instance chain_a has 2 node(s)"));
     }
 
     #[test]

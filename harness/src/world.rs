@@ -14,6 +14,7 @@
 
 use crate::scenario::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use crate::transcript::Transcript;
+use coordinator::cluster::MemoryShared;
 use coordinator::config::Config;
 use coordinator::server::{self, Server, Settings};
 use coordinator::sqlite::{SqliteStore, StoreWrite};
@@ -35,6 +36,10 @@ pub struct InstanceHandle {
     /// The scripted facilitator, when the instance settles through one.
     pub facilitator: Option<testkit::FacilitatorStub>,
     pub driver: Driver,
+    /// Nodes 1.. of a several-node simulated instance (node 0 is the
+    /// driver's), with the store they share.
+    pub more_nodes: Vec<SimInstance>,
+    pub shared: Option<Arc<MemoryShared>>,
 }
 
 /// How an instance runs.
@@ -83,6 +88,9 @@ pub struct SimWorker {
     key_seed: u64,
     /// Frames of `send_frame` steps, into the running worker.
     outbox: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// The node of a several-node instance it connects to (by default
+    /// spread in name order).
+    node: Option<u32>,
 }
 
 impl SimWorker {
@@ -117,6 +125,15 @@ pub struct World {
 /// `chain_a` -> `chain-a.sim`, its host name on the simulated network.
 pub fn sim_host(name: &str) -> String {
     format!("{}.sim", name.replace('_', "-"))
+}
+
+/// Node `i` of a several-node instance: node 0 is `chain-a.sim`, as a
+/// single coordinator, the others `chain-a-n1.sim`, `chain-a-n2.sim`.
+pub fn node_host(name: &str, i: u32) -> String {
+    match i {
+        0 => sim_host(name),
+        i => format!("{}-n{i}.sim", name.replace('_', "-")),
+    }
 }
 
 /// `chain_a` -> `http://chain-a.sim`.
@@ -231,24 +248,46 @@ impl World {
                 settings.payment = Some(config);
                 settler = Some(s);
             }
-            let sim = SimInstance {
-                settings,
-                settler,
-                seed,
-                generation: Arc::default(),
-                clock: clock.clone(),
-                host: sim_host(name),
-                net: net.clone(),
-                process: Arc::default(),
-                crashed: Arc::new(AtomicBool::new(false)),
-            };
-            sim.start().await?;
+            // Several nodes: one shared store kept across node generations,
+            // and a seed per node after the instance's, in node order.
+            let shared = spec.is_cluster().then(|| Arc::new(MemoryShared::default()));
+            let mut nodes = Vec::new();
+            for i in 0..spec.nodes {
+                let node = shared.as_ref().map(|shared| SimNode {
+                    shared: shared.clone(),
+                    id: format!("{name}-{i}"),
+                    lease_ms: spec
+                        .node_lease_ms
+                        .unwrap_or(coordinator::node::NODE_LEASE_MS),
+                    transcript: transcript.clone(),
+                });
+                let mut settings = settings.clone();
+                // Each node is published under its own host name.
+                settings.config.public_urls = vec![format!("http://{}", node_host(name, i))];
+                let sim = SimInstance {
+                    settings,
+                    settler: settler.clone(),
+                    seed: if i == 0 { seed } else { master.gen() },
+                    generation: Arc::default(),
+                    clock: clock.clone(),
+                    host: node_host(name, i),
+                    net: net.clone(),
+                    process: Arc::default(),
+                    crashed: Arc::new(AtomicBool::new(false)),
+                    node,
+                };
+                sim.start().await?;
+                nodes.push(sim);
+            }
+            let first = nodes.remove(0);
             instances.insert(
                 name.clone(),
                 InstanceHandle {
                     base_url: sim_url(name),
                     facilitator,
-                    driver: Driver::Sim(Box::new(sim)),
+                    driver: Driver::Sim(Box::new(first)),
+                    more_nodes: nodes,
+                    shared,
                 },
             );
         }
@@ -386,6 +425,8 @@ impl World {
                             .collect(),
                         _processes: processes,
                     },
+                    more_nodes: Vec::new(),
+                    shared: None,
                 },
             );
         }
@@ -438,9 +479,36 @@ impl World {
         Ok(())
     }
 
-    pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
-        // Spreads workers over the nodes of a live cluster, in name order.
+    /// The node of its instance a worker connects to: its `node`, or by
+    /// default spread over the nodes in name order (live clusters too).
+    fn worker_node(&self, name: &str, nodes: usize) -> usize {
         let index = self.workers.keys().position(|k| k == name).unwrap_or(0);
+        match self.workers.get(name).and_then(|w| w.node) {
+            Some(node) => node as usize,
+            None => index % nodes.max(1),
+        }
+    }
+
+    /// The simulated host a worker dials: its node's (`chain-a-n1.sim`), so
+    /// network faults on the worker's link hit the node it is connected to.
+    pub fn worker_host(&self, name: &str) -> Option<String> {
+        let w = self.workers.get(name)?;
+        let instance = self.instances.get(&w.instance)?;
+        let node = self.worker_node(name, 1 + instance.more_nodes.len());
+        Some(node_host(&w.instance, node as u32))
+    }
+
+    pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
+        // The node it dials: of the simulated instance, or of a live cluster.
+        let nodes = self
+            .workers
+            .get(name)
+            .and_then(|w| self.instances.get(&w.instance))
+            .map_or(1, |i| match &i.driver {
+                Driver::Sim(_) => 1 + i.more_nodes.len(),
+                Driver::Live { ws_urls, .. } => ws_urls.len(),
+            });
+        let node = self.worker_node(name, nodes);
         let w = self
             .workers
             .get_mut(name)
@@ -483,7 +551,11 @@ impl World {
             .with_outbox(scripted)
             .with_observer(Arc::new(observer));
         w.task = Some(match &instance.driver {
-            Driver::Sim(sim) => {
+            Driver::Sim(first) => {
+                let sim = match node {
+                    0 => &**first,
+                    n => &instance.more_nodes[n - 1],
+                };
                 let url = format!("ws://{}/v1/workers/ws", sim.host);
                 let connector = simnet::SimWsConnector::new(&sim.net, name, url);
                 tokio::spawn(async move {
@@ -491,7 +563,7 @@ impl World {
                 })
             }
             Driver::Live { ws_urls, .. } => {
-                let ws_url = ws_urls[index % ws_urls.len()].clone();
+                let ws_url = ws_urls[node].clone();
                 let connector = worker_sim::WsConnector::new(ws_url);
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
@@ -573,9 +645,92 @@ impl World {
     /// `kill -9`), and a new one recovers from what was committed. Workers
     /// reconnect by themselves.
     pub async fn restart_instance(&mut self, name: &str) -> Result<(), String> {
-        let sim = self.sim_instance(name)?;
+        self.restart_node(name, 0).await
+    }
+
+    /// Crashes and restarts node `node` of an instance (0 for a single
+    /// coordinator): a node rejoins the shared store under its id and
+    /// recovers the jobs it still holds.
+    pub async fn restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
+        let sim = self.node(name, node)?;
         sim.crash();
-        sim.start().await
+        sim.rejoin().await
+    }
+
+    /// Node `node` of an instance: 0 is the driver's.
+    pub fn node(&self, name: &str, node: u32) -> Result<SimInstance, String> {
+        let first = self.instance_handle(name)?;
+        match node {
+            0 => Ok(first),
+            n => self.instances[name]
+                .more_nodes
+                .get(n as usize - 1)
+                .cloned()
+                .ok_or_else(|| format!("instance {name} has no node {n}")),
+        }
+    }
+
+    /// The base URL of node `node` of an instance.
+    pub fn node_url(&self, name: &str, node: u32) -> Result<String, String> {
+        match node {
+            0 => self.base_url(name),
+            n => Ok(format!("http://{}", self.node(name, n)?.host)),
+        }
+    }
+
+    /// Cuts node `node` from the instance's shared store for `duration_ms`
+    /// (then heals it). The node's lease lapses, it fences itself, the
+    /// harness crashes it, and it rejoins once the store answers again.
+    pub fn partition_node(&self, name: &str, node: u32, duration_ms: u64) -> Result<(), String> {
+        let sim = self.node(name, node)?;
+        let shared = self.instances[name]
+            .shared
+            .clone()
+            .ok_or_else(|| format!("instance {name} is a single node"))?;
+        let id = sim.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+        shared.cut(&id);
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(duration_ms)).await;
+            shared.heal(&id);
+        });
+        Ok(())
+    }
+
+    /// Crashes node `node` of an instance; its supervisor starts it again
+    /// `down_ms` later (the others take over its jobs if its lease lapses
+    /// meanwhile).
+    pub fn crash_node(&self, name: &str, node: u32, down_ms: u64) -> Result<(), String> {
+        let sim = self.node(name, node)?;
+        sim.crash();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(down_ms)).await;
+            if sim.rejoin().await.is_ok() {
+                sim.log("started again");
+            }
+        });
+        Ok(())
+    }
+
+    /// What the shared store of a several-node instance holds.
+    pub fn cluster_snapshot(&self, name: &str) -> Option<coordinator::store::Snapshot> {
+        self.instances
+            .get(name)?
+            .shared
+            .as_ref()
+            .map(|s| s.snapshot())
+    }
+
+    /// Every node of an instance, node 0 first (simulation only).
+    pub fn nodes(&self, name: &str) -> Vec<SimInstance> {
+        let Some(instance) = self.instances.get(name) else {
+            return Vec::new();
+        };
+        let Driver::Sim(first) = &instance.driver else {
+            return Vec::new();
+        };
+        let mut all = vec![(**first).clone()];
+        all.extend(instance.more_nodes.iter().cloned());
+        all
     }
 
     /// Stops a simulated instance as SIGTERM stops the binary (the same
@@ -584,9 +739,14 @@ impl World {
     /// committed), then the process exits and a new one starts on the same
     /// database. Workers reconnect by themselves.
     pub async fn graceful_restart_instance(&mut self, name: &str) -> Result<(), String> {
-        let sim = self.sim_instance(name)?;
+        self.graceful_restart_node(name, 0).await
+    }
+
+    /// A graceful restart of one node of an instance.
+    pub async fn graceful_restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
+        let sim = self.node(name, node)?;
         sim.shutdown().await;
-        sim.start().await
+        sim.rejoin().await
     }
 
     /// Arms a crash of `name` right after its store's next write of kind
@@ -633,8 +793,8 @@ impl World {
     /// Waits until every simulated instance's store has committed what it
     /// was handed, so end-of-run checks read the final state.
     pub async fn settle(&self) {
-        for instance in self.instances.values() {
-            if let Driver::Sim(sim) = &instance.driver {
+        for name in self.instances.keys() {
+            for sim in self.nodes(name) {
                 if let Some(coordinator) = sim.coordinator() {
                     let _ = coordinator.durable().await;
                 }
@@ -794,6 +954,7 @@ fn assemble(
                     public_key,
                     trace: spec.trace,
                     start: spec.start,
+                    node: spec.node,
                     task: None,
                     key_seed,
                     outbox: None,
@@ -927,7 +1088,25 @@ pub struct SimInstance {
     process: Arc<Mutex<Process>>,
     /// Set by an armed crash (`crash_after`).
     crashed: Arc<AtomicBool>,
+    /// A node of a several-node instance: started on the shared store.
+    node: Option<SimNode>,
 }
+
+/// What makes a simulated instance one node of several.
+#[derive(Clone)]
+struct SimNode {
+    shared: Arc<MemoryShared>,
+    /// `{instance}-{i}`, kept across generations: a restarted node
+    /// recovers what it still holds.
+    id: String,
+    lease_ms: i64,
+    /// Where its supervisor says what it did.
+    transcript: Transcript,
+}
+
+/// How often a fenced node's supervisor tries to start it again (it cannot
+/// join while the store is out of reach).
+const REJOIN_RETRY_MS: u64 = 1_000;
 
 #[derive(Default)]
 struct Process {
@@ -973,10 +1152,24 @@ impl SimInstance {
             runtime: server::Runtime::Simulation,
             settler: self.settler.clone(),
         };
-        let mut started = server::start(self.settings.clone(), parts)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut started = match &self.node {
+            None => server::start(self.settings.clone(), parts).await,
+            Some(node) => {
+                let cluster = coordinator::node::ClusterSettings {
+                    url: "memory".into(),
+                    schema: None,
+                    node_id: node.id.clone(),
+                    node_lease_ms: node.lease_ms,
+                };
+                let shared: Arc<dyn coordinator::cluster::SharedStore> = node.shared.clone();
+                server::start_node(self.settings.clone(), parts, cluster, shared).await
+            }
+        }
+        .map_err(|e| e.to_string())?;
         started.serve(self.net.listen(&self.host), |_| {});
+        if let Some(fenced) = started.fenced() {
+            tokio::spawn(self.clone().supervise(fenced));
+        }
         let mut process = self.process();
         process.server = Some(started);
         process.keeper = None;
@@ -992,6 +1185,50 @@ impl SimInstance {
         if let Some(server) = process.server.take() {
             process.keeper = server.store().cloned();
             server.crash();
+        }
+    }
+
+    /// A node's supervisor: once the shared store fences the generation,
+    /// crashes it (a real node exits) and starts a new one as soon as it
+    /// can join again.
+    /// (Boxed: it starts generations, which spawn it.)
+    fn supervise(
+        self,
+        fenced: Arc<tokio::sync::Notify>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            fenced.notified().await;
+            self.crash();
+            self.log("fenced by the shared store; crashed");
+            tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
+            // However long the partition lasts.
+            while self.rejoin().await.is_err() {}
+            self.log("rejoined the shared store");
+        })
+    }
+
+    /// Starts a generation; a node that cannot join yet (the store is out
+    /// of reach, or its own id's lease has not lapsed) is tried again every
+    /// [`REJOIN_RETRY_MS`], as a supervisor restarts a process that exited,
+    /// for at most [`DOWN_WAIT_MS`].
+    pub async fn rejoin(&self) -> Result<(), String> {
+        let mut waited_ms = 0;
+        loop {
+            match self.start().await {
+                Err(e) if self.node.is_some() && waited_ms < DOWN_WAIT_MS => {
+                    tracing::debug!(error = %e, "node cannot join yet");
+                    tokio::time::sleep(std::time::Duration::from_millis(REJOIN_RETRY_MS)).await;
+                    waited_ms += REJOIN_RETRY_MS;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Logs a node's line under its id (nothing for a single coordinator).
+    fn log(&self, line: &str) {
+        if let Some(node) = &self.node {
+            node.transcript.log(&node.id, line);
         }
     }
 
@@ -1051,7 +1288,7 @@ impl SimInstance {
     }
 
     /// The current generation's coordinator.
-    fn coordinator(&self) -> Option<coordinator::Coordinator> {
+    pub fn coordinator(&self) -> Option<coordinator::Coordinator> {
         self.process()
             .server
             .as_ref()
