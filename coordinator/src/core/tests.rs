@@ -435,8 +435,12 @@ fn a_failed_job_goes_to_another_worker_when_there_is_one() {
     let u = r.commit(Tier::Fast);
     r.reject(w1, u);
     assert_eq!(r.status(u), JobStatus::Pending, "w2 is busy with v");
-    // When the other worker leaves, the job goes back to the one that failed it.
+    // When the other worker leaves, the job goes back to the one that failed
+    // it, after the leaving worker's older job (commit order).
     r.unregister(w2);
+    assert_eq!(r.holder(v), Some(w1));
+    assert_eq!(r.status(u), JobStatus::Pending);
+    r.complete(w1, v);
     assert_eq!(r.holder(u), Some(w1));
 }
 
