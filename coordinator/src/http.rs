@@ -619,7 +619,10 @@ async fn poll(
         Some(record) => Some(record),
         None => crate::node::shared_record(&c, id, wait_ms)
             .await
-            .map_err(|_| ApiError::Internal)?,
+            .map_err(|e| {
+                tracing::error!(error = %e, job = %id, "reading a job from the shared store failed");
+                ApiError::Internal
+            })?,
     };
     // Memory runs ahead of the disk under group commit: show a state (a
     // `completed`, say) only once it would survive a crash.

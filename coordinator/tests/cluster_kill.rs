@@ -62,17 +62,7 @@ async fn start_node(url: &str, schema: &str, i: usize) -> Node {
         .spawn()
         .expect("coordinator binary starts");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("node {i} exited before listening");
-    })
-    .await
-    .expect("a node listens within 30 s");
+    let base = common::wait_listening(&mut lines, Duration::from_secs(30)).await;
     // Keep draining stderr so the child never blocks on a full pipe; the
     // take-over lines are the ones worth seeing when this test fails.
     tokio::spawn(async move {

@@ -72,17 +72,7 @@ async fn start(db: &Path) -> Running {
         .spawn()
         .expect("coordinator binary starts");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("coordinator exited before listening");
-    })
-    .await
-    .expect("coordinator listens within 20 s");
+    let base = common::wait_listening(&mut lines, Duration::from_secs(20)).await;
     // Keep draining stderr so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     // The listener is bound before the state is restored; wait for the API.

@@ -334,3 +334,23 @@ pub fn pay(r: &Response, seed: u64) -> (String, String) {
     let h = signer.pay(&required, NOW_S, &mut rng).unwrap();
     (h.name.to_owned(), h.value)
 }
+
+/// Waits (at most `within`) for a coordinator process's log line
+/// `listening on http://…` among `lines` (its stderr) and returns that base
+/// URL; panics if the process exits first.
+pub async fn wait_listening<R>(lines: &mut tokio::io::Lines<R>, within: Duration) -> String
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    tokio::time::timeout(within, async {
+        while let Some(line) = lines.next_line().await.expect("stderr readable") {
+            if let Some(at) = line.find("listening on http://") {
+                let rest = &line[at + "listening on ".len()..];
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("the coordinator exited before listening");
+    })
+    .await
+    .expect("the coordinator listens in time")
+}
