@@ -753,19 +753,35 @@ fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String
         let mut payload: Value =
             serde_json::from_slice(&b64.decode(&value).map_err(|e| e.to_string())?)
                 .map_err(|e| e.to_string())?;
-        let sig = payload["payload"]["signature"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let forged = format!(
-            "{}11{}",
-            &sig[..sig.len().saturating_sub(4)],
-            &sig[sig.len().saturating_sub(2)..]
-        );
+        let sig = payload["payload"]["signature"].as_str().unwrap_or_default();
+        let forged = forge_signature(sig)?;
         payload["payload"]["signature"] = json!(forged);
         value = b64.encode(payload.to_string());
     }
     Ok((signed.name.to_owned(), value))
+}
+
+/// A signature that differs from `sig` (a `0x`-prefixed 65-byte hex string)
+/// in one bit of the last byte of `s`, so it no longer verifies. Flipping a
+/// bit always changes it; setting the byte to a constant, as this once did,
+/// left one signature in 256 untouched, and live runs (whose signatures
+/// change with the wall clock) then paid with a valid one.
+fn forge_signature(sig: &str) -> Result<String, String> {
+    let digits = sig.strip_prefix("0x").unwrap_or(sig);
+    if digits.len() != 130 || !digits.is_ascii() {
+        return Err(format!(
+            "cannot forge a signature that is not 65 bytes of hex: {sig}"
+        ));
+    }
+    let at = digits.len() - 4;
+    let byte = u8::from_str_radix(&digits[at..at + 2], 16)
+        .map_err(|e| format!("cannot forge a signature that is not hex: {e}"))?;
+    Ok(format!(
+        "0x{}{:02x}{}",
+        &digits[..at],
+        byte ^ 0x01,
+        &digits[at + 2..]
+    ))
 }
 
 /// Commits `count` jobs, then polls until each is completed or failed; the
@@ -1044,4 +1060,33 @@ fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
         .collect();
     let skip = lines.len().saturating_sub(HISTORY_LINES_MAX);
     lines.into_iter().skip(skip).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forge_signature;
+
+    /// A 65-byte signature whose `s` ends in `byte`, with `v` = 0x1b.
+    fn signature_ending(byte: &str) -> String {
+        format!("0x{}{byte}1b", "ab".repeat(62))
+    }
+
+    #[test]
+    fn a_forged_signature_always_differs() {
+        for byte in 0..=255u8 {
+            let sig = signature_ending(&format!("{byte:02x}"));
+            let forged = forge_signature(&sig).unwrap();
+            assert_ne!(forged, sig, "byte {byte:02x}");
+            assert_eq!(forged.len(), sig.len());
+            // Only the last byte of `s` changes; `r` and `v` are kept.
+            assert_eq!(forged[..sig.len() - 4], sig[..sig.len() - 4]);
+            assert_eq!(forged[sig.len() - 2..], sig[sig.len() - 2..]);
+        }
+    }
+
+    #[test]
+    fn a_signature_that_is_not_65_bytes_of_hex_is_not_forged() {
+        assert!(forge_signature("0x1234").is_err());
+        assert!(forge_signature(&signature_ending("zz")).is_err());
+    }
 }
