@@ -100,7 +100,8 @@ pub trait SharedStore: Send + Sync + 'static {
     /// is due, FAST before CHEAP then commit order, at most `want.max`.
     fn claim(&self, node: &str, want: &Want, now_ms: i64) -> Call<'_, Vec<Job>>;
     /// Takes over the non-terminal jobs of every other node whose lease
-    /// lapsed before `now_ms`, and forgets those nodes.
+    /// lapsed before `now_ms` (each node's in commit order), and forgets
+    /// those nodes.
     fn take_over_lapsed(&self, node: &str, now_ms: i64) -> Call<'_, Vec<Job>>;
     /// A job as last committed, whoever holds it.
     fn job(&self, id: Uuid) -> Call<'_, Option<Job>>;
@@ -426,13 +427,17 @@ impl SharedStore for MemoryShared {
                 t.nodes.remove(&dead);
                 t.presence.remove(&dead);
                 t.release_reserved_by(&dead);
+                let mut theirs = Vec::new();
                 for row in t.jobs.values_mut() {
                     if row.owner.as_deref() == Some(dead.as_str()) && !row.job.status.is_terminal()
                     {
                         row.owner = Some(node.to_owned());
-                        taken.push((*row.job).clone());
+                        theirs.push((row.cseq, (*row.job).clone()));
                     }
                 }
+                // In commit order, as PostgreSQL returns them.
+                theirs.sort_by_key(|(cseq, _)| *cseq);
+                taken.extend(theirs.into_iter().map(|(_, job)| job));
             }
             Ok(taken)
         })

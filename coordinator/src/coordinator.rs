@@ -85,6 +85,9 @@ struct Inner {
     /// Set once in cluster mode (`crate::node`): the core then keeps no
     /// pending job, and idle workers wake the claim loop.
     cluster: std::sync::OnceLock<Arc<crate::node::ClusterLink>>,
+    /// Called when the state lock is found poisoned, before this panics:
+    /// a real process exits there (see [`Coordinator::on_poisoned`]).
+    on_poisoned: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 struct State {
@@ -187,6 +190,7 @@ impl Coordinator {
             metrics: Metrics::new(),
             worker_origins,
             cluster: std::sync::OnceLock::new(),
+            on_poisoned: std::sync::OnceLock::new(),
         });
         Self { inner }
     }
@@ -313,12 +317,29 @@ impl Coordinator {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock would leave the core half-changed;
-        // there is no safe way on, so poisoning is not recovered from.
-        self.inner
-            .state
-            .lock()
-            .expect("coordinator state lock poisoned")
+        match self.inner.state.lock() {
+            Ok(state) => state,
+            Err(_) => self.poisoned(),
+        }
+    }
+
+    /// A panic while holding the lock may have left the core half-changed;
+    /// there is no safe way on, so poisoning is not recovered from: the
+    /// hook runs (a real process exits), else this panics.
+    #[cold]
+    fn poisoned(&self) -> ! {
+        if let Some(hook) = self.inner.on_poisoned.get() {
+            hook();
+        }
+        panic!("coordinator state lock poisoned")
+    }
+
+    /// Sets what happens when a panic has poisoned the state lock, before
+    /// the lock's user panics too; once. The binary exits: otherwise every
+    /// later request would answer 500 while the process looks alive (and,
+    /// in cluster mode, keeps its node lease and so its jobs).
+    pub fn on_poisoned(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.inner.on_poisoned.set(Box::new(hook));
     }
 
     fn flush(&self, state: &mut State) {
@@ -591,5 +612,38 @@ pub(crate) async fn run_timers(c: Coordinator) {
             _ = c.inner.timer_wake.notified() => {}
             _ = sleep => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A panic inside an event poisons the state; the next user of the
+    /// lock runs the hook (the binary exits there) before panicking too,
+    /// rather than leaving the process up to answer 500 to everything.
+    #[test]
+    fn a_poisoned_state_runs_the_hook_before_anything_else_happens() {
+        let c = Coordinator::new(
+            Config::default(),
+            Arc::new(protocol::clock::FixedClock(0)),
+            ChaCha20Rng::seed_from_u64(1),
+            Arc::new(crate::store::MemoryStore::default()),
+        );
+        let called = Arc::new(AtomicUsize::new(0));
+        let seen = called.clone();
+        c.on_poisoned(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
+        c.read(|_| ());
+        assert_eq!(called.load(Ordering::SeqCst), 0, "not before a panic");
+        let event = catch_unwind(AssertUnwindSafe(|| c.with(|_, _| panic!("a broken event"))));
+        assert!(event.is_err());
+        let next = catch_unwind(AssertUnwindSafe(|| c.read(|_| ())));
+        assert!(next.is_err(), "the poisoned state is not used");
+        assert_eq!(called.load(Ordering::SeqCst), 1);
     }
 }

@@ -245,6 +245,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
             db: settings.db.clone(),
             source,
         })?;
+    exit_when_poisoned(&coordinator, parts.runtime);
     if let Some(store) = &store {
         store.record_metrics(coordinator.metrics().store());
     }
@@ -317,6 +318,7 @@ pub async fn start_node(
             db: cluster.url.clone(),
             source,
         })?;
+    exit_when_poisoned(&coordinator, parts.runtime);
     let link = Arc::new(ClusterLink {
         node: cluster.node_id.clone(),
         shared: shared.clone(),
@@ -545,6 +547,22 @@ async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
         } else if forgotten > 0 {
             tracing::info!(forgotten, "retention: old terminal jobs deleted");
         }
+    }
+}
+
+/// A real process whose state lock a panic poisoned exits with status 70
+/// (EX_SOFTWARE), as a crash would: a supervisor restarts it on its store
+/// (in cluster mode its lease lapses and the others take its jobs), where
+/// staying up would answer 500 to everything. Found live: a broken
+/// invariant on take-over left a node up and serving 500s until its lease
+/// task, the one that had panicked, let the lease lapse. The simulation
+/// keeps the panic, which the harness reports.
+fn exit_when_poisoned(coordinator: &Coordinator, runtime: Runtime) {
+    if runtime == Runtime::Os {
+        coordinator.on_poisoned(|| {
+            tracing::error!("a panic left the coordinator's state half-changed: exiting");
+            std::process::exit(70);
+        });
     }
 }
 

@@ -64,9 +64,18 @@ async fn start_node(url: &str, schema: &str, i: usize) -> Node {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let base = common::wait_listening(&mut lines, Duration::from_secs(30)).await;
     // Keep draining stderr so the child never blocks on a full pipe; the
-    // take-over lines are the ones worth seeing when this test fails.
+    // take-over lines are the ones worth seeing when this test fails. With
+    // CLUSTER_TEST_LOG_DIR set, each node's whole log goes to a file there.
+    let mut full = std::env::var_os("CLUSTER_TEST_LOG_DIR").map(|dir| {
+        let path = std::path::Path::new(&dir).join(format!("{schema}-n{i}.log"));
+        std::fs::File::create(&path).expect("log file")
+    });
     tokio::spawn(async move {
+        use std::io::Write;
         while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(file) = full.as_mut() {
+                let _ = writeln!(file, "{line}");
+            }
             if line.contains("WARN") || line.contains("ERROR") {
                 eprintln!("{line}");
             }

@@ -542,6 +542,37 @@ async fn a_code_drawn_twice_stays_its_first_users(shared: &dyn SharedStore) {
     );
 }
 
+/// A dead node's jobs come back in commit order; the survivor places them
+/// FAST first, as every placement does: its one free worker takes the dead
+/// node's FAST job, not the older CHEAP one (found live: the tier-order
+/// invariant broke on take-over, and the node's lock was poisoned).
+async fn a_dead_nodes_fast_job_is_placed_before_its_older_cheap_one(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
+    for key in ["0xa1", "0xa2"] {
+        a.core.register(key, vec![LLM], 1, T0).unwrap();
+    }
+    a.end_event(shared, T0).await.unwrap();
+    let cheap = a.commit(shared, Tier::Cheap, T0).await;
+    let fast = a.commit(shared, Tier::Fast, T0).await;
+    // A dies: B renews, A does not.
+    shared
+        .renew("b", T0 + LEASE_MS / 2, LEASE_MS)
+        .await
+        .unwrap();
+    let lapsed_ms = T0 + LEASE_MS + 1;
+    let taken = shared.take_over_lapsed("b", lapsed_ms).await.unwrap();
+    let ids: Vec<Uuid> = taken.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [cheap, fast], "taken over in commit order");
+
+    let worker = b.core.register("0xb", vec![LLM], 1, lapsed_ms).unwrap();
+    b.core.recover(taken, lapsed_ms);
+    b.end_event(shared, lapsed_ms).await.unwrap();
+    assert_eq!(b.core.job(&fast).unwrap().worker, Some(worker));
+    let stored = shared.job(cheap).await.unwrap().unwrap();
+    assert_eq!(stored.status, JobStatus::Pending, "the CHEAP job waits");
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -557,6 +588,11 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("cross_node_dispatch", |s| {
         Box::pin(a_job_committed_on_one_node_reaches_an_idle_worker_on_another(s))
+    }),
+    ("take_over_tier_order", |s| {
+        Box::pin(a_dead_nodes_fast_job_is_placed_before_its_older_cheap_one(
+            s,
+        ))
     }),
     ("lapsed_lease", |s| {
         Box::pin(a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(s))

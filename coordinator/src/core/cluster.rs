@@ -72,7 +72,12 @@ impl Core {
     /// of that node would: a held job's interrupted attempt is given back
     /// and the job requeued (or failed `coordinator_restarted` past
     /// `attempts_max` recoveries); a pending one keeps its deadline.
-    pub fn recover(&mut self, jobs: Vec<Job>, now_ms: i64) {
+    ///
+    /// Jobs are placed FAST first, then in the order given (the store's
+    /// commit order), as every placement is: a free worker must not get an
+    /// older CHEAP job while a FAST one it could take waits.
+    pub fn recover(&mut self, mut jobs: Vec<Job>, now_ms: i64) {
+        jobs.sort_by_key(|job| job.tier);
         let recoveries_max = self.config.timing.attempts_max;
         for mut job in jobs {
             let id = job.id;
