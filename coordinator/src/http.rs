@@ -683,19 +683,40 @@ async fn trust_create(
     }
     let user_id =
         validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
-    let pairing = c
-        .with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms))
-        .map_err(create_refused)?;
-    c.durable().await.map_err(|_| ApiError::Internal)?;
-    Ok((
-        StatusCode::CREATED,
-        Json(PairingCode {
-            pairing_code: pairing.code,
-            expires_at: format_ms(pairing.expires_at_ms),
-        }),
-    )
-        .into_response())
+    // Cluster mode: a code another node drew first for another user is
+    // not ours to hand out; draw again (each draw counts against the
+    // create budgets, as a client's retry would).
+    for _ in 0..PAIRING_DRAWS_MAX {
+        let pairing = c
+            .with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms))
+            .map_err(create_refused)?;
+        c.durable().await.map_err(|_| ApiError::Internal)?;
+        let ours = crate::node::pairing_is_ours(&c, &pairing)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "reading a created pairing code back failed");
+                ApiError::Unavailable("the shared store is unavailable; retry".into())
+            })?;
+        if ours {
+            return Ok((
+                StatusCode::CREATED,
+                Json(PairingCode {
+                    pairing_code: pairing.code,
+                    expires_at: format_ms(pairing.expires_at_ms),
+                }),
+            )
+                .into_response());
+        }
+        tracing::warn!("a drawn pairing code is another user's on another node; drawing again");
+    }
+    Err(ApiError::Unavailable(
+        "no unused pairing code could be drawn; retry".into(),
+    ))
 }
+
+/// Draws of a pairing code per create in cluster mode, where a code may be
+/// another node's already (about one in 16.7 M per live code).
+const PAIRING_DRAWS_MAX: usize = 3;
 
 #[utoipa::path(post, path = "/v1/trust/claim", tag = "trust",
     request_body = protocol::api::ClaimPairing,

@@ -631,6 +631,23 @@ pub async fn shared_paid_job(
         .then(|| (job.id, paid_with.response_header.clone()))
 }
 
+/// Cluster mode, after a created code is written: whether the shared store
+/// holds it for `user_id`. Nodes draw codes independently, so two may draw
+/// the same one; the store keeps the first user's (the write is
+/// conditional on the user), and the second must not hand it out: its
+/// user's worker would be paired to the first user. `true` outside
+/// cluster mode.
+pub async fn pairing_is_ours(
+    c: &Coordinator,
+    pairing: &crate::trust::Pairing,
+) -> Result<bool, ClusterError> {
+    let Some(link) = c.cluster() else {
+        return Ok(true);
+    };
+    let stored = link.shared.pairing(&pairing.code).await?;
+    Ok(stored.is_some_and(|stored| stored.user_id == pairing.user_id))
+}
+
 /// Cluster mode, before a pairing claim: makes the code's stored state the
 /// one this node's core judges, and claims it in the shared store first
 /// (compare-and-set), so of two nodes claiming one code only one succeeds.

@@ -110,3 +110,40 @@ async fn two_nodes_share_jobs_and_fail_a_backlog_on_time() {
         assert_eq!(polled.body["result"]["error"], "no_eligible_worker");
     }
 }
+
+/// Nodes draw pairing codes independently, so two may draw the same one
+/// (here certainly: the same seed, the same draws). The store keeps the
+/// first user's; the second user is handed another code, and the worker
+/// that claims the code its user was given is paired to that user, not
+/// to the one who drew the code first.
+#[tokio::test(start_paused = true)]
+async fn a_code_another_node_drew_first_is_not_handed_out() {
+    let shared = Arc::new(MemoryShared::default());
+    let a = node(&shared, "a", 1).await;
+    let b = node(&shared, "b", 1).await;
+    let create = |user: &str| Some(serde_json::json!({ "user_id": user }));
+    let alice = call(&a.app(), "POST", "/v1/trust/create", create("alice")).await;
+    let bob = call(&b.app(), "POST", "/v1/trust/create", create("bob")).await;
+    assert_eq!(alice.status, 201);
+    assert_eq!(bob.status, 201);
+    assert_ne!(
+        alice.body["pairing_code"], bob.body["pairing_code"],
+        "bob is not handed alice's code"
+    );
+    let key =
+        protocol::signing::Keypair::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key_hex();
+    let claim = serde_json::json!({
+        "pairing_code": bob.body["pairing_code"],
+        "provider_pubkey": key,
+    });
+    let claimed = call(&b.app(), "POST", "/v1/trust/claim", Some(claim)).await;
+    assert_eq!(claimed.status, 200, "{:?}", claimed.body);
+    for (user, trusts) in [("bob", true), ("alice", false)] {
+        let uri = format!("/v1/trust/list?user_id={user}");
+        let listed = call(&a.app(), "GET", &uri, None).await;
+        let found = listed.body["providers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["provider_pubkey"] == key.as_str()));
+        assert_eq!(found, trusts, "{user}'s trust list: {:?}", listed.body);
+    }
+}
