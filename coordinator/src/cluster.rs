@@ -135,12 +135,25 @@ pub trait SharedStore: Send + Sync + 'static {
     /// Retention: deletes terminal jobs created before `created_before_ms`
     /// and payment nonces whose `validBefore` passed before `now_s` (a
     /// payment that old is refused as expired). Returns the jobs deleted.
+    /// Budget windows that ended before `now_s` go too.
     fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64>;
+    /// Takes one from the cluster-wide budget `key` in the window starting
+    /// at `window_ms`: true if fewer than `max` were taken in that window
+    /// (this one then counts), false if it is used up. The rate limits that
+    /// must be global (pairing claims and creates) count here.
+    fn take_budget(&self, node: &str, key: &str, window_ms: i64, max: u64) -> Call<'_, bool>;
+    /// Gives one back to `key`'s window: what was taken did not count
+    /// after all (a claim that succeeded, where only failures count).
+    fn give_back_budget(&self, node: &str, key: &str, window_ms: i64) -> Call<'_, ()>;
     /// Counts up on every write that put a job in the pool or wrote trust;
     /// a node waits on it to claim and to learn trust (PostgreSQL: `LISTEN
     /// jobs_pending`).
     fn pool_changed(&self) -> watch::Receiver<u64>;
 }
+
+/// The length of a cluster-wide budget window ([`SharedStore::take_budget`]):
+/// the rate limits that must be global are per minute.
+pub const BUDGET_WINDOW_MS: i64 = 60_000;
 
 /// The shared store as plain data: deterministic, no clock, no I/O.
 #[derive(Debug)]
@@ -166,6 +179,8 @@ struct Tables {
     trust_version: u64,
     nonces: BTreeMap<NonceKey, Nonce>,
     presence: BTreeMap<NodeId, BTreeSet<(String, JobType)>>,
+    /// Taken from each budget, by (key, window start).
+    budgets: BTreeMap<(String, i64), u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -547,8 +562,31 @@ impl SharedStore for MemoryShared {
         let old = |r: &Row| r.job.status.is_terminal() && r.job.created_at_ms < created_before_ms;
         t.jobs.retain(|_, r| !old(r));
         t.nonces.retain(|_, n| n.valid_before_s >= now_s);
+        let now_ms = i64::try_from(now_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+        t.budgets
+            .retain(|(_, window_ms), _| window_ms + BUDGET_WINDOW_MS >= now_ms);
         let deleted = (before - t.jobs.len()) as u64;
         Box::pin(std::future::ready(Ok(deleted)))
+    }
+
+    fn take_budget(&self, node: &str, key: &str, window_ms: i64, max: u64) -> Call<'_, bool> {
+        self.run(node, |t| {
+            let used = t.budgets.entry((key.to_owned(), window_ms)).or_insert(0);
+            let taken = *used < max;
+            if taken {
+                *used += 1;
+            }
+            Ok(taken)
+        })
+    }
+
+    fn give_back_budget(&self, node: &str, key: &str, window_ms: i64) -> Call<'_, ()> {
+        self.run(node, |t| {
+            if let Some(used) = t.budgets.get_mut(&(key.to_owned(), window_ms)) {
+                *used = used.saturating_sub(1);
+            }
+            Ok(())
+        })
     }
 
     fn pool_changed(&self) -> watch::Receiver<u64> {

@@ -4,6 +4,7 @@
 use crate::coordinator::{Coordinator, Watch};
 use crate::core::{CommitError, PaidWith, Payment};
 use crate::error::ApiError;
+use crate::node::BudgetRefused;
 use crate::session;
 use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, LimitScope};
 use crate::validate;
@@ -683,20 +684,47 @@ async fn trust_create(
     }
     let user_id =
         validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
+    let limits = &c.config().limits;
+    let budgets = crate::node::take_budgets(
+        &c,
+        &[
+            (
+                format!("pairing_creates/user/{user_id}"),
+                limits.pairing_creates_per_user_per_minute_max,
+                LimitScope::User,
+            ),
+            (
+                format!("pairing_creates/client/{client}"),
+                limits.pairing_creates_per_client_per_minute_max,
+                LimitScope::Client,
+            ),
+        ],
+    )
+    .await
+    .map_err(|refused| {
+        budget_refused(refused, |scope, retry_after_ms| {
+            create_refused(CreateError::RateLimited {
+                scope,
+                retry_after_ms,
+            })
+        })
+    })?;
     // Cluster mode: a code another node drew first for another user is
     // not ours to hand out; draw again (each draw counts against the
-    // create budgets, as a client's retry would).
+    // node's create budgets, as a client's retry would).
     for _ in 0..PAIRING_DRAWS_MAX {
-        let pairing = c
-            .with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms))
-            .map_err(create_refused)?;
+        let created = c.with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms));
+        let pairing = match created {
+            Ok(pairing) => pairing,
+            Err(e) => {
+                budgets.give_back().await;
+                return Err(create_refused(e));
+            }
+        };
         c.durable().await.map_err(|_| ApiError::Internal)?;
         let ours = crate::node::pairing_is_ours(&c, &pairing)
             .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "reading a created pairing code back failed");
-                ApiError::Unavailable("the shared store is unavailable; retry".into())
-            })?;
+            .map_err(|e| shared_store_unavailable(&e))?;
         if ours {
             return Ok((
                 StatusCode::CREATED,
@@ -726,6 +754,7 @@ const PAIRING_DRAWS_MAX: usize = 3;
         (status = 413, response = crate::openapi::PayloadTooLarge),
         (status = 415, response = crate::openapi::UnsupportedMediaType),
         (status = 429, response = crate::openapi::RateLimited),
+        (status = 503, response = crate::openapi::Unavailable),
     ))]
 async fn trust_claim(
     State(c): State<Coordinator>,
@@ -747,26 +776,62 @@ async fn trust_claim(
     let key = signing::parse_public_key(key)
         .map(|k| signing::public_key_hex(&k))
         .map_err(|_| KeyNotOnCurve);
+    // Cluster mode: the failure budgets are the cluster's, taken before
+    // the code is claimed in the store; a claim that succeeds gives back.
+    let limits = &c.config().limits;
+    let budgets = crate::node::take_budgets(
+        &c,
+        &[
+            (
+                format!("claim_failures/client/{client}"),
+                limits.claim_failures_per_client_per_minute_max,
+                LimitScope::Client,
+            ),
+            (
+                "claim_failures".to_owned(),
+                limits.claim_failures_per_minute_max,
+                LimitScope::Everyone,
+            ),
+        ],
+    )
+    .await
+    .map_err(|refused| {
+        budget_refused(refused, |scope, retry_after_ms| {
+            claim_refused(ClaimError::RateLimited {
+                scope,
+                retry_after_ms,
+            })
+        })
+    })?;
     // Cluster mode: the code may have been made, or claimed, on another node.
     let stored = crate::node::pairing_for_claim(&c, code, key.as_deref().ok(), &client)
         .await
-        .map_err(|_| ApiError::Internal)?;
+        .map_err(|e| shared_store_unavailable(&e))?;
     let claimed = c.with(|core, now_ms| {
         if let Some(pairing) = stored {
             core.learn_pairing(pairing, now_ms);
         }
         core.claim_pairing(code, key.as_deref().map_err(|e| *e), &client, now_ms)
     });
+    // Only failures count: a claim that succeeded, or that the node's own
+    // budgets refused, gives back what it took.
+    if matches!(claimed, Ok(_) | Err(ClaimError::RateLimited { .. })) {
+        budgets.give_back().await;
+    }
     c.durable().await.map_err(|_| ApiError::Internal)?;
-    match claimed {
-        Ok(entry) => Ok(Json(Claimed {
-            user_id: entry.user_id,
-            paired_at: format_ms(entry.paired_at_ms),
-        })),
-        Err(ClaimError::RateLimited {
+    let entry = claimed.map_err(claim_refused)?;
+    Ok(Json(Claimed {
+        user_id: entry.user_id,
+        paired_at: format_ms(entry.paired_at_ms),
+    }))
+}
+
+fn claim_refused(e: ClaimError) -> ApiError {
+    match e {
+        ClaimError::RateLimited {
             scope,
             retry_after_ms,
-        }) => Err(rate_limited(
+        } => rate_limited(
             match scope {
                 LimitScope::Everyone => {
                     "too many failed pairing claims on this coordinator; retry later"
@@ -774,9 +839,31 @@ async fn trust_claim(
                 _ => "too many pairing claims from this address; retry later",
             },
             retry_after_ms,
-        )),
-        Err(e) => Err(ApiError::BadRequest(e.to_string())),
+        ),
+        e => ApiError::BadRequest(e.to_string()),
     }
+}
+
+/// The cluster's shared budgets refused a request: 429 as `limited` words
+/// it for the scope, or 503 if the store could not be asked.
+fn budget_refused(
+    refused: BudgetRefused,
+    limited: impl FnOnce(LimitScope, i64) -> ApiError,
+) -> ApiError {
+    match refused {
+        BudgetRefused::Limited {
+            scope,
+            retry_after_ms,
+        } => limited(scope, retry_after_ms),
+        BudgetRefused::Unavailable(e) => shared_store_unavailable(&e),
+    }
+}
+
+/// A shared-store call a request needed failed (cluster mode): 503, the
+/// cause logged.
+fn shared_store_unavailable(e: &crate::cluster::ClusterError) -> ApiError {
+    tracing::error!(error = %e, "a shared store call failed");
+    ApiError::Unavailable("the shared store is unavailable; retry".into())
 }
 
 fn create_refused(e: CreateError) -> ApiError {

@@ -631,6 +631,85 @@ pub async fn shared_paid_job(
         .then(|| (job.id, paid_with.response_header.clone()))
 }
 
+/// Cluster-wide rate limits (ARCHITECTURE.md, "Limits that must be
+/// global"): what one request took from the shared budgets, to give back
+/// if it did not count. Empty outside cluster mode, where the core's own
+/// budgets are the whole limit.
+#[must_use]
+pub struct Budgets {
+    link: Option<Arc<ClusterLink>>,
+    keys: Vec<String>,
+    window_ms: i64,
+}
+
+/// Why the shared budgets refused a request.
+pub enum BudgetRefused {
+    /// One is used up for this window: the scope, and when it ends.
+    Limited {
+        scope: crate::trust::LimitScope,
+        retry_after_ms: i64,
+    },
+    Unavailable(ClusterError),
+}
+
+/// Cluster mode: takes one from each budget in `wanted` ((key, max per
+/// minute, scope), in order) for the current minute, or none of them if
+/// one is used up. Outside cluster mode takes nothing.
+pub async fn take_budgets(
+    c: &Coordinator,
+    wanted: &[(String, u32, crate::trust::LimitScope)],
+) -> Result<Budgets, BudgetRefused> {
+    let now_ms = c.now_ms();
+    let window_ms = now_ms - now_ms.rem_euclid(crate::cluster::BUDGET_WINDOW_MS);
+    let mut taken = Budgets {
+        link: c.cluster().cloned(),
+        keys: Vec::with_capacity(wanted.len()),
+        window_ms,
+    };
+    let Some(link) = taken.link.clone() else {
+        return Ok(taken);
+    };
+    for (key, max, scope) in wanted {
+        let took = link
+            .shared
+            .take_budget(&link.node, key, window_ms, u64::from(*max))
+            .await;
+        let refused = match took {
+            Ok(true) => {
+                taken.keys.push(key.clone());
+                continue;
+            }
+            Ok(false) => BudgetRefused::Limited {
+                scope: *scope,
+                retry_after_ms: window_ms + crate::cluster::BUDGET_WINDOW_MS - now_ms,
+            },
+            Err(e) => BudgetRefused::Unavailable(e),
+        };
+        taken.give_back().await;
+        return Err(refused);
+    }
+    Ok(taken)
+}
+
+impl Budgets {
+    /// Gives back what was taken (best effort: a failed give-back leaves
+    /// the budget one lower until its window ends).
+    pub async fn give_back(self) {
+        let Some(link) = self.link else {
+            return;
+        };
+        for key in &self.keys {
+            let given = link
+                .shared
+                .give_back_budget(&link.node, key, self.window_ms)
+                .await;
+            if let Err(e) = given {
+                tracing::warn!(error = %e, "giving back a rate-limit budget failed");
+            }
+        }
+    }
+}
+
 /// Cluster mode, after a created code is written: whether the shared store
 /// holds it for `user_id`. Nodes draw codes independently, so two may draw
 /// the same one; the store keeps the first user's (the write is

@@ -80,6 +80,13 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_id, pubkey, job_type)
     );
     CREATE INDEX presence_key ON presence (pubkey);",
+    // 2: cluster-wide rate-limit budgets, one row per key and window.
+    "CREATE TABLE budgets (
+        key TEXT NOT NULL,
+        window_ms BIGINT NOT NULL,
+        used BIGINT NOT NULL,
+        PRIMARY KEY (key, window_ms)
+    );",
 ];
 
 /// Any key for the advisory lock that serialises migrations.
@@ -738,7 +745,51 @@ impl SharedStore for PgShared {
                 .execute("DELETE FROM nonces WHERE valid_before < $1", &[&now_s])
                 .await
                 .map_err(unavailable)?;
+            let ended_ms = now_s.saturating_mul(1000) - crate::cluster::BUDGET_WINDOW_MS;
+            client
+                .execute("DELETE FROM budgets WHERE window_ms < $1", &[&ended_ms])
+                .await
+                .map_err(unavailable)?;
             Ok(deleted)
+        })
+    }
+
+    fn take_budget(&self, _node: &str, key: &str, window_ms: i64, max: u64) -> Call<'_, bool> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            if max == 0 {
+                return Ok(false);
+            }
+            let client = self.client().await?;
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            // One row per window: the insert or the guarded increment is
+            // the cluster-wide decision.
+            let taken = client
+                .execute(
+                    "INSERT INTO budgets (key, window_ms, used) VALUES ($1, $2, 1)
+                     ON CONFLICT (key, window_ms) DO UPDATE SET used = budgets.used + 1
+                     WHERE budgets.used < $3",
+                    &[&key, &window_ms, &max],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(taken == 1)
+        })
+    }
+
+    fn give_back_budget(&self, _node: &str, key: &str, window_ms: i64) -> Call<'_, ()> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE budgets SET used = used - 1
+                     WHERE key = $1 AND window_ms = $2 AND used > 0",
+                    &[&key, &window_ms],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(())
         })
     }
 

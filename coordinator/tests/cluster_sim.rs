@@ -23,7 +23,15 @@ use std::time::Duration;
 const PENDING_TIMEOUT_MS: i64 = 5_000;
 
 async fn node(shared: &Arc<MemoryShared>, name: &str, seed: u64) -> Server {
-    let mut config = Config::default();
+    node_with(shared, name, seed, Config::default()).await
+}
+
+async fn node_with(
+    shared: &Arc<MemoryShared>,
+    name: &str,
+    seed: u64,
+    mut config: Config,
+) -> Server {
     config.timing.pending_timeout_ms = PENDING_TIMEOUT_MS;
     let settings = Settings {
         config,
@@ -145,5 +153,81 @@ async fn a_code_another_node_drew_first_is_not_handed_out() {
             .as_array()
             .is_some_and(|p| p.iter().any(|p| p["provider_pubkey"] == key.as_str()));
         assert_eq!(found, trusts, "{user}'s trust list: {:?}", listed.body);
+    }
+}
+
+/// The claim-failure budget is the cluster's, not each node's: failed
+/// claims spread over two nodes use up one budget, after which every node
+/// answers 429 (with N per-node budgets a guesser got N times the tries).
+#[tokio::test(start_paused = true)]
+async fn failed_claims_on_two_nodes_share_one_budget() {
+    let shared = Arc::new(MemoryShared::default());
+    let mut config = Config::default();
+    config.limits.claim_failures_per_minute_max = 4;
+    let a = node_with(&shared, "a", 1, config.clone()).await;
+    let b = node_with(&shared, "b", 2, config).await;
+    let key =
+        protocol::signing::Keypair::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key_hex();
+    let claim = serde_json::json!({ "pairing_code": "abcdef", "provider_pubkey": key });
+    for i in 0..4 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let res = call(&node.app(), "POST", "/v1/trust/claim", Some(claim.clone())).await;
+        assert_eq!(res.status, 400, "failure {i}: {:?}", res.body);
+    }
+    for node in [&a, &b] {
+        let res = call(&node.app(), "POST", "/v1/trust/claim", Some(claim.clone())).await;
+        assert_eq!(res.status, 429, "{:?}", res.body);
+        assert_eq!(
+            res.body["error"],
+            "too many failed pairing claims on this coordinator; retry later"
+        );
+    }
+    // A claim that succeeds does not count: a new window, a real code.
+    tokio::time::sleep(Duration::from_millis(60_000)).await;
+    let created = call(
+        &a.app(),
+        "POST",
+        "/v1/trust/create",
+        Some(serde_json::json!({ "user_id": "alice" })),
+    )
+    .await;
+    let good = serde_json::json!({
+        "pairing_code": created.body["pairing_code"],
+        "provider_pubkey": key,
+    });
+    let res = call(&b.app(), "POST", "/v1/trust/claim", Some(good)).await;
+    assert_eq!(res.status, 200, "{:?}", res.body);
+    for i in 0..4 {
+        let res = call(&a.app(), "POST", "/v1/trust/claim", Some(claim.clone())).await;
+        assert_eq!(
+            res.status, 400,
+            "failure {i} after a success: {:?}",
+            res.body
+        );
+    }
+}
+
+/// The per-user create budget is the cluster's too: codes created for one
+/// user on two nodes count together.
+#[tokio::test(start_paused = true)]
+async fn creates_for_one_user_on_two_nodes_share_one_budget() {
+    let shared = Arc::new(MemoryShared::default());
+    let mut config = Config::default();
+    config.limits.pairing_creates_per_user_per_minute_max = 3;
+    let a = node_with(&shared, "a", 1, config.clone()).await;
+    let b = node_with(&shared, "b", 2, config).await;
+    let create = Some(serde_json::json!({ "user_id": "bob" }));
+    for i in 0..3 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let res = call(&node.app(), "POST", "/v1/trust/create", create.clone()).await;
+        assert_eq!(res.status, 201, "create {i}: {:?}", res.body);
+    }
+    for node in [&a, &b] {
+        let res = call(&node.app(), "POST", "/v1/trust/create", create.clone()).await;
+        assert_eq!(res.status, 429, "{:?}", res.body);
+        assert_eq!(
+            res.body["error"],
+            "too many pairing codes created for this user; retry later"
+        );
     }
 }

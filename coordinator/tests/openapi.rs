@@ -71,7 +71,7 @@ fn every_route_and_status_is_documented() {
         (
             "/v1/trust/claim",
             "post",
-            &["200", "400", "413", "415", "429"],
+            &["200", "400", "413", "415", "429", "503"],
         ),
         ("/v1/trust/list", "get", &["200", "400"]),
         ("/v1/openapi.json", "get", &["200"]),

@@ -573,6 +573,34 @@ async fn a_dead_nodes_fast_job_is_placed_before_its_older_cheap_one(shared: &dyn
     assert_eq!(stored.status, JobStatus::Pending, "the CHEAP job waits");
 }
 
+/// A budget is one counter for the whole cluster, per window: what one
+/// node took, another cannot; a new window starts afresh; a give-back
+/// frees one; a used-up budget stays used up however often it is asked.
+async fn a_budget_is_shared_by_every_node(shared: &dyn SharedStore) {
+    Node::join(shared, "a", 1).await;
+    Node::join(shared, "b", 2).await;
+    const W: i64 = T0 - T0 % super::BUDGET_WINDOW_MS;
+    let take = |node: &'static str, window_ms: i64| shared.take_budget(node, "k", window_ms, 3);
+    assert!(take("a", W).await.unwrap());
+    assert!(take("b", W).await.unwrap());
+    assert!(take("a", W).await.unwrap());
+    assert!(!take("b", W).await.unwrap(), "three taken across two nodes");
+    assert!(!take("a", W).await.unwrap());
+    assert!(
+        shared.take_budget("a", "other", W, 3).await.unwrap(),
+        "budgets are per key"
+    );
+    let next = W + super::BUDGET_WINDOW_MS;
+    assert!(take("b", next).await.unwrap(), "a new window starts afresh");
+    shared.give_back_budget("b", "k", W).await.unwrap();
+    assert!(take("a", W).await.unwrap(), "a give-back frees one");
+    assert!(!take("a", W).await.unwrap());
+    assert!(
+        !shared.take_budget("a", "none", W, 0).await.unwrap(),
+        "a budget of 0 allows nothing"
+    );
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -593,6 +621,9 @@ const CHECKS: &[(&str, Check)] = &[
         Box::pin(a_dead_nodes_fast_job_is_placed_before_its_older_cheap_one(
             s,
         ))
+    }),
+    ("shared_budget", |s| {
+        Box::pin(a_budget_is_shared_by_every_node(s))
     }),
     ("lapsed_lease", |s| {
         Box::pin(a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(s))
