@@ -137,6 +137,9 @@ pub trait SharedStore: Send + Sync + 'static {
     /// payment that old is refused as expired). Returns the jobs deleted.
     /// Budget windows that ended before `now_s` go too.
     fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64>;
+    /// Pending jobs in the pool (no owner): what `queue_len_max` bounds
+    /// cluster-wide.
+    fn pool_len(&self, node: &str) -> Call<'_, u64>;
     /// Takes one from the cluster-wide budget `key` in the window starting
     /// at `window_ms`: true if fewer than `max` were taken in that window
     /// (this one then counts), false if it is used up. The rate limits that
@@ -567,6 +570,16 @@ impl SharedStore for MemoryShared {
             .retain(|(_, window_ms), _| window_ms + BUDGET_WINDOW_MS >= now_ms);
         let deleted = (before - t.jobs.len()) as u64;
         Box::pin(std::future::ready(Ok(deleted)))
+    }
+
+    fn pool_len(&self, node: &str) -> Call<'_, u64> {
+        self.run(node, |t| {
+            let pool = t
+                .jobs
+                .values()
+                .filter(|r| r.owner.is_none() && r.job.status == protocol::api::JobStatus::Pending);
+            Ok(pool.count() as u64)
+        })
     }
 
     fn take_budget(&self, node: &str, key: &str, window_ms: i64, max: u64) -> Call<'_, bool> {

@@ -372,8 +372,8 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
     let mut maybe_more = true;
     let mut trust_version = 0;
     let interval = Duration::from_millis(CLAIM_INTERVAL_MS);
+    let mut last_due_ms = c.now_ms();
     loop {
-        let mut due = false;
         tokio::select! {
             biased;
             changed = pool.changed() => {
@@ -384,15 +384,19 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
                 maybe_more = true;
             }
             _ = link.claim_wake.notified() => {}
-            _ = tokio::time::sleep(interval) => {
-                maybe_more = true;
-                due = true;
-            }
+            _ = tokio::time::sleep(interval) => maybe_more = true,
+        }
+        // Every interval, however busy: notifications that keep coming
+        // must not starve the due jobs and the pool length.
+        let now_ms = c.now_ms();
+        let due = now_ms - last_due_ms >= CLAIM_INTERVAL_MS as i64;
+        if due {
+            last_due_ms = now_ms;
         }
         if store.is_fenced() {
             return;
         }
-        if !maybe_more {
+        if !maybe_more && !due {
             continue;
         }
         // Trust first: a pairing made on another node names new PRIVATE
@@ -412,6 +416,11 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
                     return store.fence(&e);
                 }
                 tracing::warn!(error = %e, "claim of due jobs failed");
+            }
+            // The pool counts against `queue_len_max` cluster-wide.
+            match link.shared.pool_len(&link.node).await {
+                Ok(n) => c.with(|core, _| core.set_pool_len(n as usize)),
+                Err(e) => tracing::warn!(error = %e, "reading the pool length failed"),
             }
         }
         let want = c.read(|core| core.want(CLAIM_BATCH_MAX));

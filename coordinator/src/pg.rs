@@ -754,6 +754,20 @@ impl SharedStore for PgShared {
         })
     }
 
+    fn pool_len(&self, _node: &str) -> Call<'_, u64> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM jobs WHERE owner IS NULL AND status = 'pending'",
+                    &[],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        })
+    }
+
     fn take_budget(&self, _node: &str, key: &str, window_ms: i64, max: u64) -> Call<'_, bool> {
         let key = key.to_owned();
         Box::pin(async move {

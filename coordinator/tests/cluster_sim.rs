@@ -231,3 +231,38 @@ async fn creates_for_one_user_on_two_nodes_share_one_budget() {
         );
     }
 }
+
+/// `queue_len_max` bounds the shared pool, not only what a node holds (a
+/// node keeps no pending job, so its own count was always 0): the
+/// committing node counts what it put there at once, every node learns
+/// the pool's length every claim interval.
+#[tokio::test(start_paused = true)]
+async fn the_pool_is_bounded_by_queue_len_max_across_nodes() {
+    let shared = Arc::new(MemoryShared::default());
+    let mut config = Config::default();
+    config.limits.queue_len_max = 3;
+    let a = node_with(&shared, "a", 1, config.clone()).await;
+    let b = node_with(&shared, "b", 2, config).await;
+    let commit = |node: &Server| {
+        let app = node.app();
+        async move {
+            let job = Some(common::llm_job("u"));
+            call(&app, "POST", "/v1/jobs/commit/fast", job).await
+        }
+    };
+    for i in 0..3 {
+        assert_eq!(commit(&a).await.status, 201, "commit {i}");
+    }
+    let full = commit(&a).await;
+    assert_eq!(full.status, 503, "{:?}", full.body);
+    tokio::time::sleep(Duration::from_millis(
+        coordinator::node::CLAIM_INTERVAL_MS + 100,
+    ))
+    .await;
+    let full = commit(&b).await;
+    assert_eq!(
+        full.status, 503,
+        "B learned the pool's length: {:?}",
+        full.body
+    );
+}

@@ -601,6 +601,20 @@ async fn a_budget_is_shared_by_every_node(shared: &dyn SharedStore) {
     );
 }
 
+/// The pool's length counts the pending jobs no node holds.
+async fn the_pool_length_counts_unowned_pending_jobs(shared: &dyn SharedStore) {
+    let mut a = Node::join(shared, "a", 1).await;
+    let mut b = Node::join(shared, "b", 2).await;
+    assert_eq!(shared.pool_len("a").await.unwrap(), 0);
+    a.commit(shared, Tier::Fast, T0).await;
+    a.commit(shared, Tier::Cheap, T0).await;
+    assert_eq!(shared.pool_len("b").await.unwrap(), 2);
+    b.core.register("0xb", vec![LLM], 1, T0).unwrap();
+    b.end_event(shared, T0).await.unwrap();
+    assert_eq!(b.claim(shared, T0).await.len(), 1);
+    assert_eq!(shared.pool_len("a").await.unwrap(), 1, "one claimed");
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -645,6 +659,9 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("pairing_claimed_once", |s| {
         Box::pin(a_code_made_on_one_node_is_claimed_once_across_nodes(s))
+    }),
+    ("pool_len", |s| {
+        Box::pin(the_pool_length_counts_unowned_pending_jobs(s))
     }),
     ("retention", |s| {
         Box::pin(retention_deletes_old_terminal_jobs_and_expired_nonces(s))

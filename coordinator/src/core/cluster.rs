@@ -42,13 +42,24 @@ impl Core {
             self.changes.push(super::Change::Job(job));
         }
         debug_assert_eq!(self.pending_count, 0);
+        self.pool_len += queued.len();
         queued.len()
+    }
+
+    /// Learns the shared pool's length, as read from the store: with the
+    /// jobs this node adds until the next read, it bounds the pool by
+    /// `queue_len_max` cluster-wide (other nodes' commits since the read
+    /// are not seen: the bound may be passed by what they commit in one
+    /// read interval).
+    pub fn set_pool_len(&mut self, pool_len: usize) {
+        self.pool_len = pool_len;
     }
 
     /// Takes in jobs claimed from the pool: a due one fails
     /// `no_eligible_worker`, the others go to a free eligible worker or
     /// back to the pool, keeping their deadline.
     pub fn adopt(&mut self, jobs: Vec<Job>, now_ms: i64) {
+        self.pool_len = self.pool_len.saturating_sub(jobs.len());
         for job in jobs {
             assert_eq!(job.status, JobStatus::Pending, "only pool jobs are adopted");
             let id = job.id;

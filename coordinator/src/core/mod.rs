@@ -332,6 +332,10 @@ pub struct Core {
     /// Only non-empty queues.
     queues: BTreeMap<QueueKey, Queue>,
     pending_count: usize,
+    /// Cluster mode: the shared pool's pending jobs as last read, plus
+    /// those this node put there since (`cluster.rs`); counts against
+    /// `queue_len_max` with `pending_count`. Always 0 on a single node.
+    pool_len: usize,
     workers: tracked::Workers,
     session_of: HashMap<String, SessionId>,
     /// Per job type, workers with a free slot, least loaded first.
@@ -365,6 +369,7 @@ impl Core {
             jobs: tracked::Jobs::new(note),
             queues: BTreeMap::new(),
             pending_count: 0,
+            pool_len: 0,
             workers: tracked::Workers::new(note),
             session_of: HashMap::new(),
             idle: BTreeMap::new(),
@@ -467,7 +472,7 @@ impl Core {
 
     /// Whether the queue and the byte budgets have room for a job.
     fn room_for(&self, submission: &JobSubmission) -> Result<(), Refused> {
-        if self.pending_count >= self.config.limits.queue_len_max {
+        if self.pending_count + self.pool_len >= self.config.limits.queue_len_max {
             return Err(Refused::QueueFull);
         }
         let limits = &self.config.limits;
