@@ -105,6 +105,9 @@ pub trait SharedStore: Send + Sync + 'static {
     fn take_over_lapsed(&self, node: &str, now_ms: i64) -> Call<'_, Vec<Job>>;
     /// A job as last committed, whoever holds it.
     fn job(&self, id: Uuid) -> Call<'_, Option<Job>>;
+    /// The status of each of `ids` the store holds (those it does not are
+    /// left out), for waking held polls.
+    fn job_statuses(&self, ids: &[Uuid]) -> Call<'_, Vec<(Uuid, JobStatus)>>;
     /// The job a payment bought, if any.
     fn paid_job(&self, nonce: NonceKey) -> Call<'_, Option<Job>>;
     /// Reserves a payment's nonce for `node` until `valid_before_s` (Unix
@@ -466,6 +469,15 @@ impl SharedStore for MemoryShared {
         Box::pin(std::future::ready(Ok(job)))
     }
 
+    fn job_statuses(&self, ids: &[Uuid]) -> Call<'_, Vec<(Uuid, JobStatus)>> {
+        let t = self.tables();
+        let statuses = ids
+            .iter()
+            .filter_map(|id| t.jobs.get(id).map(|r| (*id, r.job.status)))
+            .collect();
+        Box::pin(std::future::ready(Ok(statuses)))
+    }
+
     fn paid_job(&self, nonce: NonceKey) -> Call<'_, Option<Job>> {
         let t = self.tables();
         let job = t.nonces.get(&nonce).and_then(|n| t.jobs.get(&n.job?));
@@ -577,7 +589,7 @@ impl SharedStore for MemoryShared {
             let pool = t
                 .jobs
                 .values()
-                .filter(|r| r.owner.is_none() && r.job.status == protocol::api::JobStatus::Pending);
+                .filter(|r| r.owner.is_none() && r.job.status == JobStatus::Pending);
             Ok(pool.count() as u64)
         })
     }

@@ -377,25 +377,50 @@ impl Coordinator {
         let Some(job) = state.core.job(&id) else {
             return Watch::Unknown;
         };
+        match self.hold(&mut state.held, id, job.status, client) {
+            Some(held) => Watch::Held(held),
+            None => Watch::Now(job.record()),
+        }
+    }
+
+    /// Cluster mode: holds a poll of a job another node holds, last read
+    /// from the shared store in status `seen`, under the same bounds as a
+    /// held poll of a job held here; `None` if the poll is answered now.
+    /// The remote watch (`node.rs`) wakes it when the store shows another
+    /// status.
+    pub fn watch_remote(&self, id: Uuid, seen: JobStatus, client: &str) -> Option<HeldPoll> {
+        let mut state = self.lock();
+        self.hold(&mut state.held, id, seen, client)
+    }
+
+    /// Registers a held poll of `id` seen in `seen`, if the poll may wait:
+    /// the job is not terminal, the coordinator is not stopping, and the
+    /// held-poll bounds (total, per client) have room.
+    fn hold(
+        &self,
+        held: &mut HeldPolls,
+        id: Uuid,
+        seen: JobStatus,
+        client: &str,
+    ) -> Option<HeldPoll> {
         let limits = &self.inner.config.limits;
-        let held = &mut state.held;
         let client_held = held.per_client.get(client).copied().unwrap_or(0);
-        if job.status.is_terminal()
+        if seen.is_terminal()
             || self.is_stopping()
             || held.total >= limits.held_polls_max
             || client_held >= limits.held_polls_per_client_max
         {
-            return Watch::Now(job.record());
+            return None;
         }
         let (wake, woken) = oneshot::channel();
-        held.waiters.entry(id).or_default().push(Waiter {
-            seen: job.status,
-            wake,
-        });
+        held.waiters
+            .entry(id)
+            .or_default()
+            .push(Waiter { seen, wake });
         held.total += 1;
         *held.per_client.entry(client.to_owned()).or_default() += 1;
         assert!(held.total <= limits.held_polls_max);
-        Watch::Held(HeldPoll {
+        Some(HeldPoll {
             woken,
             _slot: HeldSlot {
                 coordinator: self.clone(),
@@ -403,6 +428,29 @@ impl Coordinator {
                 client: client.to_owned(),
             },
         })
+    }
+
+    /// Cluster mode: the jobs held polls wait on that this node does not
+    /// hold, in id order after `after`, at most `max`: what the remote
+    /// watch reads.
+    pub fn remote_watched(&self, after: Option<Uuid>, max: usize) -> Vec<Uuid> {
+        use std::ops::Bound;
+        let state = self.lock();
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let ids = state.held.waiters.range((from, Bound::Unbounded));
+        ids.map(|(id, _)| *id)
+            .filter(|id| state.core.job(id).is_none())
+            .take(max)
+            .collect()
+    }
+
+    /// Cluster mode: wakes the held polls of jobs another node holds whose
+    /// status in the shared store is no longer the one they saw.
+    pub fn wake_remote(&self, statuses: &[(Uuid, JobStatus)]) {
+        let mut state = self.lock();
+        for &(id, status) in statuses {
+            state.held.wake(id, status);
+        }
     }
 
     /// Held polls alive now (total, and of `client`).
@@ -571,18 +619,23 @@ impl HeldPolls {
             }
         }
         for (id, status) in last {
-            let Some(list) = self.waiters.remove(&id) else {
-                continue;
-            };
-            let (wake, keep): (Vec<Waiter>, Vec<Waiter>) =
-                list.into_iter().partition(|w| w.seen != status);
-            for waiter in wake {
-                // A closed receiver is a poll that already ended.
-                let _ = waiter.wake.send(());
-            }
-            if !keep.is_empty() {
-                self.waiters.insert(id, keep);
-            }
+            self.wake(id, status);
+        }
+    }
+
+    /// Wakes the polls of `id` that saw another status than `status`.
+    fn wake(&mut self, id: Uuid, status: JobStatus) {
+        let Some(list) = self.waiters.remove(&id) else {
+            return;
+        };
+        let (wake, keep): (Vec<Waiter>, Vec<Waiter>) =
+            list.into_iter().partition(|w| w.seen != status);
+        for waiter in wake {
+            // A closed receiver is a poll that already ended.
+            let _ = waiter.wake.send(());
+        }
+        if !keep.is_empty() {
+            self.waiters.insert(id, keep);
         }
     }
 }

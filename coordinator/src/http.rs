@@ -618,7 +618,7 @@ async fn poll(
     // shared store, committed, whoever holds it (a held poll waits there).
     let record = match record {
         Some(record) => Some(record),
-        None => crate::node::shared_record(&c, id, wait_ms)
+        None => crate::node::shared_record(&c, id, wait_ms, &client)
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, job = %id, "reading a job from the shared store failed");

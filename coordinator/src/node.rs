@@ -80,8 +80,6 @@ pub struct ClusterLink {
     /// Woken when a worker registers or leaves: the presence task writes
     /// what is connected here.
     pub presence_wake: Notify,
-    /// Places for held polls of jobs other nodes hold (`held_polls_max`).
-    pub remote_polls: tokio::sync::Semaphore,
 }
 
 /// The node's store: write-behind into the shared store.
@@ -575,46 +573,69 @@ where
     }
 }
 
-/// How often a held poll on a job another node holds reads it again.
+/// How often the remote watch reads the jobs held polls wait on that other
+/// nodes hold.
 pub const REMOTE_POLL_INTERVAL_MS: u64 = 100;
+/// Jobs the remote watch reads in one query; a node holds at most
+/// `held_polls_max` polls, so at most that many / this queries a round.
+pub const REMOTE_WATCH_BATCH_MAX: usize = 1_000;
 
 /// A job as the shared store last committed it, for a poll on a node that
 /// does not hold it; `None` outside cluster mode. With `wait_ms`, the poll
-/// is held as on the job's own node, until its status changes or the wait
-/// ends, reading the store every [`REMOTE_POLL_INTERVAL_MS`] (no per-job
-/// notification yet); at most `held_polls_max` such polls at once, beyond
-/// which they are answered at once.
+/// is held as on the job's own node (the same bounds, total and per
+/// client), until the remote watch sees its status change or the wait ends.
 pub async fn shared_record(
     c: &Coordinator,
     id: uuid::Uuid,
     wait_ms: Option<u64>,
+    client: &str,
 ) -> Result<Option<protocol::api::JobRecord>, ClusterError> {
     let Some(link) = c.cluster() else {
         return Ok(None);
     };
-    let Some(mut job) = link.shared.job(id).await? else {
+    let Some(job) = link.shared.job(id).await? else {
         return Ok(None);
     };
-    let wait = Duration::from_millis(wait_ms.unwrap_or(0));
-    let seen = job.status;
-    let permit = link.remote_polls.try_acquire();
-    if wait.is_zero() || seen.is_terminal() || c.is_stopping() || permit.is_err() {
+    let wait_ms = wait_ms.unwrap_or(0);
+    if wait_ms == 0 {
         return Ok(Some(job.record()));
     }
-    let deadline = tokio::time::Instant::now() + wait;
+    let Some(held) = c.watch_remote(id, job.status, client) else {
+        return Ok(Some(job.record()));
+    };
+    held.wait(wait_ms).await;
+    Ok(link.shared.job(id).await?.map(|job| job.record()))
+}
+
+/// Every [`REMOTE_POLL_INTERVAL_MS`], reads the status of the jobs held
+/// polls here wait on that other nodes hold, a batch per query, and wakes
+/// the polls whose job changed: the store's load is a few queries a round
+/// however many polls are held (one read per poll per round made 10,000
+/// held polls 100,000 queries a second).
+pub async fn run_remote_watch(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
     let every = Duration::from_millis(REMOTE_POLL_INTERVAL_MS);
-    while job.status == seen && !c.is_stopping() {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            break;
+    let rounds_max = c.config().limits.held_polls_max / REMOTE_WATCH_BATCH_MAX + 1;
+    loop {
+        tokio::time::sleep(every).await;
+        if store.is_fenced() {
+            return;
         }
-        tokio::time::sleep(left.min(every)).await;
-        match link.shared.job(id).await? {
-            Some(latest) => job = latest,
-            None => return Ok(None),
+        let mut after = None;
+        for _ in 0..rounds_max {
+            let ids = c.remote_watched(after, REMOTE_WATCH_BATCH_MAX);
+            let Some(&last) = ids.last() else {
+                break;
+            };
+            match link.shared.job_statuses(&ids).await {
+                Ok(statuses) => c.wake_remote(&statuses),
+                Err(e) => tracing::warn!(error = %e, "reading watched jobs failed"),
+            }
+            if ids.len() < REMOTE_WATCH_BATCH_MAX {
+                break;
+            }
+            after = Some(last);
         }
     }
-    Ok(Some(job.record()))
 }
 
 /// The job a payment bought, from the shared store, if it is this

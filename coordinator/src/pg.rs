@@ -574,6 +574,27 @@ impl SharedStore for PgShared {
         })
     }
 
+    fn job_statuses(&self, ids: &[Uuid]) -> Call<'_, Vec<(Uuid, protocol::api::JobStatus)>> {
+        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query("SELECT id, status FROM jobs WHERE id = ANY($1)", &[&ids])
+                .await
+                .map_err(unavailable)?;
+            let mut statuses = Vec::with_capacity(rows.len());
+            for row in rows {
+                let id: String = row.get(0);
+                let status: String = row.get(1);
+                let id = Uuid::parse_str(&id).map_err(unavailable)?;
+                let status = serde_json::from_value(serde_json::Value::String(status))
+                    .map_err(|e| unavailable(format!("a stored job status is unreadable: {e}")))?;
+                statuses.push((id, status));
+            }
+            Ok(statuses)
+        })
+    }
+
     fn paid_job(&self, nonce: NonceKey) -> Call<'_, Option<Job>> {
         Box::pin(async move {
             let client = self.client().await?;

@@ -325,7 +325,6 @@ pub async fn start_node(
         node_lease_ms: cluster.node_lease_ms,
         claim_wake: tokio::sync::Notify::new(),
         presence_wake: tokio::sync::Notify::new(),
-        remote_polls: tokio::sync::Semaphore::new(settings.config.limits.held_polls_max),
     });
     coordinator.join_cluster(link.clone());
     let held = store.take_held();
@@ -364,6 +363,11 @@ pub async fn start_node(
             store.clone(),
         )),
         tokio::spawn(crate::node::run_claims(
+            coordinator.clone(),
+            link.clone(),
+            store.clone(),
+        )),
+        tokio::spawn(crate::node::run_remote_watch(
             coordinator.clone(),
             link.clone(),
             store.clone(),

@@ -55,25 +55,29 @@ async fn node_with(
         .expect("node starts")
 }
 
+/// A worker connected to B, and the id of a job committed on A that it
+/// was assigned, with the assignment.
+async fn job_from_a_on_bs_worker(
+    a: &Server,
+    b: &Server,
+) -> (TestWorker, String, protocol::worker::Assignment) {
+    let mut worker =
+        TestWorker::connect(Wire::channel(b.coordinator()), 5, &["LLM_INFER"], 1).await;
+    let job = Some(common::llm_job("u"));
+    let committed = call(&a.app(), "POST", "/v1/jobs/commit/fast", job).await;
+    assert_eq!(committed.status, 201);
+    let id = committed.body["job_id"].as_str().unwrap().to_owned();
+    let assigned = worker.expect_assign().await;
+    assert_eq!(assigned.job_id.to_string(), id, "B's worker gets A's job");
+    (worker, id, assigned)
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_nodes_share_jobs_and_fail_a_backlog_on_time() {
     let shared = Arc::new(MemoryShared::default());
     let a = node(&shared, "a", 1).await;
     let b = node(&shared, "b", 2).await;
-    let mut worker =
-        TestWorker::connect(Wire::channel(b.coordinator()), 5, &["LLM_INFER"], 1).await;
-
-    let committed = call(
-        &a.app(),
-        "POST",
-        "/v1/jobs/commit/fast",
-        Some(common::llm_job("u")),
-    )
-    .await;
-    assert_eq!(committed.status, 201);
-    let id = committed.body["job_id"].as_str().unwrap().to_owned();
-    let assigned = worker.expect_assign().await;
-    assert_eq!(assigned.job_id.to_string(), id, "B's worker gets A's job");
+    let (mut worker, id, assigned) = job_from_a_on_bs_worker(&a, &b).await;
     // A long poll on A, which does not hold the job, waits for its change.
     let app = a.app();
     let uri = format!("/v1/jobs/{id}?wait_ms=20000");
@@ -265,4 +269,45 @@ async fn the_pool_is_bounded_by_queue_len_max_across_nodes() {
         "B learned the pool's length: {:?}",
         full.body
     );
+}
+
+/// Held polls of a job another node holds count against the same bounds
+/// as those of a job held here, per client too: beyond them a poll is
+/// answered at once. The held ones are woken by the remote watch, which
+/// reads every watched job in one query a round.
+#[tokio::test(start_paused = true)]
+async fn held_polls_of_another_nodes_job_keep_the_per_client_bound() {
+    let shared = Arc::new(MemoryShared::default());
+    let mut config = Config::default();
+    config.limits.held_polls_per_client_max = 2;
+    let a = node_with(&shared, "a", 1, config.clone()).await;
+    let b = node_with(&shared, "b", 2, config).await;
+    let (mut worker, id, assigned) = job_from_a_on_bs_worker(&a, &b).await;
+    let uri = format!("/v1/jobs/{id}?wait_ms=20000");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (app, uri) = (a.app(), uri.clone());
+        held.push(tokio::spawn(
+            async move { call(&app, "GET", &uri, None).await },
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_once = call(&a.app(), "GET", &uri, None).await;
+    assert_eq!(
+        at_once.body["status"], "assigned",
+        "the third is answered now"
+    );
+    assert!(held.iter().all(|h| !h.is_finished()), "two are held");
+    let (total, of_client) = a.coordinator().held_polls("local");
+    assert_eq!((total, of_client), (2, 2));
+    worker.complete(&assigned).await;
+    tokio::time::sleep(Duration::from_millis(
+        coordinator::node::REMOTE_POLL_INTERVAL_MS + 50,
+    ))
+    .await;
+    for h in held {
+        assert!(h.is_finished(), "woken within a watch round");
+        assert_eq!(h.await.unwrap().body["status"], "completed");
+    }
+    assert_eq!(a.coordinator().held_polls("local"), (0, 0));
 }

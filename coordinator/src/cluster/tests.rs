@@ -218,6 +218,12 @@ async fn a_job_committed_on_one_node_reaches_an_idle_worker_on_another(shared: &
     );
     let stored = shared.job(id).await.unwrap().unwrap();
     assert_eq!(stored.status, JobStatus::Assigned, "any node reads it");
+    let statuses = shared.job_statuses(&[Uuid::nil(), id]).await.unwrap();
+    assert_eq!(
+        statuses,
+        [(id, JobStatus::Assigned)],
+        "unknown ids left out"
+    );
 }
 
 async fn a_lapsed_node_lease_requeues_its_jobs_without_spending_attempts(shared: &dyn SharedStore) {
