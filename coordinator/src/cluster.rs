@@ -95,7 +95,13 @@ pub trait SharedStore: Send + Sync + 'static {
     /// nothing: jobs (held, or pending and so back in the pool), spent
     /// nonces, pairings, trust. Fenced if any job in it is held by another
     /// node or sits in the pool without having been released by this batch.
-    fn write(&self, node: &str, changes: &[Change]) -> Call<'_, ()>;
+    ///
+    /// `batch` numbers the node's writes since it joined, from 1: a write
+    /// of the batch the store last committed for the node is answered Ok
+    /// and changes nothing (its answer was lost and the writer retried; a
+    /// second apply would find the jobs it released to the pool not its
+    /// own and fence the node for nothing).
+    fn write(&self, node: &str, batch: u64, changes: &[Change]) -> Call<'_, ()>;
     /// Takes pool jobs `want` matches, and pool jobs whose pending deadline
     /// is due, FAST before CHEAP then commit order, at most `want.max`.
     fn claim(&self, node: &str, want: &Want, now_ms: i64) -> Call<'_, Vec<Job>>;
@@ -187,6 +193,10 @@ struct Tables {
     presence: BTreeMap<NodeId, BTreeSet<(String, JobType)>>,
     /// Taken from each budget, by (key, window start).
     budgets: BTreeMap<(String, i64), u64>,
+    /// Each node's last batch written since it joined.
+    last_batch: BTreeMap<NodeId, u64>,
+    /// Nodes whose next write commits but answers as failed.
+    lose_answer: BTreeSet<NodeId>,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +240,12 @@ impl MemoryShared {
 
     pub fn heal(&self, node: &str) {
         self.tables().cut.remove(node);
+    }
+
+    /// Makes `node`'s next write commit but answer as if the store could
+    /// not be reached (a connection lost after the commit).
+    pub fn lose_next_answer(&self, node: &str) {
+        self.tables().lose_answer.insert(node.to_owned());
     }
 
     /// Everything stored, whoever holds it: every job as last committed
@@ -313,6 +329,7 @@ impl SharedStore for MemoryShared {
                 return Err(ClusterError::NodeIdInUse(node.to_owned()));
             }
             t.nodes.insert(node.to_owned(), now_ms + lease_ms);
+            t.last_batch.remove(node);
             t.release_reserved_by(node);
             Ok(Snapshot {
                 jobs: t.held_by(node),
@@ -333,10 +350,13 @@ impl SharedStore for MemoryShared {
         })
     }
 
-    fn write(&self, node: &str, changes: &[Change]) -> Call<'_, ()> {
+    fn write(&self, node: &str, batch: u64, changes: &[Change]) -> Call<'_, ()> {
         self.run(node, |t| {
             if !t.nodes.contains_key(node) {
                 return Err(fenced(node, "its lease was taken over".into()));
+            }
+            if t.last_batch.get(node) == Some(&batch) {
+                return Ok(());
             }
             // Check the whole batch first: all or nothing.
             let mut released = BTreeSet::new();
@@ -401,8 +421,14 @@ impl SharedStore for MemoryShared {
                     Change::NonceSpent(_) => {}
                 }
             }
+            t.last_batch.insert(node.to_owned(), batch);
             if pooled {
                 self.pool_changed_now();
+            }
+            if t.lose_answer.remove(node) {
+                return Err(ClusterError::Unavailable(format!(
+                    "{node}'s write committed, its answer lost"
+                )));
             }
             Ok(())
         })

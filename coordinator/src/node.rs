@@ -189,7 +189,7 @@ impl NodeStore {
                 if self.is_fenced() {
                     return;
                 }
-                match self.shared.write(&self.node, &changes).await {
+                match self.shared.write(&self.node, applied, &changes).await {
                     Ok(()) => break,
                     Err(ClusterError::Unavailable(e)) if retries < retries_max => {
                         retries += 1;

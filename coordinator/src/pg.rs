@@ -87,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
         used BIGINT NOT NULL,
         PRIMARY KEY (key, window_ms)
     );",
+    // 3: each node's last batch written, so a retried batch is not applied twice.
+    "ALTER TABLE nodes ADD COLUMN last_batch BIGINT NOT NULL DEFAULT 0;",
 ];
 
 /// Any key for the advisory lock that serialises migrations.
@@ -297,7 +299,8 @@ impl SharedStore for PgShared {
             }
             tx.execute(
                 "INSERT INTO nodes (node_id, lease_until_ms, started_at_ms) VALUES ($1, $2, $3)
-                 ON CONFLICT (node_id) DO UPDATE SET lease_until_ms = $2, started_at_ms = $3",
+                 ON CONFLICT (node_id) DO UPDATE
+                 SET lease_until_ms = $2, started_at_ms = $3, last_batch = 0",
                 &[&node, &(now_ms + lease_ms), &now_ms],
             )
             .await
@@ -359,7 +362,7 @@ impl SharedStore for PgShared {
         })
     }
 
-    fn write(&self, node: &str, changes: &[Change]) -> Call<'_, ()> {
+    fn write(&self, node: &str, batch: u64, changes: &[Change]) -> Call<'_, ()> {
         let node = node.to_owned();
         let jobs: Vec<Arc<Job>> = last_versions(changes).into_iter().cloned().collect();
         let others: Vec<Change> = changes
@@ -378,16 +381,27 @@ impl SharedStore for PgShared {
                 .await
                 .map_err(unavailable)?;
             let tx = client.transaction().await.map_err(unavailable)?;
+            let batch = i64::try_from(batch).expect("batch numbers fit in i64");
             let alive = tx
                 .query_opt(
-                    "SELECT 1 FROM nodes WHERE node_id = $1 FOR KEY SHARE",
+                    "SELECT last_batch FROM nodes WHERE node_id = $1 FOR NO KEY UPDATE",
                     &[&node],
                 )
                 .await
                 .map_err(unavailable)?;
-            if alive.is_none() {
+            let Some(alive) = alive else {
                 return Err(fenced(&node, "its lease was taken over"));
+            };
+            if alive.get::<_, i64>(0) == batch {
+                // Committed before; its answer was lost.
+                return Ok(());
             }
+            tx.execute(
+                "UPDATE nodes SET last_batch = $2 WHERE node_id = $1",
+                &[&node, &batch],
+            )
+            .await
+            .map_err(unavailable)?;
             let mut pooled = false;
             for job in &jobs {
                 let owner = owner_after_write(job, &node);

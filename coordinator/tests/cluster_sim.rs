@@ -311,3 +311,20 @@ async fn held_polls_of_another_nodes_job_keep_the_per_client_bound() {
     }
     assert_eq!(a.coordinator().held_polls("local"), (0, 0));
 }
+
+/// A write that committed but whose answer was lost is retried as the
+/// same batch, which the store recognises: the node goes on (it used to
+/// find the job it had just released to the pool "not its own" and fence
+/// itself).
+#[tokio::test(start_paused = true)]
+async fn a_write_whose_answer_was_lost_is_not_applied_twice() {
+    let shared = Arc::new(MemoryShared::default());
+    let a = node(&shared, "a", 1).await;
+    shared.lose_next_answer("a");
+    for i in 0..2 {
+        let job = Some(common::llm_job("u"));
+        let res = call(&a.app(), "POST", "/v1/jobs/commit/fast", job).await;
+        assert_eq!(res.status, 201, "commit {i}: {:?}", res.body);
+    }
+    assert_eq!(shared.pool_len("a").await.unwrap(), 2, "each job once");
+}

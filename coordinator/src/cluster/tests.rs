@@ -29,6 +29,13 @@ fn submission(user: &str, privacy_class: PrivacyClass) -> JobSubmission {
     }
 }
 
+/// A batch number no write in this process used before: every write here
+/// is a new batch (a repeated one would be taken for a retry).
+fn next_batch() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One node: a core over the shared store, its writes as the shell makes
 /// them (every event's changes, queued jobs released to the pool).
 struct Node {
@@ -58,7 +65,7 @@ impl Node {
         }
         let changes = self.core.take_changes();
         self.core.take_outbox();
-        shared.write(self.name, &changes).await
+        shared.write(self.name, next_batch(), &changes).await
     }
 
     async fn commit(&mut self, shared: &dyn SharedStore, tier: Tier, now_ms: i64) -> Uuid {
@@ -84,7 +91,7 @@ async fn pooled_job(shared: &dyn SharedStore, node: &str, tier: Tier, seq: u64) 
     core.commit(s, tier, None, T0).unwrap();
     core.release_pending();
     let changes = core.take_changes();
-    shared.write(node, &changes).await.unwrap();
+    shared.write(node, next_batch(), &changes).await.unwrap();
     let Some(Change::Job(job)) = changes.last() else {
         panic!("a commit records its job");
     };
@@ -112,14 +119,18 @@ async fn two_nodes_never_both_hold_a_job(shared: &dyn SharedStore) {
     // B writing about A's job is refused whole: it must stop.
     let mut stolen = job.clone();
     stolen.status = JobStatus::Assigned;
-    let write = shared.write("b", &[Change::Job(Arc::new(stolen))]).await;
+    let write = shared
+        .write("b", next_batch(), &[Change::Job(Arc::new(stolen))])
+        .await;
     assert!(
         matches!(write, Err(ClusterError::Fenced { .. })),
         "{write:?}"
     );
     let mut held = job.clone();
     held.status = JobStatus::Assigned;
-    let write = shared.write("a", &[Change::Job(Arc::new(held))]).await;
+    let write = shared
+        .write("a", next_batch(), &[Change::Job(Arc::new(held))])
+        .await;
     assert_eq!(write, Ok(()), "A holds it");
 }
 
@@ -169,7 +180,10 @@ async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(
     )
     .unwrap();
     assert_eq!(core.release_pending(), 1, "one went to the trusted worker");
-    shared.write("a", &core.take_changes()).await.unwrap();
+    shared
+        .write("a", next_batch(), &core.take_changes())
+        .await
+        .unwrap();
 
     let public_only = llm_want(8);
     assert!(shared
@@ -621,6 +635,26 @@ async fn the_pool_length_counts_unowned_pending_jobs(shared: &dyn SharedStore) {
     assert_eq!(shared.pool_len("a").await.unwrap(), 1, "one claimed");
 }
 
+/// A batch written again (its answer was lost, the writer retried) is
+/// answered Ok and changes nothing; a later batch is checked as usual.
+async fn a_batch_written_twice_is_applied_once(shared: &dyn SharedStore) {
+    shared.join("a", T0, LEASE_MS).await.unwrap();
+    let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(1));
+    core.commit(submission("u", PrivacyClass::Public), Tier::Fast, None, T0)
+        .unwrap();
+    core.release_pending();
+    let changes = core.take_changes();
+    shared.write("a", 1, &changes).await.unwrap();
+    let again = shared.write("a", 1, &changes).await;
+    assert_eq!(again, Ok(()), "the retry is not taken for a stolen job");
+    assert_eq!(shared.pool_len("a").await.unwrap(), 1);
+    let replayed = shared.write("a", 2, &changes).await;
+    assert!(
+        matches!(replayed, Err(ClusterError::Fenced { .. })),
+        "a new batch is checked: {replayed:?}"
+    );
+}
+
 type Check = for<'a> fn(&'a dyn SharedStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The semantics every shared store keeps, by name.
@@ -668,6 +702,9 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("pool_len", |s| {
         Box::pin(the_pool_length_counts_unowned_pending_jobs(s))
+    }),
+    ("batch_twice", |s| {
+        Box::pin(a_batch_written_twice_is_applied_once(s))
     }),
     ("retention", |s| {
         Box::pin(retention_deletes_old_terminal_jobs_and_expired_nonces(s))
