@@ -35,6 +35,8 @@ use x402::{LocalEvmSigner, PaymentRequired, PaymentSigner};
 
 const NODES: usize = 3;
 const WORKERS_PER_NODE: u64 = 2;
+/// The node killed.
+const DEAD: usize = 1;
 const CLIENTS: u64 = 6;
 /// Must match `coordinator::node::NODE_LEASE_MS`.
 const NODE_LEASE_MS: u64 = 10_000;
@@ -255,7 +257,10 @@ async fn a_killed_node_loses_no_acknowledged_job() {
     for (i, base) in bases.iter().enumerate() {
         for w in 0..WORKERS_PER_NODE {
             let seed = i as u64 * 100 + w;
-            workers.push((i, tokio::spawn(work(base.clone(), seed, 40))));
+            // The doomed node's workers are slow, so it holds jobs when it
+            // dies (with 40 ms jobs it held none in about one run in ten).
+            let work_ms = if i == DEAD { 400 } else { 40 };
+            workers.push((i, tokio::spawn(work(base.clone(), seed, work_ms))));
         }
     }
     let promised = Arc::new(Mutex::new(Promised::default()));
@@ -278,8 +283,7 @@ async fn a_killed_node_loses_no_acknowledged_job() {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    // kill -9 node 1 under load; its clients and workers go with it.
-    const DEAD: usize = 1;
+    // kill -9 node DEAD under load; its clients and workers go with it.
     let before_kill = promised.lock().unwrap().jobs.len();
     nodes[DEAD].child.start_kill().expect("kill -9");
     nodes[DEAD].child.wait().await.unwrap();
