@@ -288,7 +288,10 @@ impl Coordinator {
     pub fn render_metrics(&self) -> String {
         let text = self.read(|core| self.inner.metrics.render(core));
         match self.cluster() {
-            Some(link) => crate::node::with_node_info(text, &link.node),
+            Some(link) => {
+                let pool_jobs = self.read(|core| core.pool_len());
+                crate::node::with_node_info(text, &link.node, pool_jobs)
+            }
             None => text,
         }
     }

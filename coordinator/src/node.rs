@@ -459,13 +459,16 @@ async fn fail_due(c: &Coordinator, link: &ClusterLink) -> Result<(), ClusterErro
     }
 }
 
-/// The metrics text with the node's info series added (before the
+/// The metrics text with the node's info series and the pool gauge added (before the
 /// OpenMetrics `# EOF`), so every scrape names the node.
-pub fn with_node_info(mut text: String, node: &str) -> String {
+pub fn with_node_info(mut text: String, node: &str, pool_jobs: usize) -> String {
     let info = format!(
         "# HELP coordinator_node_info The node of a cluster this coordinator is.\n\
          # TYPE coordinator_node_info gauge\n\
-         coordinator_node_info{{node=\"{node}\"}} 1\n"
+         coordinator_node_info{{node=\"{node}\"}} 1\n\
+         # HELP cluster_pool_jobs Pending jobs in the cluster's shared pool, as this node last counted them (read every claim interval).\n\
+         # TYPE cluster_pool_jobs gauge\n\
+         cluster_pool_jobs {pool_jobs}\n"
     );
     let at = text.rfind("# EOF").unwrap_or(text.len());
     text.insert_str(at, &info);

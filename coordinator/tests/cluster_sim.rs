@@ -269,6 +269,8 @@ async fn the_pool_is_bounded_by_queue_len_max_across_nodes() {
         "B learned the pool's length: {:?}",
         full.body
     );
+    let metrics = b.coordinator().render_metrics();
+    assert!(metrics.contains("\ncluster_pool_jobs 3\n"), "{metrics}");
 }
 
 /// Held polls of a job another node holds count against the same bounds

@@ -55,6 +55,12 @@ impl Core {
         self.pool_len = pool_len;
     }
 
+    /// The shared pool's length as this node counts it (see
+    /// [`Core::set_pool_len`]).
+    pub fn pool_len(&self) -> usize {
+        self.pool_len
+    }
+
     /// Takes in jobs claimed from the pool: a due one fails
     /// `no_eligible_worker`, the others go to a free eligible worker or
     /// back to the pool, keeping their deadline.
