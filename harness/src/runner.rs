@@ -534,6 +534,7 @@ async fn run_instance_control(control: &InstanceControl, world: &mut World) -> R
             let ms = control.duration_ms.ok_or("crash needs duration_ms")?;
             world.crash_node(&control.name, node, ms)
         }
+        InstanceAction::LoseAnswer => world.lose_answer(&control.name, node),
         InstanceAction::CrashAfter => {
             let write = match control.write.ok_or("crash_after needs write")? {
                 StoreWriteKind::NonceReserved => StoreWrite::NonceReserved,

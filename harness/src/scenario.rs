@@ -777,6 +777,10 @@ choice!(
         /// Crash one node of a several-node instance (`node`); its
         /// supervisor starts it again after `duration_ms`.
         Crash => "crash",
+        /// The next write of one node of a several-node instance to the
+        /// shared store commits, but its answer is lost (a connection
+        /// dropped after the commit): the node retries it.
+        LoseAnswer => "lose_answer",
     }
 );
 
@@ -830,15 +834,17 @@ impl InstanceControl {
                 | InstanceAction::GracefulRestart
                 | InstanceAction::Partition
                 | InstanceAction::Crash
+                | InstanceAction::LoseAnswer
         );
         let timed = matches!(
             self.action,
             InstanceAction::Partition | InstanceAction::Crash
         );
+        let shared = timed || self.action == InstanceAction::LoseAnswer;
         match self.node {
             Some(_) if !node_action => {
                 return Err(format!(
-                    "node goes with restart, graceful_restart, partition or crash, not with {}",
+                    "node goes with restart, graceful_restart, partition, crash or lose_answer, not with {}",
                     self.action
                 ))
             }
@@ -848,10 +854,10 @@ impl InstanceControl {
                     self.name
                 ))
             }
-            None if timed => return Err(format!("{} needs node", self.action)),
+            None if shared => return Err(format!("{} needs node", self.action)),
             _ => {}
         }
-        if timed && nodes < 2 {
+        if shared && nodes < 2 {
             return Err(format!(
                 "{} needs an instance with nodes > 1; {} has 1",
                 self.action, self.name
@@ -1130,6 +1136,17 @@ mod tests {
         .contains("node 2: instance chain_a has 2 node(s)"));
         assert!(err("nodes = 2", &step("action = \"stop\", node = 1"))
             .contains("node goes with restart"));
+        let lose = step("action = \"lose_answer\", node = 1");
+        ok("nodes = 2", &lose);
+        assert!(err("", &lose).contains("has 1 node"));
+        assert!(
+            err("nodes = 2", &step("action = \"lose_answer\"")).contains("lose_answer needs node")
+        );
+        assert!(err(
+            "nodes = 2",
+            &step("action = \"lose_answer\", node = 1, duration_ms = 1")
+        )
+        .contains("duration_ms goes with partition or crash"));
         assert!(
             err("nodes = 2", &step("action = \"restart\", duration_ms = 1"))
                 .contains("duration_ms goes with partition or crash")

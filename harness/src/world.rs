@@ -696,6 +696,19 @@ impl World {
         Ok(())
     }
 
+    /// Makes node `node`'s next write to the instance's shared store
+    /// commit but answer as failed, so the node retries it.
+    pub fn lose_answer(&self, name: &str, node: u32) -> Result<(), String> {
+        let sim = self.node(name, node)?;
+        let shared = self.instances[name]
+            .shared
+            .clone()
+            .ok_or_else(|| format!("instance {name} is a single node"))?;
+        let id = sim.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+        shared.lose_next_answer(&id);
+        Ok(())
+    }
+
     /// Crashes node `node` of an instance; its supervisor starts it again
     /// `down_ms` later (the others take over its jobs if its lease lapses
     /// meanwhile).
