@@ -116,11 +116,15 @@ pub struct PgShared {
     _listener: tokio_postgres::Client,
 }
 
-/// The server's message of a database error (`tokio_postgres::Error`
-/// shows only "db error").
+/// What `tokio_postgres::Error` leaves out of its message: the server's
+/// message of a database error (it shows only "db error"), else its cause
+/// (it shows "error connecting to server", not why).
 fn detail(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map(|db| format!(": {}", db.message()))
+    if let Some(db) = e.as_db_error() {
+        return format!(": {}", db.message());
+    }
+    std::error::Error::source(e)
+        .map(|cause| format!(": {cause}"))
         .unwrap_or_default()
 }
 

@@ -173,6 +173,7 @@ fn an_unreachable_postgres_db_refuses_to_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot join the cluster"), "{stderr}");
+    assert!(stderr.contains("Connection refused"), "says why: {stderr}");
     assert!(
         !stderr.contains("nobody@"),
         "the URL is not logged: {stderr}"
