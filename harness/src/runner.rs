@@ -1069,7 +1069,7 @@ mod tests {
 
     /// A 65-byte signature whose `s` ends in `byte`, with `v` = 0x1b.
     fn signature_ending(byte: &str) -> String {
-        format!("0x{}{byte}1b", "ab".repeat(62))
+        format!("0x{}{byte}1b", "ab".repeat(63))
     }
 
     #[test]
