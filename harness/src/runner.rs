@@ -452,7 +452,7 @@ async fn run_advance(duration: &SimDuration, world: &World) {
 /// Polls the job every 100 ms until it has the status; the answer is its record.
 async fn run_wait_until(wait: &WaitUntil, world: &World, vars: &Vars) -> Result<Answer, String> {
     let job = matcher::render_str(&wait.job, vars)?;
-    let url = format!("{}/v1/jobs/{job}", world.base_url(&wait.instance)?);
+    let url = format!("{}/v1/jobs/{job}", world.poll_url(&wait.instance)?);
     let deadline = tokio::time::Instant::now() + wait.within.duration;
     loop {
         let r = world
@@ -855,7 +855,7 @@ async fn await_terminal(
     world: &World,
     mut open: Vec<String>,
 ) -> Result<Vec<JobStatus>, String> {
-    let base = world.base_url(&many.instance)?;
+    let base = world.poll_url(&many.instance)?;
     let deadline = tokio::time::Instant::now() + many.within.duration;
     let mut ended = Vec::with_capacity(open.len());
     loop {

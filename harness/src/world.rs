@@ -33,6 +33,10 @@ use worker_sim::{Worker, WorkerConfig};
 
 pub struct InstanceHandle {
     pub base_url: String,
+    /// Where the harness polls a job's status (`wait_until`, `commit_many`):
+    /// the last node of a live cluster, so those jobs are read on another
+    /// node than the one they were committed on; else `base_url`.
+    pub poll_url: String,
     /// The scripted facilitator, when the instance settles through one.
     pub facilitator: Option<testkit::FacilitatorStub>,
     pub driver: Driver,
@@ -56,8 +60,9 @@ pub enum Driver {
 /// `harness --live --live-db postgres://… --live-nodes N`: each instance is
 /// N coordinator nodes on that PostgreSQL (a schema of its own per
 /// instance and run), one coordinator in cluster mode. HTTP steps go to
-/// the first node; workers are spread over the nodes in name order, so
-/// jobs, pairings and payments cross nodes.
+/// the first node, and the harness's own polls of a job's status
+/// (`wait_until`, `commit_many`) to the last; workers are spread over the
+/// nodes in name order, so jobs, pairings, payments and reads cross nodes.
 #[derive(Debug, Clone)]
 pub struct LiveCluster {
     pub db: String,
@@ -284,6 +289,7 @@ impl World {
                 name.clone(),
                 InstanceHandle {
                     base_url: sim_url(name),
+                    poll_url: sim_url(name),
                     facilitator,
                     driver: Driver::Sim(Box::new(first)),
                     more_nodes: nodes,
@@ -417,6 +423,7 @@ impl World {
                 name.clone(),
                 InstanceHandle {
                     base_url: format!("http://{}", addrs[0]),
+                    poll_url: format!("http://{}", addrs[addrs.len() - 1]),
                     facilitator,
                     driver: Driver::Live {
                         ws_urls: addrs
@@ -883,6 +890,14 @@ impl World {
         self.instances
             .get(instance)
             .map(|i| i.base_url.clone())
+            .ok_or_else(|| format!("no instance {instance:?}"))
+    }
+
+    /// Where the harness polls a job's status (see [`InstanceHandle::poll_url`]).
+    pub fn poll_url(&self, instance: &str) -> Result<String, String> {
+        self.instances
+            .get(instance)
+            .map(|i| i.poll_url.clone())
             .ok_or_else(|| format!("no instance {instance:?}"))
     }
 
