@@ -89,7 +89,14 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 3: each node's last batch written, so a retried batch is not applied twice.
     "ALTER TABLE nodes ADD COLUMN last_batch BIGINT NOT NULL DEFAULT 0;",
+    // 4: retention finds old terminal jobs without reading every row.
+    "CREATE INDEX jobs_done_created ON jobs (created_at_ms) WHERE status IN ('completed', 'failed');",
 ];
+
+/// Old terminal jobs retention deletes per statement, and statements per
+/// pass (a pass every `RETENTION_INTERVAL_MS`).
+const PURGE_BATCH_MAX: i64 = 5_000;
+const PURGE_BATCHES_MAX: usize = 100;
 
 /// Any key for the advisory lock that serialises migrations.
 const MIGRATION_LOCK: i64 = 0x636f_6f72_6469_6e61;
@@ -772,13 +779,26 @@ impl SharedStore for PgShared {
     fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64> {
         Box::pin(async move {
             let client = self.client().await?;
-            let deleted = client
-                .execute(
-                    "DELETE FROM jobs WHERE status IN ('completed', 'failed') AND created_at_ms < $1",
-                    &[&created_before_ms],
-                )
-                .await
-                .map_err(unavailable)?;
+            // In batches, each its own transaction, oldest first: a large
+            // backlog is never one long statement holding its rows; what
+            // one pass leaves, the next takes.
+            let mut deleted = 0;
+            for _ in 0..PURGE_BATCHES_MAX {
+                let batch = client
+                    .execute(
+                        "DELETE FROM jobs WHERE id IN (
+                            SELECT id FROM jobs
+                            WHERE status IN ('completed', 'failed') AND created_at_ms < $1
+                            ORDER BY created_at_ms LIMIT $2)",
+                        &[&created_before_ms, &PURGE_BATCH_MAX],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                deleted += batch;
+                if batch < PURGE_BATCH_MAX as u64 {
+                    break;
+                }
+            }
             let now_s = i64::try_from(now_s).unwrap_or(i64::MAX);
             client
                 .execute("DELETE FROM nonces WHERE valid_before < $1", &[&now_s])
