@@ -10,6 +10,10 @@
 //!   every [`CLAIM_INTERVAL_MS`].
 //! - [`run_presence`] keeps the shared presence (who is connected here) for
 //!   PRIVATE admission and the health count on every node.
+//! - [`run_remote_watch`] wakes held polls of jobs other nodes hold, one
+//!   batched status read a round.
+//! - [`take_budgets`] takes from the cluster-wide rate budgets (pairing
+//!   claims and creates) before a request counts against them.
 //! - A node that loses a job or its lease *fences itself*: its store
 //!   refuses every further flush (so no client or worker is told anything
 //!   more) and the process is told to stop ([`Fence`]).
