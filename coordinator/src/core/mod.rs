@@ -1109,7 +1109,7 @@ impl Core {
     /// Fires every timer due at `now_ms`. Timers are removed when they are
     /// replaced or their job ends, so each one fired is its job's live one.
     /// Jobs whose leases ended are retried together, after every timer has
-    /// fired (see [`Core::retry_in_order`]).
+    /// fired (see `Core::retry_in_order`).
     pub fn tick(&mut self, now_ms: i64) {
         let mut expired: Vec<(Uuid, Option<SessionId>)> = Vec::new();
         while let Some(timer) = self.timers.first().copied() {
