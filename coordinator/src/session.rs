@@ -106,6 +106,8 @@ impl FrameConnection for AxumConnection {
 struct Peer {
     session: SessionId,
     pubkey: String,
+    /// `pubkey` parsed, once: every receipt is checked against it.
+    key: k256::ecdsa::VerifyingKey,
     outbox: mpsc::UnboundedReceiver<Outbound>,
 }
 
@@ -320,6 +322,7 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     Some(Peer {
         session,
         pubkey,
+        key,
         outbox,
     })
 }
@@ -538,5 +541,12 @@ fn check_result(
             "receipt.completed_at is not an ISO 8601 timestamp".into(),
         ));
     }
-    receipt.verify(output).map_err(|e| invalid(e.to_string()))
+    // `pubkey` is the canonical text of `key`, so a receipt naming exactly
+    // it needs no parse; any other spelling goes the long way, as before.
+    let verified = if receipt.provider_pubkey == peer.pubkey {
+        receipt.verify_with_key(&peer.key, output)
+    } else {
+        receipt.verify(output)
+    };
+    verified.map_err(|e| invalid(e.to_string()))
 }

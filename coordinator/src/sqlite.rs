@@ -157,6 +157,9 @@ struct Pending {
     /// `appended` when the writer last took the batch.
     taken: u64,
     closed: bool,
+    /// The writer thread waits on `wake`: set by it, cleared by the `apply`
+    /// that signals it. Closing and purging signal regardless.
+    writer_waiting: bool,
 }
 
 #[derive(Default)]
@@ -485,8 +488,10 @@ fn run_writer(shared: &Shared) {
             let mut pending = shared.pending();
             while pending.changes.is_empty() && pending.purge_before_ms.is_none() && !pending.closed
             {
+                pending.writer_waiting = true;
                 pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
             }
+            pending.writer_waiting = false;
         }
         if !shared.commit_pending() {
             return;
@@ -534,6 +539,10 @@ fn migrate(conn: &Connection) -> Result<(), SqliteError> {
     Ok(())
 }
 
+/// Room for a typical job's JSON (a completed one with its receipt is
+/// about 1 KiB); larger ones grow the buffer once.
+const JOB_JSON_BYTES_INITIAL: usize = 2048;
+
 fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(), SqliteError> {
     let mut job_stmt = tx.prepare_cached(
         "INSERT INTO jobs (id, status, seq, deadline_ms, created_at_ms, body)
@@ -554,19 +563,28 @@ fn write_changes(tx: &rusqlite::Transaction<'_>, changes: &[Change]) -> Result<(
     // assigned, accepted and completed between two commits); only the last
     // is written. Upserts of distinct keys commute, so the order is free.
     let mut seen: HashSet<Key<'_>> = HashSet::with_capacity(changes.len());
+    // One buffer for every job's JSON in the batch: `to_string` would start
+    // each at 128 bytes and grow it several times.
+    let mut body = Vec::with_capacity(JOB_JSON_BYTES_INITIAL);
+    let mut id = uuid::Uuid::encode_buffer();
     for change in changes.iter().rev() {
         if !seen.insert(Key::of(change)) {
             continue;
         }
         match change {
             Change::Job(job) => {
+                body.clear();
+                serde_json::to_writer(&mut body, &**job)?;
+                // serde_json writes UTF-8 only; bound as TEXT, as before.
+                let text = std::str::from_utf8(&body)
+                    .map_err(|e| SqliteError::Failed(format!("job JSON: {e}")))?;
                 job_stmt.execute(params![
-                    job.id.to_string(),
+                    &*job.id.hyphenated().encode_lower(&mut id),
                     job.status.as_str(),
                     job.seq as i64,
                     job.deadline_ms,
                     job.created_at_ms,
-                    serde_json::to_string(&**job)?,
+                    text,
                 ])?;
             }
             Change::Pairing(p) => {
@@ -693,7 +711,14 @@ impl Store for SqliteStore {
                 }
                 pending.changes.extend_from_slice(changes);
                 pending.appended += 1;
-                self.shared.wake_writer();
+                self.shared.wake_task.notify_one();
+                // Signal the thread only when it waits (a futex call each
+                // time otherwise, several per job), and after unlocking, so
+                // it does not wake into a held lock.
+                if std::mem::take(&mut pending.writer_waiting) {
+                    drop(pending);
+                    self.shared.wake.notify_one();
+                }
                 Ok(())
             }
         }
@@ -987,6 +1012,44 @@ mod tests {
         }
         let store = SqliteStore::open(&path).unwrap();
         assert_same(&sorted(store.load().unwrap()), &expected(&changes));
+    }
+
+    /// The writer thread is signalled only while it waits: an append after
+    /// each commit (the writer asleep again) must still wake it, every time,
+    /// and appends from several threads at once must all get committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_append_wakes_the_sleeping_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path().join("w.db")).unwrap());
+        let changes = changes();
+        let within = std::time::Duration::from_secs(10);
+        for _ in 0..50 {
+            store.apply(&changes[..1]).unwrap();
+            tokio::time::timeout(within, store.flush())
+                .await
+                .expect("the writer woke")
+                .unwrap();
+        }
+        // Real threads: appends racing the writer is the point here.
+        #[allow(clippy::disallowed_methods)]
+        let appenders: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, changes) = (store.clone(), changes.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        store.apply(&changes).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for appender in appenders {
+            appender.join().unwrap();
+        }
+        tokio::time::timeout(within, store.flush())
+            .await
+            .expect("the writer woke")
+            .unwrap();
+        assert_eq!(lock(&store.shared.durable).upto, 50 + 4 * 200);
     }
 
     #[test]

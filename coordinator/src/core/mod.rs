@@ -937,8 +937,11 @@ impl Core {
         self.set_load(session, |jobs| {
             jobs.remove(&id);
         });
-        self.clear_timer(&id);
         let job = self.jobs.get_mut(&id).expect("held job exists");
+        // `clear_timer`, without a second lookup.
+        if let Some(timer) = job.timer.take() {
+            self.timers.remove(&timer);
+        }
         job.status = JobStatus::Completed;
         job.output = Some(output);
         job.receipt = Some(receipt);
@@ -1092,11 +1095,15 @@ impl Core {
             kind,
             job,
         };
-        self.clear_timer(&job);
-        self.timers.insert(timer);
-        if let Some(j) = self.jobs.get_mut(&job) {
-            j.timer = Some(timer);
+        // One lookup swaps the job's timer (as `clear_timer`, then set).
+        let replaced = match self.jobs.get_mut(&job) {
+            Some(j) => j.timer.replace(timer),
+            None => None,
+        };
+        if let Some(old) = replaced {
+            self.timers.remove(&old);
         }
+        self.timers.insert(timer);
     }
 
     /// Drops a job's live timer, if it has one.
