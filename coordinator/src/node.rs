@@ -336,6 +336,7 @@ pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeSt
                     jobs = jobs.len(),
                     "recovering jobs of a node whose lease lapsed"
                 );
+                let jobs = fast_first(jobs);
                 c.with(|core, now_ms| core.recover(jobs, now_ms));
             }
             Ok(_) => {}
@@ -343,6 +344,15 @@ pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeSt
             Err(e) => tracing::warn!(error = %e, "take-over failed"),
         }
     }
+}
+
+/// Jobs to recover, FAST before CHEAP (otherwise in the order given):
+/// `Core::recover` places them one at a time, so a CHEAP job placed first
+/// would take an idle worker that a FAST one taken over with it could have
+/// had (the core's tier-order invariant).
+pub fn fast_first(mut jobs: Vec<crate::core::Job>) -> Vec<crate::core::Job> {
+    jobs.sort_by_key(|j| crate::cluster::tier_rank(j.tier));
+    jobs
 }
 
 /// Writes what is connected here to the shared presence whenever a worker

@@ -359,6 +359,7 @@ pub async fn start_node(
             jobs = held.len(),
             "recovering jobs this node id held before"
         );
+        let held = crate::node::fast_first(held);
         coordinator.with(|core, now_ms| core.recover(held, now_ms));
     }
     if let Some(payment) = settings.payment.clone() {
