@@ -286,6 +286,32 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
 /// in-memory store can stand in for it): joins, recovers what the node id
 /// still held, gates payments on the shared nonce rows, and starts the
 /// timer, lease and claim tasks. See `crate::node`.
+/// The RNG a node's core starts from. The core moves a seeded RNG to a
+/// stream chosen by the state it restores, so that a restarted coordinator
+/// does not draw the job ids it drew before (`core/restore.rs`): they are
+/// in that state. A node restores only the jobs it still holds, and the
+/// cluster's pairings and trust, not the jobs it committed and handed on;
+/// so two generations of a seeded node (the simulation restarts one on
+/// stream `generation`) could restore the same state and draw the same job
+/// ids, and the second's new job would collide with the first's. Folding
+/// the caller's stream into the key keeps the generations apart whatever
+/// stream the core then picks. Stream 0 (a first start; an entropy-seeded
+/// RNG in production) is left as it is.
+fn node_rng(rng: ChaCha20Rng, restores_state: bool) -> ChaCha20Rng {
+    use rand::SeedableRng;
+    let stream = rng.get_stream();
+    if !restores_state || stream == 0 {
+        return rng;
+    }
+    let mut seed = rng.get_seed();
+    for (byte, s) in seed.iter_mut().zip(stream.to_le_bytes()) {
+        *byte ^= s;
+    }
+    let mut keyed = ChaCha20Rng::from_seed(seed);
+    keyed.set_stream(stream);
+    keyed
+}
+
 pub async fn start_node(
     settings: Settings,
     parts: Parts,
@@ -312,7 +338,8 @@ pub async fn start_node(
     let store = joined.map_err(|e| StartError::Cluster(e.to_string()))?;
     let mut config = settings.config.clone();
     config.check_invariants |= parts.runtime == Runtime::Simulation;
-    let coordinator = Coordinator::open(config, parts.clock, parts.rng, store.clone())
+    let rng = node_rng(parts.rng, store.restores_state());
+    let coordinator = Coordinator::open(config, parts.clock, rng, store.clone())
         .await
         .map_err(|source| StartError::Restore {
             db: cluster.url.clone(),

@@ -5,12 +5,13 @@ use super::{ClusterSettings, Fence};
 use crate::cluster::{ClusterError, NodeId, SharedStore};
 use crate::core::Change;
 use crate::store::{Snapshot, Store, StoreError};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, Notify};
 
 /// Pause between attempts to write a batch the store could not take.
 const WRITE_RETRY_MS: u64 = 50;
@@ -26,11 +27,23 @@ pub struct NodeStore {
     held: Mutex<Vec<crate::core::Job>>,
     pending: Mutex<Pending>,
     wake: Notify,
-    /// The count of `apply` calls whose changes are committed.
-    written: watch::Sender<u64>,
+    written: Mutex<Written>,
     fenced: AtomicBool,
     fence: Fence,
     node_lease_ms: i64,
+}
+
+/// What is committed, and who waits for it.
+#[derive(Default)]
+struct Written {
+    /// The count of `apply` calls whose changes are committed.
+    upto: u64,
+    /// `flush` calls waiting for `upto` to reach their target, in call
+    /// order, answered in that order (`true`: committed; `false`: fenced),
+    /// so the tasks they wake run in an order that does not depend on the
+    /// runtime's internals (as the SQLite store's). A watch channel would
+    /// wake them in the order of its randomly chosen notify shards.
+    waiters: VecDeque<(u64, oneshot::Sender<bool>)>,
 }
 
 #[derive(Default)]
@@ -58,7 +71,7 @@ impl NodeStore {
             held: Mutex::new(held),
             pending: Mutex::new(Pending::default()),
             wake: Notify::new(),
-            written: watch::channel(0).0,
+            written: Mutex::new(Written::default()),
             fenced: AtomicBool::new(false),
             fence,
             node_lease_ms: settings.node_lease_ms,
@@ -70,6 +83,16 @@ impl NodeStore {
     fn pending(&self) -> MutexGuard<'_, Pending> {
         // Appends and takes only: a panic cannot leave it half-changed.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the snapshot the core opens on ([`Store::load`]) holds jobs
+    /// or pairings, so the core moves its RNG by them (see
+    /// `server::node_rng`). Held jobs are recovered later, not loaded.
+    pub fn restores_state(&self) -> bool {
+        let joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        joined
+            .as_ref()
+            .is_some_and(|s| !s.jobs.is_empty() || !s.pairings.is_empty())
     }
 
     /// The jobs this node id still held when it joined (it restarted
@@ -87,14 +110,14 @@ impl NodeStore {
     /// what was not committed is lost, and the fence does not run.
     pub fn halt(&self) {
         self.fenced.store(true, Ordering::SeqCst);
-        self.written.send_modify(|_| {});
+        self.answer_waiters();
     }
 
     /// Stops the node: no flush succeeds any more, and the fence runs once.
     pub fn fence(&self, why: &ClusterError) {
         if !self.fenced.swap(true, Ordering::SeqCst) {
             tracing::error!(node = %self.node, error = %why, "node fenced: stopping");
-            self.written.send_modify(|_| {});
+            self.answer_waiters();
             (self.fence)(why);
         }
     }
@@ -111,9 +134,7 @@ impl NodeStore {
                 (std::mem::take(&mut p.changes), p.applied)
             };
             if changes.is_empty() {
-                if applied > *self.written.borrow() {
-                    self.written.send_replace(applied);
-                }
+                self.committed(applied);
                 self.wake.notified().await;
                 continue;
             }
@@ -135,7 +156,36 @@ impl NodeStore {
                     }
                 }
             }
-            self.written.send_replace(applied);
+            self.committed(applied);
+        }
+    }
+
+    fn written(&self) -> MutexGuard<'_, Written> {
+        // Plain assignments and queue moves: a panic leaves it whole.
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the first `applied` calls' changes are committed.
+    fn committed(&self, applied: u64) {
+        let mut w = self.written();
+        if applied > w.upto {
+            w.upto = applied;
+        }
+        drop(w);
+        self.answer_waiters();
+    }
+
+    /// Answers, in call order, the waiters whose changes are committed,
+    /// and every waiter once the node is fenced.
+    fn answer_waiters(&self) {
+        let mut w = self.written();
+        let fenced = self.is_fenced();
+        while let Some(&(target, _)) = w.waiters.front() {
+            if !fenced && target > w.upto {
+                break;
+            }
+            let (_, tx) = w.waiters.pop_front().expect("a front waiter");
+            let _ = tx.send(!fenced);
         }
     }
 }
@@ -155,18 +205,25 @@ impl Store for NodeStore {
 
     fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let target = self.pending().applied;
-        let mut written = self.written.subscribe();
         Box::pin(async move {
-            loop {
+            let fenced = || StoreError(format!("node {} is fenced", self.node));
+            let answer = {
+                // Fencing sets the flag before it answers the waiters
+                // under this lock: a waiter queued here is answered.
+                let mut w = self.written();
                 if self.is_fenced() {
-                    return Err(StoreError(format!("node {} is fenced", self.node)));
+                    return Err(fenced());
                 }
-                if *written.borrow_and_update() >= target {
+                if w.upto >= target {
                     return Ok(());
                 }
-                if written.changed().await.is_err() {
-                    return Err(StoreError("the writer stopped".into()));
-                }
+                let (tx, rx) = oneshot::channel();
+                w.waiters.push_back((target, tx));
+                rx
+            };
+            match answer.await {
+                Ok(true) => Ok(()),
+                Ok(false) | Err(_) => Err(fenced()),
             }
         })
     }

@@ -72,6 +72,9 @@ pub fn main(args: SwarmArgs) -> ExitCode {
     let wall = started.elapsed();
     print_summary(&results, seeds.end - seeds.start, wall);
     let failures = first_failure_per_invariant(&results);
+    // Shrinking runs worlds on this thread; their panics are failures
+    // reported below, not output.
+    crate::runner::panics::set_quiet(true);
     for (invariant, (seed, message)) in &failures {
         println!(
             "\nFAILED seed {seed}: {invariant}\n  {}",

@@ -8,6 +8,7 @@
 //!
 //! Layout:
 //! - [`world`]: what a seed draws, and its rendering as a scenario file.
+//! - [`nodes`]: several-node worlds (node crashes, store partitions).
 //! - [`shrink`]: reducing a failing world while it fails the same way.
 //!
 //! Seeds run in parallel threads; each world is still one deterministic
@@ -15,6 +16,7 @@
 //! thread count.
 
 pub mod cli;
+pub mod nodes;
 pub mod shrink;
 #[cfg(test)]
 mod tests;
@@ -199,6 +201,21 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
         }
         if text.starts_with("harness facilitator") {
             add("fault facilitator_script".into());
+        }
+        if text.starts_with("harness instance ") {
+            // `harness instance NAME crash|partition node N for MS ms`
+            if text.contains(" crash node ") {
+                add("fault node_crash".into());
+            } else if text.contains(" partition node ") {
+                add("fault store_partition".into());
+            }
+        }
+        // A node's supervisor, under the node's id.
+        if text.ends_with(" fenced by the shared store; crashed") {
+            add("fault node_fenced".into());
+        }
+        if text.ends_with(" rejoined the shared store") || text.ends_with(" started again") {
+            add("check node_rejoined".into());
         }
     }
     counts

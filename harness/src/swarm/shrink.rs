@@ -43,6 +43,17 @@ pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (W
                 try_candidate(&mut best, c, &mut runs);
             }
         }
+        // Fewer nodes, a single coordinator first (normalizing drops the
+        // crashes and store cuts of the nodes that are gone).
+        for index in 0..best.instances.len() {
+            for fewer in 1..best.instances[index].nodes {
+                let mut c = best.clone();
+                c.instances[index].nodes = fewer;
+                if try_candidate(&mut best, c, &mut runs) {
+                    break;
+                }
+            }
+        }
         remove_event_chunks(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
         for_each_index(
             &mut best,

@@ -133,3 +133,167 @@ fn seed_ranges_parse() {
     assert!(parse_seeds("5..5").is_err());
     assert!(parse_seeds("10").is_err());
 }
+
+/// Seeds whose world has the several-nodes kind, among the first `n`.
+fn several_node_seeds(n: u64) -> Vec<u64> {
+    (0..n)
+        .filter(|&s| WorldSpec::generate(s).kinds.has(world::Kind::Nodes))
+        .collect()
+}
+
+fn node_events(w: &WorldSpec) -> usize {
+    w.events
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.event,
+                Event::NodeCrash { .. } | Event::StorePartition { .. }
+            )
+        })
+        .count()
+}
+
+#[test]
+fn some_worlds_have_several_nodes_with_crashes_and_store_cuts_and_the_others_one() {
+    let seeds = several_node_seeds(300);
+    assert!(
+        (90..=210).contains(&seeds.len()),
+        "about half the seeds: {}",
+        seeds.len()
+    );
+    for seed in 0..300 {
+        let w = WorldSpec::generate(seed);
+        let clusters = w.instances.iter().filter(|i| i.nodes > 1).count();
+        if !seeds.contains(&seed) {
+            assert_eq!(clusters, 0, "seed {seed}");
+            assert_eq!(node_events(&w), 0, "seed {seed}");
+            assert!(w.workers.iter().all(|w| w.node.is_none()), "seed {seed}");
+            continue;
+        }
+        assert!(clusters > 0, "seed {seed}");
+        assert!(
+            (1..=nodes::NODE_EVENTS_MAX as usize).contains(&node_events(&w)),
+            "seed {seed}"
+        );
+        for i in w.instances.iter().filter(|i| i.nodes > 1) {
+            assert!((1_000..=5_000).contains(&i.node_lease_ms), "seed {seed}");
+            // crash_after needs a single node.
+            assert!(!w.events.iter().any(
+                |t| matches!(t.event, Event::CrashAfter { instance, .. } if instance == i.name)
+            ));
+            assert!(w.heal_ms() > i.node_lease_ms, "seed {seed}");
+        }
+        for worker in &w.workers {
+            let n = w.nodes_of(worker.instance);
+            assert_eq!(worker.node.is_some(), n > 1, "seed {seed}");
+            assert!(worker.node.unwrap_or(0) < n, "seed {seed}");
+        }
+    }
+    // Something lands on nodes other than 0, and both node events occur.
+    let worlds: Vec<WorldSpec> = seeds.iter().map(|&s| WorldSpec::generate(s)).collect();
+    let on_other_nodes = worlds.iter().any(|w| {
+        w.events
+            .iter()
+            .any(|t| matches!(&t.event, Event::Commit(c) if c.node > 0))
+    });
+    assert!(on_other_nodes);
+    for partition in [false, true] {
+        assert!(worlds
+            .iter()
+            .any(|w| w.events.iter().any(|t| match t.event {
+                Event::StorePartition { .. } => partition,
+                Event::NodeCrash { .. } => !partition,
+                _ => false,
+            })));
+    }
+}
+
+#[test]
+fn a_several_node_world_renders_nodes_and_node_steps_that_harness_check_accepts() {
+    let seed = several_node_seeds(100)
+        .into_iter()
+        .find(|&s| {
+            let w = WorldSpec::generate(s);
+            w.instances.iter().any(|i| i.nodes == 3) && node_events(&w) >= 2
+        })
+        .expect("a three-node world with two node events");
+    let w = WorldSpec::generate(seed);
+    let text = world::render(&w, "x", "x");
+    assert!(text.contains("nodes = 3\nnode_lease_ms = "), "{text}");
+    assert!(text.contains(", node = "), "{text}");
+    assert!(
+        text.contains("node = 0\n") || text.contains("node = 1\n") || text.contains("node = 2\n")
+    );
+    assert!(
+        text.contains("action = \"crash\", node = ")
+            || text.contains("action = \"partition\", node = "),
+        "{text}"
+    );
+    let problems = checked(&w);
+    assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
+}
+
+#[test]
+fn several_node_worlds_stay_valid_with_fewer_nodes() {
+    for seed in several_node_seeds(60) {
+        let world = WorldSpec::generate(seed);
+        for index in 0..world.instances.len() {
+            for fewer in 1..world.instances[index].nodes {
+                let mut w = world.clone();
+                w.instances[index].nodes = fewer;
+                w.normalize();
+                let name = w.instances[index].name;
+                if fewer == 1 {
+                    assert!(!w.events.iter().any(|t| matches!(
+                        t.event,
+                        Event::NodeCrash { instance, .. } | Event::StorePartition { instance, .. }
+                            if instance == name
+                    )));
+                }
+                let problems = checked(&w);
+                assert!(
+                    problems.is_empty(),
+                    "seed {seed}, {name} with {fewer} node(s): {problems:#?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_shrinker_drops_nodes_the_failure_does_not_need() {
+    let seed = several_node_seeds(200)
+        .into_iter()
+        .find(|&s| {
+            let w = WorldSpec::generate(s);
+            w.instances.len() == 1 && w.instances[0].nodes == 3 && node_events(&w) >= 2
+        })
+        .expect("a three-node world with two node events");
+    let world = WorldSpec::generate(seed);
+    // A "failure" that needs no node at all: a single coordinator.
+    let (small, _) = shrink(world.clone(), |w| {
+        w.events.iter().any(|t| matches!(t.event, Event::Commit(_)))
+    });
+    assert_eq!(small.instances[0].nodes, 1);
+    assert_eq!(node_events(&small), 0);
+    assert!(small.workers.iter().all(|w| w.node.is_none()));
+    // One that needs a store cut of node 2: three nodes and that one cut stay.
+    let cut_node_2 = |w: &WorldSpec| {
+        w.events
+            .iter()
+            .any(|t| matches!(t.event, Event::StorePartition { node: 2, .. }))
+    };
+    let mut world = world;
+    world.events.push(world::Timed {
+        after_ms: 0,
+        event: Event::StorePartition {
+            instance: "chain_a",
+            node: 2,
+            for_ms: 4_000,
+        },
+    });
+    let (small, _) = shrink(world, cut_node_2);
+    assert_eq!(small.instances[0].nodes, 3);
+    assert_eq!(node_events(&small), 1, "{:#?}", small.events);
+    assert!(checked(&small).is_empty());
+}

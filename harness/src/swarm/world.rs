@@ -41,10 +41,17 @@ pub enum Kind {
     ProviderErrors,
     ConcurrentClients,
     RebootInFlight,
+    /// Instances of 2 or 3 coordinator nodes on one shared store, with node
+    /// crashes and store partitions (drawn by [`super::nodes`]).
+    Nodes,
 }
 
 impl Kind {
-    pub const ALL: &'static [Kind] = &[
+    /// The kinds switched on or off by one coin each from the seed's main
+    /// stream, in this order. Fixed: a kind added here would move every
+    /// later draw and so change the world of every existing seed; newer
+    /// kinds draw from streams of their own ([`Kind::Nodes`]).
+    pub const MAIN_STREAM: &'static [Kind] = &[
         Kind::Payments,
         Kind::PaymentTamper,
         Kind::PaymentReplay,
@@ -71,6 +78,18 @@ impl Kind {
         Kind::ConcurrentClients,
         Kind::RebootInFlight,
     ];
+
+    /// Every kind, in the order of the coverage table: the main stream's,
+    /// then [`Kind::Nodes`].
+    pub const ALL: &'static [Kind] = &{
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 1];
+        let mut i = 0;
+        while i < Self::MAIN_STREAM.len() {
+            all[i] = Self::MAIN_STREAM[i];
+            i += 1;
+        }
+        all
+    };
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -99,6 +118,7 @@ impl Kind {
             Kind::ProviderErrors => "provider_errors",
             Kind::ConcurrentClients => "concurrent_clients",
             Kind::RebootInFlight => "reboot_in_flight",
+            Kind::Nodes => "several_nodes",
         }
     }
 }
@@ -129,6 +149,10 @@ pub struct InstanceSpec {
     pub pending_timeout_ms: u64,
     pub attempts_max: u32,
     pub heartbeat_timeout_ms: Option<u64>,
+    /// Coordinator nodes on one shared store; 1 is the single coordinator.
+    pub nodes: u32,
+    /// How long a node's lease lasts (rendered only with `nodes > 1`).
+    pub node_lease_ms: u64,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -152,6 +176,8 @@ pub struct WorkerSpec {
     pub heartbeat: Option<String>,
     /// A second session with this (earlier) worker's key.
     pub key_of: Option<String>,
+    /// The node it connects to, on an instance of several nodes.
+    pub node: Option<u32>,
 }
 
 impl WorkerSpec {
@@ -205,6 +231,8 @@ pub struct Pairing {
     pub user: String,
     pub instance: &'static str,
     pub worker: String,
+    /// The node the code is claimed on (it is created on node 0).
+    pub claim_node: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +241,9 @@ pub enum Event {
     /// The last payment header again, with another body: must buy nothing.
     Replay {
         instance: &'static str,
+        /// The node it goes to: a payment spent on one node must buy
+        /// nothing on another.
+        node: u32,
         index: u32,
     },
     StopWorker(String),
@@ -235,6 +266,18 @@ pub enum Event {
         index: u32,
         private: bool,
     },
+    /// Node `node` crashes; its supervisor starts it again `down_ms` later.
+    NodeCrash {
+        instance: &'static str,
+        node: u32,
+        down_ms: u64,
+    },
+    /// Node `node` is cut from the shared store for `for_ms`, then healed.
+    StorePartition {
+        instance: &'static str,
+        node: u32,
+        for_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +290,8 @@ pub struct Commit {
     /// `None`: no payment; `Some("none")` valid; else the `pay.alter`.
     pub pay: Option<&'static str>,
     pub index: u32,
+    /// The node of the instance it goes to.
+    pub node: u32,
 }
 
 /// An event `after_ms` after the one before it.
@@ -282,7 +327,7 @@ impl WorldSpec {
     pub fn generate(seed: u64) -> Self {
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let kinds = Kinds(
-            Kind::ALL
+            Kind::MAIN_STREAM
                 .iter()
                 .copied()
                 .filter(|_| rng.gen_bool(0.5))
@@ -313,7 +358,7 @@ impl WorldSpec {
         } else {
             vec![]
         };
-        Self {
+        let mut world = Self {
             seed,
             kinds,
             instances,
@@ -325,7 +370,17 @@ impl WorldSpec {
             reboots,
             heal_commits,
             heal: true,
-        }
+        };
+        super::nodes::draw(&mut world);
+        world
+    }
+
+    /// How many nodes instance `name` has (1 when it is not declared).
+    pub fn nodes_of(&self, name: &str) -> u32 {
+        self.instances
+            .iter()
+            .find(|i| i.name == name)
+            .map_or(1, |i| i.nodes)
     }
 
     /// The workers stopped when the timeline ends.
@@ -404,9 +459,16 @@ impl WorldSpec {
                     stopped.retain(|s| s != n);
                     ok
                 }
-                Event::Restart(i)
-                | Event::GracefulRestart(i)
-                | Event::CrashAfter { instance: i, .. } => instances.contains(i),
+                Event::Restart(i) | Event::GracefulRestart(i) => instances.contains(i),
+                // An armed SQLite write needs a single node.
+                Event::CrashAfter { instance: i, .. } => {
+                    instances.contains(i) && self.nodes_of(i) == 1
+                }
+                Event::NodeCrash { instance, node, .. }
+                | Event::StorePartition { instance, node, .. } => {
+                    let nodes = self.nodes_of(instance);
+                    instances.contains(instance) && nodes > 1 && *node < nodes
+                }
                 Event::Facilitator { instance, .. } => facilitated.contains(instance),
                 Event::ProviderFault(_) | Event::Router { .. } => true,
             };
@@ -435,6 +497,7 @@ impl WorldSpec {
         for reboot in &mut self.reboots {
             reboot.to_ms = reboot.to_ms.min(end_ms);
         }
+        super::nodes::normalize(self);
     }
 
     /// Whether every instance keeps an honest worker of both job types
@@ -457,6 +520,7 @@ impl WorldSpec {
                 let heartbeat_ms = i.heartbeat_timeout_ms.unwrap_or(30_000);
                 i.pending_timeout_ms
                     + u64::from(i.attempts_max) * (i.lease_ms + heartbeat_ms + 6_000)
+                    + super::nodes::heal_extra_ms(self, i)
             })
             .max()
             .unwrap_or(0)
@@ -595,6 +659,8 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 heartbeat_timeout_ms: kinds
                     .has(Kind::HeartbeatLoss)
                     .then(|| pick(rng, &[2_000, 5_000])),
+                nodes: 1,
+                node_lease_ms: 0,
             }
         })
         .collect()
@@ -660,6 +726,7 @@ fn draw_workers(
                 faults,
                 heartbeat,
                 key_of: None,
+                node: None,
             }
         })
         .collect()
@@ -737,6 +804,7 @@ fn draw_pairings(rng: &mut ChaCha20Rng, kinds: &Kinds, workers: &[WorkerSpec]) -
                 user: format!("u{user}"),
                 instance: w.instance,
                 worker: w.name.clone(),
+                claim_node: 0,
             });
         }
     }
@@ -815,6 +883,7 @@ fn draw_event(
         }
         16..=18 if kinds.has(Kind::PaymentReplay) && instance.payment.is_some() => Event::Replay {
             instance: instance.name,
+            node: 0,
             index,
         },
         19..=20 if kinds.has(Kind::FacilitatorFailure) && instance.payment == Some("success") => {
@@ -885,6 +954,7 @@ fn draw_commit(
         private,
         pay,
         index,
+        node: 0,
     }
 }
 
@@ -951,6 +1021,13 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
 
 fn render_instance(w: &mut String, i: &InstanceSpec) {
     let _ = writeln!(w, "\n[instances.{}]\nnetwork = {:?}", i.name, i.network);
+    if i.nodes > 1 {
+        let _ = writeln!(
+            w,
+            "nodes = {}\nnode_lease_ms = {}",
+            i.nodes, i.node_lease_ms
+        );
+    }
     let heartbeat = i.heartbeat_timeout_ms.map_or(String::new(), |ms| {
         format!(
             ", heartbeat_interval_ms = {}, heartbeat_timeout_ms = {ms}",
@@ -974,6 +1051,9 @@ fn render_worker(w: &mut String, spec: &WorkerSpec) {
     }
     if spec.instance != INSTANCE_NAMES[0] {
         let _ = writeln!(w, "instance = {:?}", spec.instance);
+    }
+    if let Some(node) = spec.node {
+        let _ = writeln!(w, "node = {node}");
     }
     if !spec.capabilities.is_empty() {
         let _ = writeln!(w, "capabilities = {:?}", spec.capabilities);
@@ -1044,8 +1124,9 @@ fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
     );
     let _ = writeln!(
         w,
-        "\n[[steps]]\nhttp = {{ instance = {instance:?}, method = \"POST\", path = \"/v1/trust/claim\", body = {{ pairing_code = \"{{{{code{k}}}}}\", provider_pubkey = \"{{{{pubkey.{worker}}}}}\" }} }}\nexpect = {{ status = 200 }}",
+        "\n[[steps]]\nhttp = {{ instance = {instance:?}{node}, method = \"POST\", path = \"/v1/trust/claim\", body = {{ pairing_code = \"{{{{code{k}}}}}\", provider_pubkey = \"{{{{pubkey.{worker}}}}}\" }} }}\nexpect = {{ status = 200 }}",
         instance = p.instance,
+        node = node_key(p.claim_node),
         worker = p.worker,
     );
 }
@@ -1080,13 +1161,14 @@ fn render_event(w: &mut String, event: &Event) {
             };
             writeln!(
                 w,
-                "\n[[steps]]\nhttp = {{ instance = {:?}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}{pay} }}",
+                "\n[[steps]]\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}{pay} }}",
                 c.instance,
+                node_key(c.node),
                 c.tier,
                 commit_body(c)
             )
         }
-        Event::Replay { instance, index } => {
+        Event::Replay { instance, node, index } => {
             let c = Commit {
                 instance,
                 tier: "cheap",
@@ -1095,10 +1177,12 @@ fn render_event(w: &mut String, event: &Event) {
                 private: false,
                 pay: None,
                 index: *index,
+                node: *node,
             };
             writeln!(
                 w,
-                "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
+                "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}{}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
+                node_key(*node),
                 commit_body(&c)
             )
         }
@@ -1127,7 +1211,23 @@ fn render_event(w: &mut String, event: &Event) {
                 "\n[[steps]]\nrouter = {{ call = \"run_llm\", request = {{ prompt = \"routed {index}\", max_tokens = 8, user_id = \"u0\"{privacy} }} }}"
             )
         }
+        Event::NodeCrash { instance, node, down_ms } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"crash\", node = {node}, duration_ms = {down_ms} }}"
+        ),
+        Event::StorePartition { instance, node, for_ms } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"partition\", node = {node}, duration_ms = {for_ms} }}"
+        ),
     };
+}
+
+/// `, node = N` for an `http` step to node N > 0 (node 0 is the default).
+fn node_key(node: u32) -> String {
+    match node {
+        0 => String::new(),
+        n => format!(", node = {n}"),
+    }
 }
 
 fn provider_fault(fault: &str) -> String {
