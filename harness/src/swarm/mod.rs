@@ -208,6 +208,8 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
                 add("fault node_crash".into());
             } else if text.contains(" partition node ") {
                 add("fault store_partition".into());
+            } else if text.contains(" lose_answer node ") {
+                add("fault lost_answer".into());
             }
         }
         // A node's supervisor, under the node's id.

@@ -74,18 +74,22 @@ pub fn draw(world: &mut WorldSpec) {
         let i = clusters.choose(&mut rng).expect("a cluster");
         let node = rng.gen_range(0..i.nodes);
         let ms = rng.gen_range(DISRUPTION_MIN_MS..=DISRUPTION_LEASES_MAX * i.node_lease_ms);
-        let event = if rng.gen_bool(0.5) {
-            Event::NodeCrash {
+        // Crashes and store cuts two in five each, a lost answer one.
+        let event = match rng.gen_range(0..5) {
+            0 | 1 => Event::NodeCrash {
                 instance: i.name,
                 node,
                 down_ms: ms,
-            }
-        } else {
-            Event::StorePartition {
+            },
+            2 | 3 => Event::StorePartition {
                 instance: i.name,
                 node,
                 for_ms: ms,
-            }
+            },
+            _ => Event::LostAnswer {
+                instance: i.name,
+                node,
+            },
         };
         let at = rng.gen_range(0..=world.events.len());
         world.events.insert(at, Timed { after_ms: 0, event });

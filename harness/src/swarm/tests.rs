@@ -147,14 +147,14 @@ fn node_events(w: &WorldSpec) -> usize {
         .filter(|t| {
             matches!(
                 t.event,
-                Event::NodeCrash { .. } | Event::StorePartition { .. }
+                Event::NodeCrash { .. } | Event::StorePartition { .. } | Event::LostAnswer { .. }
             )
         })
         .count()
 }
 
 #[test]
-fn some_worlds_have_several_nodes_with_crashes_and_store_cuts_and_the_others_one() {
+fn some_worlds_have_several_nodes_with_crashes_store_cuts_and_lost_answers_and_the_others_one() {
     let seeds = several_node_seeds(300);
     assert!(
         (90..=210).contains(&seeds.len()),
@@ -189,7 +189,7 @@ fn some_worlds_have_several_nodes_with_crashes_and_store_cuts_and_the_others_one
             assert!(worker.node.unwrap_or(0) < n, "seed {seed}");
         }
     }
-    // Something lands on nodes other than 0, and both node events occur.
+    // Something lands on nodes other than 0, and every node event occurs.
     let worlds: Vec<WorldSpec> = seeds.iter().map(|&s| WorldSpec::generate(s)).collect();
     let on_other_nodes = worlds.iter().any(|w| {
         w.events
@@ -197,14 +197,18 @@ fn some_worlds_have_several_nodes_with_crashes_and_store_cuts_and_the_others_one
             .any(|t| matches!(&t.event, Event::Commit(c) if c.node > 0))
     });
     assert!(on_other_nodes);
-    for partition in [false, true] {
-        assert!(worlds
-            .iter()
-            .any(|w| w.events.iter().any(|t| match t.event {
-                Event::StorePartition { .. } => partition,
-                Event::NodeCrash { .. } => !partition,
-                _ => false,
-            })));
+    for kind in 0..3 {
+        assert!(
+            worlds
+                .iter()
+                .any(|w| w.events.iter().any(|t| match t.event {
+                    Event::NodeCrash { .. } => kind == 0,
+                    Event::StorePartition { .. } => kind == 1,
+                    Event::LostAnswer { .. } => kind == 2,
+                    _ => false,
+                })),
+            "node event {kind} drawn"
+        );
     }
 }
 

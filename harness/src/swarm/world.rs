@@ -278,6 +278,12 @@ pub enum Event {
         node: u32,
         for_ms: u64,
     },
+    /// Node `node`'s next write to the shared store commits but its answer
+    /// is lost; the node retries it.
+    LostAnswer {
+        instance: &'static str,
+        node: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -465,7 +471,8 @@ impl WorldSpec {
                     instances.contains(i) && self.nodes_of(i) == 1
                 }
                 Event::NodeCrash { instance, node, .. }
-                | Event::StorePartition { instance, node, .. } => {
+                | Event::StorePartition { instance, node, .. }
+                | Event::LostAnswer { instance, node } => {
                     let nodes = self.nodes_of(instance);
                     instances.contains(instance) && nodes > 1 && *node < nodes
                 }
@@ -1218,6 +1225,10 @@ fn render_event(w: &mut String, event: &Event) {
         Event::StorePartition { instance, node, for_ms } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"partition\", node = {node}, duration_ms = {for_ms} }}"
+        ),
+        Event::LostAnswer { instance, node } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"
         ),
     };
 }
