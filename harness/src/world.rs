@@ -689,12 +689,7 @@ impl World {
     /// (then heals it). The node's lease lapses, it fences itself, the
     /// harness crashes it, and it rejoins once the store answers again.
     pub fn partition_node(&self, name: &str, node: u32, duration_ms: u64) -> Result<(), String> {
-        let sim = self.node(name, node)?;
-        let shared = self.instances[name]
-            .shared
-            .clone()
-            .ok_or_else(|| format!("instance {name} is a single node"))?;
-        let id = sim.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+        let (shared, id) = self.shared_store_of(name, node)?;
         shared.cut(&id);
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(duration_ms)).await;
@@ -706,14 +701,25 @@ impl World {
     /// Makes node `node`'s next write to the instance's shared store
     /// commit but answer as failed, so the node retries it.
     pub fn lose_answer(&self, name: &str, node: u32) -> Result<(), String> {
+        let (shared, id) = self.shared_store_of(name, node)?;
+        shared.lose_next_answer(&id);
+        Ok(())
+    }
+
+    /// The shared store of a several-node instance, and node `node`'s id
+    /// in it.
+    fn shared_store_of(
+        &self,
+        name: &str,
+        node: u32,
+    ) -> Result<(Arc<MemoryShared>, String), String> {
         let sim = self.node(name, node)?;
         let shared = self.instances[name]
             .shared
             .clone()
             .ok_or_else(|| format!("instance {name} is a single node"))?;
         let id = sim.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
-        shared.lose_next_answer(&id);
-        Ok(())
+        Ok((shared, id))
     }
 
     /// Crashes node `node` of an instance; its supervisor starts it again
