@@ -286,12 +286,10 @@ impl Coordinator {
 
     /// The metrics in the Prometheus text format, gauges read from the core now.
     pub fn render_metrics(&self) -> String {
-        let text = self.read(|core| self.inner.metrics.render(core));
+        let (text, pool_jobs) =
+            self.read(|core| (self.inner.metrics.render(core), core.pool_len()));
         match self.cluster() {
-            Some(link) => {
-                let pool_jobs = self.read(|core| core.pool_len());
-                crate::node::with_node_info(text, &link.node, pool_jobs)
-            }
+            Some(link) => crate::node::with_node_info(text, &link.node, pool_jobs),
             None => text,
         }
     }

@@ -684,31 +684,16 @@ async fn trust_create(
     }
     let user_id =
         validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
-    let limits = &c.config().limits;
-    let budgets = crate::node::take_budgets(
-        &c,
-        &[
-            (
-                format!("pairing_creates/user/{user_id}"),
-                limits.pairing_creates_per_user_per_minute_max,
-                LimitScope::User,
-            ),
-            (
-                format!("pairing_creates/client/{client}"),
-                limits.pairing_creates_per_client_per_minute_max,
-                LimitScope::Client,
-            ),
-        ],
-    )
-    .await
-    .map_err(|refused| {
-        budget_refused(refused, |scope, retry_after_ms| {
-            create_refused(CreateError::RateLimited {
-                scope,
-                retry_after_ms,
+    let budgets = crate::node::take_create_budgets(&c, &user_id, &client)
+        .await
+        .map_err(|refused| {
+            budget_refused(refused, |scope, retry_after_ms| {
+                create_refused(CreateError::RateLimited {
+                    scope,
+                    retry_after_ms,
+                })
             })
-        })
-    })?;
+        })?;
     // Cluster mode: a code another node drew first for another user is
     // not ours to hand out; draw again (each draw counts against the
     // node's create budgets, as a client's retry would).
@@ -778,31 +763,16 @@ async fn trust_claim(
         .map_err(|_| KeyNotOnCurve);
     // Cluster mode: the failure budgets are the cluster's, taken before
     // the code is claimed in the store; a claim that succeeds gives back.
-    let limits = &c.config().limits;
-    let budgets = crate::node::take_budgets(
-        &c,
-        &[
-            (
-                format!("claim_failures/client/{client}"),
-                limits.claim_failures_per_client_per_minute_max,
-                LimitScope::Client,
-            ),
-            (
-                "claim_failures".to_owned(),
-                limits.claim_failures_per_minute_max,
-                LimitScope::Everyone,
-            ),
-        ],
-    )
-    .await
-    .map_err(|refused| {
-        budget_refused(refused, |scope, retry_after_ms| {
-            claim_refused(ClaimError::RateLimited {
-                scope,
-                retry_after_ms,
+    let budgets = crate::node::take_claim_budgets(&c, &client)
+        .await
+        .map_err(|refused| {
+            budget_refused(refused, |scope, retry_after_ms| {
+                claim_refused(ClaimError::RateLimited {
+                    scope,
+                    retry_after_ms,
+                })
             })
-        })
-    })?;
+        })?;
     // Cluster mode: the code may have been made, or claimed, on another node.
     let stored = crate::node::pairing_for_claim(&c, code, key.as_deref().ok(), &client)
         .await

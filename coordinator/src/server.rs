@@ -282,10 +282,6 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
     })
 }
 
-/// Starts a node of a cluster on `shared` (PostgreSQL in a process; the
-/// in-memory store can stand in for it): joins, recovers what the node id
-/// still held, gates payments on the shared nonce rows, and starts the
-/// timer, lease and claim tasks. See `crate::node`.
 /// The RNG a node's core starts from. The core moves a seeded RNG to a
 /// stream chosen by the state it restores, so that a restarted coordinator
 /// does not draw the job ids it drew before (`core/restore.rs`): they are
@@ -312,6 +308,10 @@ fn node_rng(rng: ChaCha20Rng, restores_state: bool) -> ChaCha20Rng {
     keyed
 }
 
+/// Starts a node of a cluster on `shared` (PostgreSQL in a process; the
+/// in-memory store can stand in for it): joins, recovers what the node id
+/// still held, gates payments on the shared nonce rows, and starts the
+/// timer, lease and claim tasks. See `crate::node`.
 pub async fn start_node(
     settings: Settings,
     parts: Parts,

@@ -12,8 +12,8 @@
 //!   PRIVATE admission and the health count on every node.
 //! - [`run_remote_watch`] wakes held polls of jobs other nodes hold, one
 //!   batched status read a round.
-//! - [`take_budgets`] takes from the cluster-wide rate budgets (pairing
-//!   claims and creates) before a request counts against them.
+//! - [`take_claim_budgets`] and [`take_create_budgets`] take from the
+//!   cluster-wide rate budgets before a request counts against them.
 //! - A node that loses a job or its lease *fences itself*: its store
 //!   refuses every further flush (so no client or worker is told anything
 //!   more) and the process is told to stop ([`Fence`]).
@@ -42,7 +42,8 @@ pub use logs::NodeLogs;
 pub use nonces::SharedNonces;
 pub use requests::{
     learn_trust_of, pairing_for_claim, pairing_is_ours, shared_paid_job, shared_record,
-    take_budgets, trusted_elsewhere, workers_online, BudgetRefused, Budgets,
+    take_claim_budgets, take_create_budgets, trusted_elsewhere, workers_online, BudgetRefused,
+    Budgets,
 };
 pub use store::NodeStore;
 pub use tasks::{

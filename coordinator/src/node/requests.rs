@@ -5,6 +5,7 @@
 use super::ClusterLink;
 use crate::cluster::ClusterError;
 use crate::coordinator::Coordinator;
+use crate::trust::LimitScope;
 use std::sync::Arc;
 
 /// Whether a PRIVATE submission's user has a trusted worker connected to
@@ -121,18 +122,60 @@ pub struct Budgets {
 pub enum BudgetRefused {
     /// One is used up for this window: the scope, and when it ends.
     Limited {
-        scope: crate::trust::LimitScope,
+        scope: LimitScope,
         retry_after_ms: i64,
     },
     Unavailable(ClusterError),
 }
 
+/// Cluster mode, before a pairing claim: takes from the claim-failure
+/// budgets, the client's and everyone's (a claim that succeeds gives back).
+pub async fn take_claim_budgets(c: &Coordinator, client: &str) -> Result<Budgets, BudgetRefused> {
+    let limits = &c.config().limits;
+    let wanted = [
+        (
+            format!("claim_failures/client/{client}"),
+            limits.claim_failures_per_client_per_minute_max,
+            LimitScope::Client,
+        ),
+        (
+            "claim_failures".to_owned(),
+            limits.claim_failures_per_minute_max,
+            LimitScope::Everyone,
+        ),
+    ];
+    take_budgets(c, &wanted).await
+}
+
+/// Cluster mode, before a pairing create: takes from the create budgets,
+/// the user's and the client's.
+pub async fn take_create_budgets(
+    c: &Coordinator,
+    user_id: &str,
+    client: &str,
+) -> Result<Budgets, BudgetRefused> {
+    let limits = &c.config().limits;
+    let wanted = [
+        (
+            format!("pairing_creates/user/{user_id}"),
+            limits.pairing_creates_per_user_per_minute_max,
+            LimitScope::User,
+        ),
+        (
+            format!("pairing_creates/client/{client}"),
+            limits.pairing_creates_per_client_per_minute_max,
+            LimitScope::Client,
+        ),
+    ];
+    take_budgets(c, &wanted).await
+}
+
 /// Cluster mode: takes one from each budget in `wanted` ((key, max per
 /// minute, scope), in order) for the current minute, or none of them if
 /// one is used up. Outside cluster mode takes nothing.
-pub async fn take_budgets(
+async fn take_budgets(
     c: &Coordinator,
-    wanted: &[(String, u32, crate::trust::LimitScope)],
+    wanted: &[(String, u32, LimitScope)],
 ) -> Result<Budgets, BudgetRefused> {
     let now_ms = c.now_ms();
     let window_ms = now_ms - now_ms.rem_euclid(crate::cluster::BUDGET_WINDOW_MS);
