@@ -44,24 +44,19 @@ fn receipts(c: &mut Criterion) {
             b.iter(|| receipt.verify(black_box(output)).expect("valid"))
         });
     }
-    // What the receipt check costs in signature work alone: recovering the
-    // key from the signature (what `verify_personal_sign` did until perf
-    // round 2; k256's recovery also re-verifies), against a plain verify
-    // with the key the session already knows. `verify_personal_sign` now
-    // costs the latter plus one parity check (see `signing.rs`).
+    // What the receipt check costs in signature work alone, in both curve
+    // libraries: the check is a recovery with `v` (`signing::recover_prehash`,
+    // libsecp256k1 since perf round 5) compared with the session's key; k256's
+    // recovery (the check until round 2) and k256's plain verify with a known
+    // key (round 2 to 4: verify plus a parity check) are kept beside it.
     let output = fixtures::string_output(64);
     let receipt = fixtures::receipt(&key, Uuid::from_u128(42), &output);
     let digest = signing::eip191_hash(&receipt.body().signing_bytes());
     let sig_bytes = hex::decode(&receipt.signature[2..]).expect("hex");
-    let sig = k256::ecdsa::Signature::from_slice(&sig_bytes[..64]).expect("sig");
-    let known = signing::parse_public_key(&key.public_key_hex()).expect("key");
     group.bench_function(BenchmarkId::new("recover_prehash", 64), |b| {
         b.iter(|| signing::recover_prehash(black_box(&digest), &receipt.signature).expect("ok"))
     });
-    group.bench_function(BenchmarkId::new("verify_prehash_known_key", 64), |b| {
-        use k256::ecdsa::signature::hazmat::PrehashVerifier;
-        b.iter(|| known.verify_prehash(black_box(&digest), &sig).expect("ok"))
-    });
+    k256_checks(&mut group, &key, &digest, &sig_bytes);
     group.finish();
 
     let mut group = c.benchmark_group("worker_auth");
@@ -151,3 +146,65 @@ criterion_group! {
     targets = receipts, jcs, x402_verify
 }
 criterion_main!(benches);
+
+/// k256's signature checks, and libsecp256k1's plain verify and signing, to
+/// keep the trade-off of the two libraries measured (issue 14 item 1,
+/// `benches/README.md`).
+fn k256_checks(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    key: &protocol::signing::Keypair,
+    digest: &[u8; 32],
+    sig_bytes: &[u8],
+) {
+    use k256::ecdsa::signature::hazmat::PrehashVerifier;
+    let sig = k256::ecdsa::Signature::from_slice(&sig_bytes[..64]).expect("sig");
+    let recid = k256::ecdsa::RecoveryId::from_byte(sig_bytes[64] - 27).expect("recid");
+    let known = k256::ecdsa::VerifyingKey::from_sec1_bytes(
+        &hex::decode(&key.public_key_hex()[2..]).expect("hex"),
+    )
+    .expect("key");
+    group.bench_function(BenchmarkId::new("k256_recover_prehash", 64), |b| {
+        b.iter(|| {
+            k256::ecdsa::VerifyingKey::recover_from_prehash(black_box(digest), &sig, recid)
+                .expect("ok")
+        })
+    });
+    group.bench_function(BenchmarkId::new("k256_verify_prehash_known_key", 64), |b| {
+        b.iter(|| known.verify_prehash(black_box(digest), &sig).expect("ok"))
+    });
+    libsecp256k1(group, key, digest, sig_bytes);
+}
+
+/// libsecp256k1's plain verify with a known key, and a recoverable signature
+/// as workers would make it, beside k256's signing (`sign_prehash`).
+fn libsecp256k1(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    key: &protocol::signing::Keypair,
+    digest: &[u8; 32],
+    sig_bytes: &[u8],
+) {
+    use secp256k1::ecdsa::{RecoverableSignature, RecoveryId, Signature};
+    use secp256k1::{Message, PublicKey, SecretKey};
+    let message = Message::from_digest(*digest);
+    let recid = RecoveryId::try_from(i32::from(sig_bytes[64] - 27)).expect("recid");
+    let recoverable = RecoverableSignature::from_compact(&sig_bytes[..64], recid).expect("sig");
+    let plain = Signature::from_compact(&sig_bytes[..64]).expect("sig");
+    let public_bytes = hex::decode(&key.public_key_hex()[2..]).expect("hex");
+    let public = PublicKey::from_slice(&public_bytes).expect("key");
+    let secret_bytes: [u8; 32] = hex::decode(&key.secret_hex()[2..])
+        .expect("hex")
+        .try_into()
+        .expect("32 bytes");
+    let secret = SecretKey::from_secret_bytes(secret_bytes).expect("secret");
+    assert_eq!(recoverable.recover_ecdsa(message).expect("ok"), public);
+    group.bench_function(
+        BenchmarkId::new("libsecp256k1_verify_prehash_known_key", 64),
+        |b| b.iter(|| black_box(&plain).verify(message, &public).expect("ok")),
+    );
+    group.bench_function(BenchmarkId::new("libsecp256k1_sign_recoverable", 64), |b| {
+        b.iter(|| RecoverableSignature::sign_ecdsa_recoverable(black_box(message), &secret))
+    });
+    group.bench_function(BenchmarkId::new("sign_prehash", 64), |b| {
+        b.iter(|| key.sign_prehash(black_box(digest)))
+    });
+}

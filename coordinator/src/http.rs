@@ -759,7 +759,7 @@ async fn trust_claim(
     // The shape is right; whether it is a curve point is told only after
     // the code is judged, so the spec's code errors come first.
     let key = signing::parse_public_key(key)
-        .map(|k| signing::public_key_hex(&k))
+        .map(|k| k.to_hex())
         .map_err(|_| KeyNotOnCurve);
     // Cluster mode: the failure budgets are the cluster's, taken before
     // the code is claimed in the store; a claim that succeeds gives back.

@@ -107,7 +107,7 @@ struct Peer {
     session: SessionId,
     pubkey: String,
     /// `pubkey` parsed, once: every receipt is checked against it.
-    key: k256::ecdsa::VerifyingKey,
+    key: protocol::signing::PublicKey,
     outbox: mpsc::UnboundedReceiver<Outbound>,
 }
 
@@ -247,15 +247,7 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
                     Ok((origin, key))
                 });
                 match checked {
-                    Ok((origin, key)) => {
-                        break (
-                            origin,
-                            signing::public_key_hex(&key),
-                            key,
-                            capabilities,
-                            slots,
-                        )
-                    }
+                    Ok((origin, key)) => break (origin, key.to_hex(), key, capabilities, slots),
                     Err(message) => {
                         let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
                         return None;
@@ -364,7 +356,7 @@ fn check_hello(
     pubkey: &str,
     capabilities: &[JobType],
     slots: u32,
-) -> Result<k256::ecdsa::VerifyingKey, String> {
+) -> Result<protocol::signing::PublicKey, String> {
     let key = signing::parse_public_key(pubkey).map_err(|e| e.to_string())?;
     if capabilities.is_empty() {
         return Err("capabilities must name at least one job type".into());

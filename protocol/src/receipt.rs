@@ -107,7 +107,7 @@ impl Receipt {
     /// parses to; then the answer is `verify`'s.
     pub fn verify_with_key(
         &self,
-        key: &k256::ecdsa::VerifyingKey,
+        key: &signing::PublicKey,
         output: &serde_json::Value,
     ) -> Result<(), ReceiptError> {
         self.check_output_hash(output)?;
@@ -121,7 +121,7 @@ impl Receipt {
         Ok(())
     }
 
-    fn check_signature(&self, key: &k256::ecdsa::VerifyingKey) -> Result<(), ReceiptError> {
+    fn check_signature(&self, key: &signing::PublicKey) -> Result<(), ReceiptError> {
         signing::verify_personal_sign(key, &self.body().signing_bytes(), &self.signature)
             .map_err(ReceiptError::Signature)
     }

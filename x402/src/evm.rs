@@ -275,7 +275,7 @@ impl TransferWithAuthorization {
 /// malleable (high-s) signature.
 pub fn recover_address(digest: &[u8; 32], signature: &str) -> Option<Address> {
     let key = protocol::signing::recover_prehash(digest, signature).ok()?;
-    protocol::signing::eth_address(&key).parse().ok()
+    key.address().parse().ok()
 }
 
 #[cfg(test)]
