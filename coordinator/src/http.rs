@@ -71,25 +71,30 @@ fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
     } else {
         routes
     };
-    routes
-        .fallback(no_route)
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
-        ))
-        // Router layers run after routing, so the matched route is known;
-        // outside the panic catcher, so a panic counts as its 500.
-        .layer(CountRequests(coordinator.clone()))
-        // Outermost last: a caller's malformed id is dropped, a missing one
+    // One `layer` call for the whole stack: each `Router::layer` boxes the
+    // routes once more, and a request clones every box at every level (36
+    // allocations per request for seven separate calls, 3 for one).
+    let layers = tower::ServiceBuilder::new()
+        // Outermost first: a caller's malformed id is dropped, a missing one
         // made, copied to the answer, and carried by every log line the
         // request's span covers.
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(tower::util::MapRequestLayer::new(drop_malformed_request_id))
         .layer(SetRequestIdLayer::x_request_id(RequestIds::new(
             coordinator.now_ms(),
         )))
-        .layer(axum::middleware::map_request(drop_malformed_request_id))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // Router layers run after routing, so the matched route is known;
+        // outside the panic catcher, so a panic counts as its 500.
+        .layer(CountRequests(coordinator.clone()))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit));
+    routes
+        .fallback(no_route)
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(layers)
         .with_state(coordinator)
 }
 
@@ -124,7 +129,7 @@ impl MakeRequestId for RequestIds {
 
 /// A caller's `x-request-id` is kept only when short and made of
 /// `[A-Za-z0-9._:-]`, so it cannot forge log lines or bloat them.
-async fn drop_malformed_request_id(mut req: Request) -> Request {
+fn drop_malformed_request_id(mut req: Request) -> Request {
     let ok = req.headers().get(X_REQUEST_ID).is_none_or(|v| {
         v.len() <= REQUEST_ID_BYTES_MAX
             && v.as_bytes()
@@ -177,14 +182,15 @@ struct Counted<S> {
     coordinator: Coordinator,
 }
 
-impl<S> tower::Service<Request> for Counted<S>
+impl<S, B> tower::Service<Request> for Counted<S>
 where
-    S: tower::Service<Request, Response = Response>,
+    S: tower::Service<Request, Response = axum::http::Response<B>>,
     S::Future: Send + 'static,
+    B: Send + 'static,
 {
-    type Response = Response;
+    type Response = S::Response;
     type Error = S::Error;
-    type Future = futures_util::future::BoxFuture<'static, Result<Response, S::Error>>;
+    type Future = futures_util::future::BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(
         &mut self,
