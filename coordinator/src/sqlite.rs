@@ -74,7 +74,9 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (chain_id, asset, payer, nonce)
     );",
     // 2: job rows without the index on the id (a random UUID, so each new
-    // job wrote one more random page); the store finds rows by rowid.
+    // job wrote one more random page); the store finds rows by rowid. And
+    // without `jobs_by_status`, which no query used: one page less per
+    // commit, two index writes less per status change.
     "CREATE TABLE jobs_by_rowid (
         id TEXT NOT NULL,
         status TEXT NOT NULL,
@@ -87,7 +89,6 @@ const MIGRATIONS: &[&str] = &[
         SELECT id, status, seq, deadline_ms, created_at_ms, body FROM jobs ORDER BY seq;
     DROP TABLE jobs;
     ALTER TABLE jobs_by_rowid RENAME TO jobs;
-    CREATE INDEX jobs_by_status ON jobs (status, deadline_ms);
     CREATE INDEX jobs_by_created ON jobs (created_at_ms);",
 ];
 
