@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use protocol::api::{
-    Claimed, CommitResponse, Health, JobType, PairingCode, Policy, Quote, Tier, TrustList,
-    TrustedProvider,
+    Claimed, CommitResponse, Health, JobSubmission, JobType, PairingCode, Policy, Quote, Tier,
+    TrustList, TrustedProvider,
 };
 use protocol::signing;
 use protocol::time::format_ms;
@@ -233,30 +233,75 @@ impl FromRequest<Coordinator> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|mime| {
-                let mime = mime.trim().to_ascii_lowercase();
-                mime == "application/json" || mime.ends_with("+json")
-            });
-        if !is_json {
+        if !is_json(req.headers()) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit_bytes = state.config().limits.body_bytes_max;
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit_bytes }
-            } else {
-                ApiError::BadRequest(format!("could not read the request body: {rejection}"))
-            }
-        })?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::BadRequest(format!("request body is not valid JSON: {e}")))
+        let bytes = read_body(req, state).await?;
+        parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// A commit request: its headers (payments read them; moved out of the
+/// request, not cloned) and its body as a submission, or why it is not
+/// one. Checked and parsed as [`JsonBody`] then `validate::submission`
+/// would, through `validate::plain_submission` when the body is plain.
+pub struct CommitRequest {
+    headers: HeaderMap,
+    submission: Result<JobSubmission, String>,
+}
+
+impl FromRequest<Coordinator> for CommitRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let (mut parts, body) = req.into_parts();
+        // Reading the body needs the extensions (the size limit), not the headers.
+        let headers = std::mem::take(&mut parts.headers);
+        let bytes = read_body(Request::from_parts(parts, body), state).await?;
+        let limits = &state.config().limits;
+        let submission = match validate::plain_submission(&bytes, limits) {
+            Some(judged) => judged,
+            None => validate::submission(&parse_json(&bytes)?, limits),
+        };
+        Ok(Self {
+            headers,
+            submission,
+        })
+    }
+}
+
+/// Whether the content type is JSON: `application/json` or `*/*+json`,
+/// any parameters, any ASCII case.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().as_bytes();
+            mime.eq_ignore_ascii_case(b"application/json")
+                || mime.len() >= 5 && mime[mime.len() - 5..].eq_ignore_ascii_case(b"+json")
+        })
+}
+
+/// The whole body, within the configured size limit.
+async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
+    let limit_bytes = state.config().limits.body_bytes_max;
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit_bytes }
+        } else {
+            ApiError::BadRequest(format!("could not read the request body: {rejection}"))
+        }
+    })
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("request body is not valid JSON: {e}")))
 }
 
 /// Query parameters as a map; a malformed query string is a 400.
@@ -411,10 +456,9 @@ async fn quote(
     ))]
 async fn commit_fast(
     State(c): State<Coordinator>,
-    headers: HeaderMap,
-    body: JsonBody,
+    request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Fast, headers, body).await
+    commit(c, Tier::Fast, request).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/commit/cheap", tag = "jobs",
@@ -438,10 +482,9 @@ async fn commit_fast(
     ))]
 async fn commit_cheap(
     State(c): State<Coordinator>,
-    headers: HeaderMap,
-    body: JsonBody,
+    request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Cheap, headers, body).await
+    commit(c, Tier::Cheap, request).await
 }
 
 /// Validates (400, never charged), then with payments on: authorizes the
@@ -450,14 +493,12 @@ async fn commit_cheap(
 /// settles (402 on failure, no job), and only then creates the job with the
 /// settlement as its `payment_ref`, spending the nonce in the same write.
 /// A retry of a payment that already bought this job gets the same 201.
-async fn commit(
-    c: Coordinator,
-    tier: Tier,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let submission =
-        validate::submission(&body, &c.config().limits).map_err(ApiError::BadRequest)?;
+async fn commit(c: Coordinator, tier: Tier, request: CommitRequest) -> Result<Response, ApiError> {
+    let CommitRequest {
+        headers,
+        submission,
+    } = request;
+    let submission = submission.map_err(ApiError::BadRequest)?;
     let job_type = submission.job_type;
     // Cluster mode: the user's trusted worker may be on another node.
     let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
