@@ -106,14 +106,15 @@ const REQUEST_ID_BYTES_MAX: usize = 64;
 /// simulation (no random source).
 #[derive(Clone)]
 struct RequestIds {
-    started_ms: i64,
+    /// The start time in hex and a dash, formatted once.
+    prefix: Arc<str>,
     next: Arc<AtomicU64>,
 }
 
 impl RequestIds {
     fn new(started_ms: i64) -> Self {
         Self {
-            started_ms,
+            prefix: format!("{started_ms:x}-").into(),
             next: Arc::new(AtomicU64::new(1)),
         }
     }
@@ -121,9 +122,13 @@ impl RequestIds {
 
 impl MakeRequestId for RequestIds {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        use std::fmt::Write;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{:x}-{n}", self.started_ms);
-        HeaderValue::from_str(&id).ok().map(RequestId::new)
+        let mut id = String::with_capacity(self.prefix.len() + 20);
+        id.push_str(&self.prefix);
+        let _ = write!(id, "{n}");
+        // From the `String`: its buffer becomes the header's, no copy.
+        HeaderValue::try_from(id).ok().map(RequestId::new)
     }
 }
 
@@ -960,4 +965,19 @@ pub(crate) async fn openapi_json() -> Response {
         crate::openapi::document_json(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_the_start_time_in_hex_and_a_count() {
+        let mut ids = RequestIds::new(0x19a_b6f2_4f3c);
+        let req = axum::http::Request::new(());
+        for n in 1..=3 {
+            let id = ids.make_request_id(&req).unwrap();
+            assert_eq!(id.header_value(), &format!("19ab6f24f3c-{n}"));
+        }
+    }
 }
