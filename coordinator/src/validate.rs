@@ -28,37 +28,240 @@ pub fn submission(body: &Value, limits: &Limits) -> Result<JobSubmission, String
     let obj = body
         .as_object()
         .ok_or_else(|| MISSING_COMMIT_FIELDS.to_owned())?;
-    if ["job_type", "payload", "user_id"]
-        .iter()
-        .any(|f| obj.get(*f).is_none_or(Value::is_null))
-    {
-        return Err(MISSING_COMMIT_FIELDS.into());
-    }
-    let job_type = obj["job_type"]
-        .as_str()
-        .and_then(JobType::parse)
-        .ok_or_else(|| INVALID_JOB_TYPE.to_owned())?;
-    let user_id = user_id(&obj["user_id"], limits)?;
-    let payload = payload(&obj["payload"], job_type, limits)?;
-    // An optional field is absent or has its type: `null` is neither, so it
-    // is a 400 like any other wrong type (spec 4.3; ARCHITECTURE.md).
-    let privacy_class = match obj.get("privacy_class") {
-        None => PrivacyClass::Public,
-        Some(v) => v
-            .as_str()
-            .and_then(PrivacyClass::parse)
-            .ok_or("privacy_class must be PUBLIC or PRIVATE")?,
+    let payload = match obj.get("payload") {
+        None | Some(Value::Null) => PayloadFields::Missing,
+        Some(Value::Object(p)) => PayloadFields::Object(PayloadObject {
+            job_type: Field::get(p, "job_type"),
+            prompt: Field::get(p, "prompt"),
+            max_tokens: Field::get(p, "max_tokens"),
+            task_type: Field::get(p, "task_type"),
+            input: Field::get(p, "input"),
+        }),
+        Some(_) => PayloadFields::NotObject,
     };
-    Ok(JobSubmission {
-        job_type,
-        user_id,
+    CommitFields {
+        job_type: Field::get(obj, "job_type"),
+        user_id: Field::get(obj, "user_id"),
         payload,
-        privacy_class,
-    })
+        privacy_class: Field::get(obj, "privacy_class"),
+    }
+    .submission(limits)
+}
+
+/// The same as [`submission`] of the parsed body, read straight from the
+/// bytes when the body is plain: an object of the known fields only, each
+/// once, strings without escapes. Anything else is `None`: parse it into a
+/// `Value` and take [`submission`], which then gives the same answer with
+/// the message it always gave.
+///
+/// Both read the body into the same [`CommitFields`] and judge it with one
+/// function; this one skips the `Value` tree (a dozen allocations).
+pub fn plain_submission(body: &[u8], limits: &Limits) -> Option<Result<JobSubmission, String>> {
+    let Object(fields): Object<PlainBody<'_>> = serde_json::from_slice(body).ok()?;
+    let payload = match fields.payload {
+        None => PayloadFields::Missing,
+        Some(Object(p)) => PayloadFields::Object(p),
+    };
+    Some(
+        CommitFields {
+            job_type: fields.job_type,
+            user_id: fields.user_id,
+            payload,
+            privacy_class: fields.privacy_class,
+        }
+        .submission(limits),
+    )
+}
+
+/// A commit body's fields as validation reads them.
+struct CommitFields<'a> {
+    job_type: Field<'a>,
+    user_id: Field<'a>,
+    payload: PayloadFields<'a>,
+    privacy_class: Field<'a>,
+}
+
+/// One field: absent, `null`, a string, an integer `Value::as_u64` reads,
+/// or anything else.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Field<'a> {
+    #[default]
+    Absent,
+    Null,
+    Str(&'a str),
+    U64(u64),
+    Other,
+}
+
+enum PayloadFields<'a> {
+    /// Absent or `null`.
+    Missing,
+    NotObject,
+    Object(PayloadObject<'a>),
+}
+
+/// The payload fields either job type reads; others are ignored.
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PayloadObject<'a> {
+    #[serde(default, borrow)]
+    job_type: Field<'a>,
+    #[serde(default, borrow)]
+    prompt: Field<'a>,
+    #[serde(default, borrow)]
+    max_tokens: Field<'a>,
+    #[serde(default, borrow)]
+    task_type: Field<'a>,
+    #[serde(default, borrow)]
+    input: Field<'a>,
+}
+
+/// A plain commit body. Unknown fields are refused here (not ignored as
+/// [`submission`] does), so that nothing is skipped unread: serde_json
+/// skips a value without its nesting limit, and `Value` parsing has one.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainBody<'a> {
+    #[serde(default, borrow)]
+    job_type: Field<'a>,
+    #[serde(default, borrow)]
+    user_id: Field<'a>,
+    /// `None`: absent or `null`.
+    #[serde(default, borrow)]
+    payload: Option<Object<PayloadObject<'a>>>,
+    #[serde(default, borrow)]
+    privacy_class: Field<'a>,
+}
+
+/// A struct read from a JSON object only (serde reads structs from arrays
+/// too, field by field in order).
+struct Object<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(Visitor(std::marker::PhantomData))
+    }
+}
+
+impl<'a> Field<'a> {
+    fn get(obj: &'a Map<String, Value>, name: &str) -> Self {
+        match obj.get(name) {
+            None => Field::Absent,
+            Some(Value::Null) => Field::Null,
+            Some(Value::String(s)) => Field::Str(s),
+            Some(v) => v.as_u64().map_or(Field::Other, Field::U64),
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            Field::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn is_missing(self) -> bool {
+        matches!(self, Field::Absent | Field::Null)
+    }
+}
+
+/// Reads a field's value as [`Field::get`] sees it in a `Value`; a string
+/// with escapes, an object or an array is refused (the plain path then
+/// gives way to the `Value` one).
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Field<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Field<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("null, a number, a boolean or an unescaped string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Field<'de>, E> {
+                Ok(Field::Str(s))
+            }
+            fn visit_unit<E>(self) -> Result<Field<'de>, E> {
+                Ok(Field::Null)
+            }
+            fn visit_none<E>(self) -> Result<Field<'de>, E> {
+                Ok(Field::Null)
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Field<'de>, E> {
+                Ok(Field::U64(n))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Field<'de>, E> {
+                // As `Value` stores it: non-negative is an unsigned integer.
+                Ok(u64::try_from(n).map_or(Field::Other, Field::U64))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Field<'de>, E> {
+                Ok(Field::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Field<'de>, E> {
+                Ok(Field::Other)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl CommitFields<'_> {
+    fn submission(self, limits: &Limits) -> Result<JobSubmission, String> {
+        if self.job_type.is_missing()
+            || matches!(self.payload, PayloadFields::Missing)
+            || self.user_id.is_missing()
+        {
+            return Err(MISSING_COMMIT_FIELDS.into());
+        }
+        let job_type = self
+            .job_type
+            .as_str()
+            .and_then(JobType::parse)
+            .ok_or_else(|| INVALID_JOB_TYPE.to_owned())?;
+        let user_id = user_id_field(self.user_id, limits)?;
+        let payload = match self.payload {
+            PayloadFields::Object(p) => payload(p, job_type, limits)?,
+            _ => return Err("payload must be an object".into()),
+        };
+        // An optional field is absent or has its type: `null` is neither, so it
+        // is a 400 like any other wrong type (spec 4.3; ARCHITECTURE.md).
+        let privacy_class = match self.privacy_class {
+            Field::Absent => PrivacyClass::Public,
+            v => v
+                .as_str()
+                .and_then(PrivacyClass::parse)
+                .ok_or("privacy_class must be PUBLIC or PRIVATE")?,
+        };
+        Ok(JobSubmission {
+            job_type,
+            user_id,
+            payload,
+            privacy_class,
+        })
+    }
 }
 
 /// A user id: a non-empty string of bounded length.
 pub fn user_id(v: &Value, limits: &Limits) -> Result<String, String> {
+    let field = match v {
+        Value::String(s) => Field::Str(s),
+        _ => Field::Other,
+    };
+    user_id_field(field, limits)
+}
+
+fn user_id_field(v: Field<'_>, limits: &Limits) -> Result<String, String> {
     match v.as_str() {
         Some(s) if !s.trim().is_empty() && s.chars().count() <= limits.user_id_chars_max => {
             Ok(s.to_owned())
@@ -70,43 +273,37 @@ pub fn user_id(v: &Value, limits: &Limits) -> Result<String, String> {
     }
 }
 
-fn payload(v: &Value, job_type: JobType, limits: &Limits) -> Result<Payload, String> {
-    let p: &Map<String, Value> = v.as_object().ok_or("payload must be an object")?;
-    if let Some(inner) = p.get("job_type") {
-        if inner.as_str() != Some(job_type.as_str()) {
-            return Err("payload.job_type must match job_type".into());
-        }
+fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<Payload, String> {
+    if p.job_type != Field::Absent && p.job_type.as_str() != Some(job_type.as_str()) {
+        return Err("payload.job_type must match job_type".into());
     }
     match job_type {
         JobType::LlmInfer => {
-            let prompt = match p.get("prompt").and_then(Value::as_str) {
+            let prompt = match p.prompt.as_str() {
                 Some(s) if !s.trim().is_empty() => s.to_owned(),
                 _ => return Err("payload.prompt must be a non-empty string".into()),
             };
-            let max_tokens = match p.get("max_tokens") {
-                None => limits.max_tokens_default,
-                Some(v) => v
-                    .as_u64()
-                    .filter(|n| (1..=u64::from(limits.max_tokens_max)).contains(n))
-                    .map(|n| n as u32)
-                    .ok_or_else(|| {
-                        format!(
-                            "payload.max_tokens must be an integer from 1 to {}",
-                            limits.max_tokens_max
-                        )
-                    })?,
+            let max_tokens = match p.max_tokens {
+                Field::Absent => limits.max_tokens_default,
+                Field::U64(n) if (1..=u64::from(limits.max_tokens_max)).contains(&n) => n as u32,
+                _ => {
+                    return Err(format!(
+                        "payload.max_tokens must be an integer from 1 to {}",
+                        limits.max_tokens_max
+                    ))
+                }
             };
             Ok(Payload::Llm { prompt, max_tokens })
         }
         JobType::Task => {
             let task_type = p
-                .get("task_type")
-                .and_then(Value::as_str)
+                .task_type
+                .as_str()
                 .and_then(TaskType::parse)
                 .ok_or("payload.task_type must be summarize, classify or extract_json")?;
             let input = p
-                .get("input")
-                .and_then(Value::as_str)
+                .input
+                .as_str()
                 .ok_or("payload.input must be a string")?
                 .to_owned();
             Ok(Payload::Task { task_type, input })
@@ -246,5 +443,136 @@ mod tests {
         };
         assert!(output_fits(&ej, &json!({"a": 1})));
         assert!(!output_fits(&ej, &json!("a")));
+    }
+
+    /// Values a field may have in a body, as JSON text.
+    const VALUES: &[&str] = &[
+        r#""TASK""#,
+        r#""LLM_INFER""#,
+        r#""task""#,
+        r#""PUBLIC""#,
+        r#""PRIVATE""#,
+        r#""summarize""#,
+        r#""classify""#,
+        r#""extract_json""#,
+        r#""u""#,
+        r#""  ""#,
+        r#""""#,
+        r#""h\u00e9""#,
+        r#""a\"b""#,
+        r#""été""#,
+        "null",
+        "true",
+        "0",
+        "1",
+        "8",
+        "4096",
+        "4097",
+        "-1",
+        "-0",
+        "5.0",
+        "1e3",
+        "18446744073709551616",
+        "[]",
+        "{}",
+        r#"["TASK"]"#,
+    ];
+
+    fn object(fields: &[(&str, String)]) -> String {
+        let inner: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", inner.join(","))
+    }
+
+    /// Whatever the body, the plain path either steps aside (`None`) or
+    /// answers exactly as `submission` of the parsed body does (`Some`:
+    /// whether it accepted the body).
+    fn agrees(body: &str) -> Option<bool> {
+        let limits = Limits::default();
+        let answer = plain_submission(body.as_bytes(), &limits)?;
+        let value: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(answer, submission(&value, &limits), "{body}");
+        Some(answer.is_ok())
+    }
+
+    #[test]
+    fn the_plain_path_answers_as_the_value_path() {
+        use rand::{Rng, SeedableRng};
+        let top = ["job_type", "user_id", "payload", "privacy_class"];
+        let inner = ["job_type", "prompt", "max_tokens", "task_type", "input"];
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(14);
+        let good = |name: &str| match name {
+            "job_type" => r#""TASK""#,
+            "user_id" => r#""u""#,
+            "privacy_class" => r#""PRIVATE""#,
+            "prompt" => r#""hi""#,
+            "max_tokens" => "8",
+            "task_type" => r#""summarize""#,
+            _ => r#""x""#,
+        };
+        // Half the time a value that passes, else absent or any value.
+        let pick = |rng: &mut rand_chacha::ChaCha20Rng, name: &str| -> Option<String> {
+            match rng.gen_range(0..8) {
+                0..=3 => Some(good(name).to_owned()),
+                4 => None,
+                _ => Some(VALUES[rng.gen_range(0..VALUES.len())].to_owned()),
+            }
+        };
+        let (mut refused, mut accepted) = (0, 0);
+        for _ in 0..20_000 {
+            let mut payload: Vec<(&str, String)> = Vec::new();
+            for name in inner {
+                if let Some(v) = pick(&mut rng, name) {
+                    payload.push((name, v));
+                }
+            }
+            let mut fields: Vec<(&str, String)> = Vec::new();
+            for name in top {
+                let v = if name == "payload" && rng.gen_range(0..5) != 0 {
+                    Some(object(&payload))
+                } else {
+                    pick(&mut rng, name)
+                };
+                if let Some(v) = v {
+                    fields.push((name, v));
+                }
+            }
+            match rng.gen_range(0..10) {
+                0 => fields.push(("extra", r#"{"a":[1,{"b":null}]}"#.into())),
+                1 => fields.push(("user_id", r#""again""#.into())),
+                _ => {}
+            }
+            match agrees(&object(&fields)) {
+                Some(true) => accepted += 1,
+                Some(false) => refused += 1,
+                None => {}
+            }
+        }
+        // Both outcomes were compared many times.
+        assert!(
+            refused > 1_000 && accepted > 100,
+            "{refused} refused, {accepted} accepted"
+        );
+    }
+
+    #[test]
+    fn ordinary_bodies_take_the_plain_path() {
+        for body in [
+            r#"{"job_type":"TASK","user_id":"u","payload":{"task_type":"summarize","input":"x"}}"#,
+            r#"{"job_type":"LLM_INFER","user_id":"u","privacy_class":"PRIVATE","payload":{"job_type":"LLM_INFER","prompt":"hi","max_tokens":8}}"#,
+            r#" { "job_type" : "TASK" , "user_id" : "u" , "payload" : { "task_type" : "classify" , "input" : "" } } "#,
+        ] {
+            assert_eq!(agrees(body), Some(true), "{body}");
+        }
+        // Unknown fields, escapes and repeated keys take the `Value` path.
+        for body in [
+            r#"{"job_type":"TASK","user_id":"u","payload":{"task_type":"summarize","input":"x"},"v":2}"#,
+            r#"{"job_type":"TASK","user_id":"\u0075","payload":{"task_type":"summarize","input":"x"}}"#,
+            r#"{"job_type":"TASK","user_id":"u","user_id":"w","payload":{"task_type":"summarize","input":"x"}}"#,
+            r#"{"job_type":"TASK","user_id":"u","payload":{"task_type":"summarize","input":"x","n":[[[]]]}}"#,
+            "[]",
+            "{",
+        ] {
+            assert_eq!(agrees(body), None, "{body}");
+        }
     }
 }
