@@ -1075,6 +1075,15 @@ async fn run(args: &Args) -> Result<(), String> {
                 ));
             }
             let mut coord_args = args.coordinator_args.clone();
+            // Endpoints mode measures what a commit costs the handler: since
+            // round 5 a 3-second run commits more than the default 100,000
+            // pending jobs, and admission control's 503s would be measured
+            // instead. An explicit --queue-len-max still wins.
+            if matches!(args.mode, Mode::Endpoints)
+                && !coord_args.iter().any(|a| a.starts_with("--queue-len-max"))
+            {
+                coord_args.push(format!("--queue-len-max={ENDPOINTS_QUEUE_LEN_MAX}"));
+            }
             match args.db.as_str() {
                 "none" => {}
                 "fresh" => {
@@ -1102,6 +1111,9 @@ async fn run(args: &Args) -> Result<(), String> {
             let body = bytes::Bytes::from(
                 serde_json::to_vec(&benches::fixtures::task_body("loadgen")).expect("json"),
             );
+            // The jobs the poll phase reads, committed first so that a full
+            // queue after the commit phase cannot leave it nothing to poll.
+            let poll_urls = commit_poll_jobs(&client, &base, &body).await?;
             for (name, req) in [
                 ("health", Req::Get(format!("{base}/v1/health"))),
                 (
@@ -1116,27 +1128,12 @@ async fn run(args: &Args) -> Result<(), String> {
                 progress.set_message(name);
                 endpoints.push(hammer(&client, name, req, args.clients, secs, pid).await);
             }
-            // Poll: jobs committed above are pending; poll a thousand of them.
-            let mut urls = Vec::new();
-            for _ in 0..1_000 {
-                let r = client
-                    .post(format!("{base}/v1/jobs/commit/cheap"))
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let v: Value = r.json().await.map_err(|e| e.to_string())?;
-                if let Some(id) = v["job_id"].as_str() {
-                    urls.push(format!("{base}/v1/jobs/{id}"));
-                }
-            }
             progress.set_message("poll");
             endpoints.push(
                 hammer(
                     &client,
                     "poll",
-                    Req::GetMany(Arc::new(urls)),
+                    Req::GetMany(Arc::new(poll_urls)),
                     args.clients,
                     secs,
                     pid,
@@ -1563,6 +1560,44 @@ async fn run(args: &Args) -> Result<(), String> {
     write_svg(&svg, &title, &series, &series_refs).map_err(|e| e.to_string())?;
     println!("\nwrote {} and {}", args.out.display(), svg.display());
     Ok(())
+}
+
+/// Pending jobs endpoints mode creates for its poll phase.
+const POLL_JOBS: usize = 1_000;
+
+/// The queue bound endpoints mode gives a coordinator it starts: above what
+/// any run of `--duration` seconds commits on this hardware.
+const ENDPOINTS_QUEUE_LEN_MAX: usize = 10_000_000;
+
+/// Commits [`POLL_JOBS`] jobs and returns their status URLs; an error if
+/// any commit is refused (the poll figure would then measure fewer jobs, or
+/// none, without saying so).
+async fn commit_poll_jobs(
+    client: &reqwest::Client,
+    base: &str,
+    body: &bytes::Bytes,
+) -> Result<Vec<String>, String> {
+    let mut urls = Vec::with_capacity(POLL_JOBS);
+    for _ in 0..POLL_JOBS {
+        let r = client
+            .post(format!("{base}/v1/jobs/commit/cheap"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status();
+        let v: Value = r.json().await.map_err(|e| e.to_string())?;
+        match v["job_id"].as_str() {
+            Some(id) => urls.push(format!("{base}/v1/jobs/{id}")),
+            None => {
+                return Err(format!(
+                    "a commit for the poll phase answered {status}: {v}"
+                ))
+            }
+        }
+    }
+    Ok(urls)
 }
 
 #[cfg(test)]
