@@ -100,7 +100,8 @@ enum PayloadFields<'a> {
     Object(PayloadObject<'a>),
 }
 
-/// The payload fields either job type reads; others are ignored.
+/// The payload fields either job type reads. Another field makes the body
+/// not plain (refused here); the `Value` path then ignores it.
 #[derive(Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PayloadObject<'a> {

@@ -210,6 +210,7 @@ fn parse_signature(
         .map_err(|_| SignatureError::MalformedSignature)
 }
 
+/// The parse itself, in k256's types (the tests' independent recovery uses them too).
 fn parse_signature_k256(signature: &str) -> Result<(Signature, RecoveryId), SignatureError> {
     let hex_part = signature
         .strip_prefix("0x")
