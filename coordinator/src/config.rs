@@ -91,6 +91,10 @@ pub struct Limits {
     /// Bytes of terminal jobs kept (with their outputs) until retention
     /// deletes them; while at or over it, commits get 503.
     pub kept_bytes_max: usize,
+    /// Finished jobs kept in memory, the most recent; older ones are read
+    /// from the store when polled (core/ended.rs). Bounds the memory of
+    /// finished jobs, which the store keeps anyway.
+    pub finished_jobs_cached_max: usize,
     pub max_tokens_max: u32,
     /// `max_tokens` when an LLM payload leaves it out.
     pub max_tokens_default: u32,
@@ -141,6 +145,7 @@ impl Default for Limits {
             queue_len_max: 100_000,
             queued_bytes_max: 256 * 1024 * 1024,
             kept_bytes_max: 1024 * 1024 * 1024,
+            finished_jobs_cached_max: 10_000,
             max_tokens_max: 32_768,
             max_tokens_default: 256,
             user_id_chars_max: 256,

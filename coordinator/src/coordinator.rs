@@ -6,7 +6,7 @@
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::core::{Change, Core, FailureReason, Outbound, SessionId};
+use crate::core::{Change, Core, FailureReason, Job, Outbound, SessionId};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use protocol::api::{JobRecord, JobStatus};
@@ -317,6 +317,18 @@ impl Coordinator {
         read(&self.lock().core)
     }
 
+    /// A job as the core holds it, else as the store has it: a finished
+    /// job the core evicted from memory (core/ended.rs). An evicted job's
+    /// last version reached the store before it left the core (both happen
+    /// under the state lock, the store's `apply` in the same event or an
+    /// earlier one), so a miss in both is a job this node never had.
+    pub fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError> {
+        match self.read(|core| core.job_shared(id)) {
+            Some(job) => Ok(Some(job)),
+            None => self.inner.store.job(id),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         match self.inner.state.lock() {
             Ok(state) => state,
@@ -361,12 +373,14 @@ impl Coordinator {
         if !state.held.waiters.is_empty() {
             state.held.wake_changed(&changes);
         }
-        for (session, out) in state.core.take_outbox() {
+        let mut outbox = state.core.take_outbox();
+        for (session, out) in outbox.drain(..) {
             if let Some(tx) = state.outboxes.get(&session) {
                 // A closed outbox means the session is ending; it unregisters itself.
                 let _ = tx.send(out);
             }
         }
+        state.core.reuse_buffers(changes, outbox);
     }
 
     /// Reads a job for a poll that may wait (`wait_ms`), and registers the

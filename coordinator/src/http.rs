@@ -531,8 +531,16 @@ async fn commit(c: Coordinator, tier: Tier, request: CommitRequest) -> Result<Re
         Err(refusal) => {
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
                 let key = gate.nonce_key(&offer, &headers, now_seconds);
-                let mut bought =
-                    key.and_then(|key| c.read(|core| core.paid_job(&key, &submission, tier)));
+                let mut bought = match key.and_then(|key| c.read(|core| core.paid_job_id(&key))) {
+                    Some(id) => c
+                        .job(&id)
+                        .map_err(|e| {
+                            tracing::error!(error = %e, job = %id, "reading a paid job from the store failed");
+                            ApiError::Internal
+                        })?
+                        .and_then(|job| crate::core::bought_with(&job, &submission, tier)),
+                    None => None,
+                };
                 if let (None, Some(key)) = (&bought, key) {
                     // Cluster mode: the job may be held by another node.
                     bought = crate::node::shared_paid_job(&c, key, &submission, tier).await;
@@ -665,6 +673,17 @@ async fn poll(
                 c.read(|core| core.job(&id).map(|job| job.record()))
             }
         },
+    };
+    // A finished job the core no longer holds is read from the store.
+    let record = match record {
+        Some(record) => Some(record),
+        None => c
+            .job(&id)
+            .map_err(|e| {
+                tracing::error!(error = %e, job = %id, "reading a job from the store failed");
+                ApiError::Internal
+            })?
+            .map(|job| job.record()),
     };
     // In cluster mode a job this node does not hold is read from the
     // shared store, committed, whoever holds it (a held poll waits there).

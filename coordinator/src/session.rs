@@ -450,7 +450,8 @@ async fn handle<C: FrameConnection>(
             match held.remove(&job_id) {
                 None => {
                     // Not a job this session holds: say whether it exists at all.
-                    let e = if c.read(|core| core.job(&job_id).is_some()) {
+                    // A store that cannot answer: the job is taken to exist.
+                    let e = if !matches!(c.job(&job_id), Ok(None)) {
                         crate::core::FrameError::NotAssigned
                     } else {
                         crate::core::FrameError::UnknownJob

@@ -804,6 +804,10 @@ impl Store for SqliteStore {
     }
 
     /// What is committed; called at start, before any `apply`.
+    fn job(&self, _id: &uuid::Uuid) -> Result<Option<Arc<crate::core::Job>>, StoreError> {
+        Ok(None) // TEMPORARY
+    }
+
     fn load(&self) -> Result<Snapshot, StoreError> {
         Ok(load_all(&self.shared.conn())?)
     }

@@ -36,6 +36,8 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(())))
     }
     fn load(&self) -> Result<Snapshot, StoreError>;
+    /// TEMPORARY (helper storeread builds the real one).
+    fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError>;
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +73,11 @@ impl Store for MemoryStore {
             }
         }
         Ok(())
+    }
+
+    fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError> {
+        let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
+        Ok(t.jobs.get(id).cloned())
     }
 
     fn load(&self) -> Result<Snapshot, StoreError> {

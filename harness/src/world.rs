@@ -181,6 +181,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.held_polls_max {
         config.limits.held_polls_max = v;
     }
+    if let Some(v) = instance.limits.finished_jobs_cached_max {
+        config.limits.finished_jobs_cached_max = v;
+    }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }
@@ -343,7 +346,7 @@ impl World {
                 spec.network.clone(),
             ];
             let t = &spec.timing;
-            let flags: [(&str, Option<String>); 7] = [
+            let flags: [(&str, Option<String>); 8] = [
                 (
                     "--pending-timeout-ms",
                     t.pending_timeout_ms.map(|v| v.to_string()),
@@ -365,6 +368,10 @@ impl World {
                 (
                     "--claims-per-minute-max",
                     spec.limits.claims_per_minute_max.map(|v| v.to_string()),
+                ),
+                (
+                    "--finished-jobs-cached-max",
+                    spec.limits.finished_jobs_cached_max.map(|v| v.to_string()),
                 ),
             ];
             for (flag, value) in flags {

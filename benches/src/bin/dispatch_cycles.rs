@@ -8,6 +8,8 @@
 //!
 //! Run it twice with different counts and divide the difference in
 //! instructions by the difference in counts: set-up cancels out.
+//! - `core WORKERS N`: N cycles of `dispatch_core` (the same cycle on the
+//!   bare core).
 //! - `shell WORKERS N`: N cycles of `dispatch_shell` (commit → assign →
 //!   accept → complete through the coordinator's lock, a plain memory store
 //!   and the session outboxes; 4 slots a worker, 10,000 jobs queued).
@@ -16,7 +18,7 @@
 
 use axum::body::Body;
 use axum::http::Request;
-use benches::rig::ShellRig;
+use benches::rig::{CoreRig, ShellRig};
 use coordinator::server::{self, Parts, Settings};
 use coordinator::{Config, ManualClock};
 use futures_util::FutureExt;
@@ -41,6 +43,16 @@ fn main() -> ExitCode {
         (Some("shell"), Some(workers), Some(cycles)) => {
             let workers = u32::try_from(workers).expect("workers fit u32");
             let mut rig = ShellRig::new(workers, SLOTS, QUEUE_DEPTH);
+            rig.prepare(cycles as usize);
+            for _ in 0..cycles {
+                rig.cycle();
+            }
+            println!("{} jobs", rig.jobs());
+        }
+        (Some("core"), Some(workers), Some(cycles)) => {
+            let workers = u32::try_from(workers).expect("workers fit u32");
+            let mut rig = CoreRig::new(workers, SLOTS, QUEUE_DEPTH);
+            rig.prepare(cycles as usize);
             for _ in 0..cycles {
                 rig.cycle();
             }
@@ -48,7 +60,7 @@ fn main() -> ExitCode {
         }
         (Some("commit"), Some(commits), None) => rt.block_on(commit(commits)),
         _ => {
-            eprintln!("usage: dispatch_cycles shell WORKERS N | commit N");
+            eprintln!("usage: dispatch_cycles core|shell WORKERS N | commit N");
             return ExitCode::from(2);
         }
     }

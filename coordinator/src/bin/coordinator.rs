@@ -81,6 +81,14 @@ struct Args {
     /// while at it, commits get 503 until retention deletes old ones.
     #[arg(long, env = "COORDINATOR_KEPT_BYTES_MAX", default_value_t = 1024 * 1024 * 1024)]
     kept_bytes_max: usize,
+    /// Finished jobs kept in memory, the most recent; a poll of an older
+    /// one reads it from the database.
+    #[arg(
+        long,
+        env = "COORDINATOR_FINISHED_JOBS_CACHED_MAX",
+        default_value_t = 10_000
+    )]
+    finished_jobs_cached_max: usize,
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.
     #[arg(long, env = "COORDINATOR_HANDSHAKES_MAX", default_value_t = 1_024)]
     handshakes_max: usize,
@@ -257,6 +265,7 @@ impl Args {
         l.queue_len_max = self.queue_len_max;
         l.queued_bytes_max = self.queued_bytes_max;
         l.kept_bytes_max = self.kept_bytes_max;
+        l.finished_jobs_cached_max = self.finished_jobs_cached_max;
         l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
         l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;
         l.pairing_creates_per_client_per_minute_max =

@@ -123,7 +123,7 @@ impl Core {
         job.footprint_bytes = footprint_bytes(&job);
         self.queued_bytes += job.footprint_bytes;
         if let Some(paid) = &job.paid_with {
-            self.paid.insert(paid.nonce, job.id);
+            self.paid.insert(paid.nonce, (job.id, job.created_at_ms));
         }
         let id = job.id;
         assert!(!self.jobs.contains_key(&id), "job {id} adopted while held");

@@ -21,7 +21,7 @@ use super::tracked::{idle_entries, JobShare};
 use super::{queue_key, Core, Job, Outbound, Queue, QueueKey, SessionId, Timer, TimerKind, Worker};
 use protocol::api::{JobStatus, JobType, PrivacyClass, Tier};
 use protocol::worker::CoordinatorFrame;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
@@ -146,6 +146,13 @@ pub enum InvariantViolation {
     },
     #[error("idle sets list {listed} entries, but the workers with a free slot need {needed}")]
     IdleCount { listed: usize, needed: usize },
+    #[error("finished jobs: {problem} ({held} held, {listed} listed, at most {cap})")]
+    Ended {
+        problem: &'static str,
+        held: usize,
+        listed: usize,
+        cap: usize,
+    },
     #[error("sessions: {keys} keys index {workers} workers")]
     SessionCount { keys: usize, workers: usize },
     #[error("sessions: key {pubkey} and session {session}: {problem}")]
@@ -165,6 +172,7 @@ impl Core {
         self.check_queues()?;
         self.check_dispatch()?;
         self.check_tier_order()?;
+        self.check_ended()?;
         self.check_bytes()
     }
 
@@ -263,7 +271,8 @@ impl Core {
 
     /// The core's counters against the totals of the records.
     fn check_counters(&self, totals: &Totals) -> Result<(), InvariantViolation> {
-        let held = (totals.jobs.queued_bytes, totals.jobs.kept_bytes);
+        let kept = totals.jobs.kept_bytes + self.ended.evicted_bytes();
+        let held = (totals.jobs.queued_bytes, kept);
         if held != (self.queued_bytes, self.kept_bytes) {
             return Err(InvariantViolation::JobBytes {
                 counted: (self.queued_bytes, self.kept_bytes),
@@ -276,6 +285,7 @@ impl Core {
                 jobs: totals.jobs.live,
             });
         }
+        self.check_ended_count(self.jobs.len() - totals.jobs.live)?;
         let mut queued = 0;
         for (key, queue) in &self.queues {
             if queue.jobs.is_empty() {
@@ -378,9 +388,61 @@ impl Core {
         Ok(())
     }
 
-    /// The byte budgets' counters match the jobs they count.
+    /// As many finished jobs held as listed in the order they ended, and
+    /// no more than the cache holds.
+    fn check_ended_count(&self, held: usize) -> Result<(), InvariantViolation> {
+        let (listed, cap) = (
+            self.ended.len(),
+            self.config.limits.finished_jobs_cached_max,
+        );
+        let problem = if held != listed {
+            "finished jobs held and listed differ"
+        } else if listed > cap {
+            "more finished jobs held than the cache holds"
+        } else {
+            return Ok(());
+        };
+        Err(InvariantViolation::Ended {
+            problem,
+            held,
+            listed,
+            cap,
+        })
+    }
+
+    /// Every listed finished job is held, finished, and listed once.
+    fn check_ended(&self) -> Result<(), InvariantViolation> {
+        let held = self
+            .jobs
+            .values()
+            .filter(|j| j.status.is_terminal())
+            .count();
+        self.check_ended_count(held)?;
+        let mut seen = FxHashSet::default();
+        for id in self.ended.ids() {
+            let finished = self.jobs.get(id).is_some_and(|j| j.status.is_terminal());
+            if !finished || !seen.insert(*id) {
+                return Err(InvariantViolation::Ended {
+                    problem: "a listed job is not held, not finished, or listed twice",
+                    held,
+                    listed: self.ended.len(),
+                    cap: self.config.limits.finished_jobs_cached_max,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte budgets' counters match the jobs they count, held or evicted.
     fn check_bytes(&self) -> Result<(), InvariantViolation> {
-        let mut held = (0, 0);
+        let evicted = self.ended.evicted_bytes();
+        if evicted != self.ended.evicted_bytes_summed() {
+            return Err(InvariantViolation::JobBytes {
+                counted: (self.queued_bytes, self.kept_bytes),
+                held: (0, self.ended.evicted_bytes_summed()),
+            });
+        }
+        let mut held = (0, evicted);
         for job in self.jobs.values() {
             if job.status.is_terminal() {
                 held.1 += job.footprint_bytes;

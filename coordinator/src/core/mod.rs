@@ -15,6 +15,7 @@
 //! events.
 
 mod cluster;
+mod ended;
 mod invariants;
 mod restore;
 #[cfg(test)]
@@ -22,6 +23,7 @@ mod tests;
 mod timers;
 mod tracked;
 
+pub use ended::bought_with;
 pub use invariants::InvariantViolation;
 
 use crate::config::Config;
@@ -313,6 +315,10 @@ impl Queue {
     }
 }
 
+/// Largest buffer of changes or frames kept for the next event (see
+/// [`Core::reuse_buffers`]).
+const REUSED_LEN_MAX: usize = 256;
+
 /// Queued jobs a worker skips because it failed them (while another worker
 /// could take them) before it takes the head anyway. Bounds the work of a
 /// freed slot, and keeps a worker that fails everything from sitting idle
@@ -341,8 +347,12 @@ pub struct Core {
     /// Per job type, workers with a free slot, least loaded first.
     idle: BTreeMap<JobType, BTreeSet<(u32, SessionId)>>,
     trust: Trust,
-    /// Jobs bought with a payment, by the payment's nonce.
-    paid: HashMap<NonceKey, Uuid>,
+    /// Jobs bought with a payment, by the payment's nonce, with their
+    /// creation time (retention forgets evicted ones by it).
+    paid: HashMap<NonceKey, (Uuid, i64)>,
+    /// Finished jobs held, in the order they ended, and what the evicted
+    /// ones still count (ended.rs).
+    ended: ended::Ended,
     /// Footprint of the non-terminal jobs (`limits.queued_bytes_max`).
     queued_bytes: usize,
     /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
@@ -375,6 +385,7 @@ impl Core {
             idle: BTreeMap::new(),
             trust: Trust::default(),
             paid: HashMap::new(),
+            ended: ended::Ended::default(),
             queued_bytes: 0,
             kept_bytes: 0,
             timers: timers::Timers::default(),
@@ -400,6 +411,26 @@ impl Core {
     /// Records changed since the last call.
     pub fn take_changes(&mut self) -> Vec<Change> {
         std::mem::take(&mut self.changes)
+    }
+
+    /// Takes back, emptied, the buffers `take_changes` and `take_outbox`
+    /// returned, so the next event fills memory already held instead of
+    /// growing new vectors (a few allocations per event otherwise). A
+    /// buffer a large event grew (a restore, say) is dropped, not kept.
+    pub fn reuse_buffers(
+        &mut self,
+        mut changes: Vec<Change>,
+        mut outbox: Vec<(SessionId, Outbound)>,
+    ) {
+        let fits = |capacity: usize, held: usize| held < capacity && capacity <= REUSED_LEN_MAX;
+        if self.changes.is_empty() && fits(changes.capacity(), self.changes.capacity()) {
+            changes.clear();
+            self.changes = changes;
+        }
+        if self.outbox.is_empty() && fits(outbox.capacity(), self.outbox.capacity()) {
+            outbox.clear();
+            self.outbox = outbox;
+        }
     }
 
     pub fn next_deadline_ms(&self) -> Option<i64> {
@@ -430,8 +461,15 @@ impl Core {
         depth
     }
 
+    /// A live job, or a finished one still in memory (ended.rs); `None`
+    /// for a job evicted since, which only the store still has.
     pub fn job(&self, id: &Uuid) -> Option<&Job> {
         self.jobs.get(id).map(|job| &**job)
+    }
+
+    /// [`Core::job`], shared: for a reader outside the state lock.
+    pub fn job_shared(&self, id: &Uuid) -> Option<Arc<Job>> {
+        self.jobs.get(id).cloned()
     }
 
     /// Records that job `id` changed: the change shares the job as it is now.
@@ -538,6 +576,7 @@ impl Core {
         let job = Arc::new(job);
         self.changes.push(Change::Job(Arc::clone(&job)));
         self.jobs.insert(job);
+        self.job_ended(id);
         CommitError::NoTrustedWorker(id)
     }
 
@@ -574,25 +613,17 @@ impl Core {
         self.jobs.insert(Arc::new(job));
         self.place(id, None, false, now_ms);
         if let Some(nonce) = spent {
-            self.paid.insert(nonce, id);
+            self.paid.insert(nonce, (id, now_ms));
             self.changes.push(Change::NonceSpent(nonce));
         }
         id
     }
 
-    /// The job a payment bought, if it is this submission on this tier, and
-    /// the `PAYMENT-RESPONSE` it was answered with: a retry of a paid commit
-    /// gets the same answer.
-    pub fn paid_job(
-        &self,
-        nonce: &NonceKey,
-        submission: &JobSubmission,
-        tier: Tier,
-    ) -> Option<(Uuid, String)> {
-        let job = self.jobs.get(self.paid.get(nonce)?)?;
-        let paid_with = job.paid_with.as_ref()?;
-        (*job.submission == *submission && job.tier == tier)
-            .then(|| (job.id, paid_with.response_header.clone()))
+    /// The id of the job a payment bought, held or evicted (ended.rs): the
+    /// shell reads the job and answers a retry of the paid commit as the
+    /// first (see [`bought_with`]).
+    pub fn paid_job_id(&self, nonce: &NonceKey) -> Option<Uuid> {
+        self.paid.get(nonce).map(|&(id, _)| id)
     }
 
     /// A fresh pending job with the next id and commit order.
@@ -901,6 +932,7 @@ impl Core {
         job.worker = None;
         job.deadline_ms = None;
         self.job_changed(&id);
+        self.job_ended(id);
     }
 
     /// Checks that `session` holds `id` right now.
@@ -952,6 +984,7 @@ impl Core {
         job.worker = None;
         job.deadline_ms = None;
         self.job_changed(&id);
+        self.job_ended(id);
         self.outbox.push((
             session,
             Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),

@@ -9,7 +9,8 @@
 //!   instead, so a job that crashes the coordinator cannot loop forever.
 //! - `pending` jobs keep their deadline and their order (commit order, `seq`);
 //!   requeued jobs go ahead of them, as a requeue does at run time.
-//! - Terminal jobs are kept as they are.
+//! - Terminal jobs are kept as they are; the core holds the most recent
+//!   (in commit order) as it does at run time (ended.rs).
 //! - Pairing codes and trust entries come back as stored; an expired code
 //!   stays expired, and codes past their retention are not restored.
 
@@ -47,11 +48,12 @@ impl Core {
                 self.queued_bytes += job.footprint_bytes;
             }
             if let Some(paid_with) = &job.paid_with {
-                self.paid.insert(paid_with.nonce, id);
+                self.paid.insert(paid_with.nonce, (id, job.created_at_ms));
             }
             match job.status {
                 JobStatus::Completed | JobStatus::Failed => {
                     self.jobs.insert(Arc::new(job));
+                    self.job_ended(id);
                 }
                 JobStatus::Pending => {
                     let deadline_ms = job
@@ -117,28 +119,31 @@ impl Core {
         self.add_timer(deadline_ms, TimerKind::Pending, id);
     }
 
-    /// Drops terminal jobs created before `created_before_ms` from memory
-    /// (the store deletes its copies itself); returns how many. Terminal
-    /// jobs have no queue entry or live timer, so nothing else refers to them.
+    /// Forgets terminal jobs created before `created_before_ms`, those in
+    /// memory and those evicted from it (the store deletes its copies
+    /// itself); returns how many. Terminal jobs have no queue entry or live
+    /// timer, so nothing else refers to them.
     pub fn forget_terminal_jobs(&mut self, created_before_ms: i64) -> usize {
         // Jobs leave without a note: the next check looks at all.
         self.checked.whole_next();
         let before = self.jobs.len();
         let mut freed_bytes = 0;
-        let mut unpaid = Vec::new();
         self.jobs.retain(|_, j: &mut Arc<Job>| {
             let keep = !(j.status.is_terminal() && j.created_at_ms < created_before_ms);
             if !keep {
                 freed_bytes += j.footprint_bytes;
-                unpaid.extend(j.paid_with.as_ref().map(|p| p.nonce));
             }
             keep
         });
-        self.kept_bytes -= freed_bytes;
-        for nonce in &unpaid {
-            self.paid.remove(nonce);
-        }
-        before - self.jobs.len()
+        let held = before - self.jobs.len();
+        let (evicted, evicted_bytes) = self.forget_ended(created_before_ms);
+        self.kept_bytes -= freed_bytes + evicted_bytes;
+        // A paid job not in the map after that is evicted or forgotten.
+        let jobs = &self.jobs;
+        self.paid.retain(|_, &mut (id, created_at_ms)| {
+            created_at_ms >= created_before_ms || jobs.contains_key(&id)
+        });
+        held + evicted
     }
 }
 

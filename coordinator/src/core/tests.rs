@@ -553,17 +553,22 @@ fn a_restored_core_keeps_its_invariants() {
 /// at the end every job ends once time runs past every deadline.
 #[test]
 fn random_events_keep_the_invariants() {
+    let cached = Config::default().limits.finished_jobs_cached_max;
     for seed in 0..6 {
-        swarm(seed, 1_500, false);
+        swarm(seed, 1_500, false, cached);
     }
     // Workers that fail most jobs: the paths that keep a job from the
     // worker that failed it.
     for seed in 6..10 {
-        swarm(seed, 1_500, true);
+        swarm(seed, 1_500, true, cached);
+    }
+    // Finished jobs leave memory at once or after a few (ended.rs).
+    for seed in 10..14 {
+        swarm(seed, 1_500, seed % 2 == 0, (seed % 3) as usize);
     }
 }
 
-fn swarm(seed: u64, events: usize, failing: bool) {
+fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usize) {
     const KEYS: [&str; 5] = ["0xk0", "0xk1", "0xk2", "0xk3", "0xk4"];
     const USERS: [&str; 3] = ["alice", "bob", "carol"];
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -571,6 +576,7 @@ fn swarm(seed: u64, events: usize, failing: bool) {
     config.limits.queue_len_max = 40;
     config.timing.pending_timeout_ms = 3_000;
     config.timing.lease_ms = 5_000;
+    config.limits.finished_jobs_cached_max = finished_jobs_cached_max;
     let mut r = Rig::with_config(config.clone());
     let store = MemoryStore::default();
     let mut ids: Vec<Uuid> = Vec::new();
@@ -676,8 +682,11 @@ fn swarm(seed: u64, events: usize, failing: bool) {
                 // A frame from a session that does not hold the job.
                 let id = ids[rng.gen_range(0..ids.len())];
                 let s = rng.gen_range(0..r.core.peek_next_session() + 1);
-                if r.core.job(&id).unwrap().worker != Some(s) {
-                    assert!(r.core.accept(s, id).is_err());
+                match r.core.job(&id) {
+                    Some(job) if job.worker == Some(s) => {}
+                    Some(_) => assert!(r.core.accept(s, id).is_err()),
+                    // Evicted: finished, so the core knows nothing of it.
+                    None => assert_eq!(r.core.accept(s, id), Err(FrameError::UnknownJob)),
                 }
             }
             85 => {
@@ -685,6 +694,10 @@ fn swarm(seed: u64, events: usize, failing: bool) {
                 store.apply(&r.core.take_changes()).unwrap();
                 r.core = Core::new(config.clone(), ChaCha20Rng::seed_from_u64(seed + 1_000));
                 r.core.restore(store.load().unwrap(), r.now_ms);
+            }
+            86 => {
+                // Retention: terminal jobs created over 4 s ago go.
+                r.core.forget_terminal_jobs(r.now_ms - 4_000);
             }
             _ => {
                 r.now_ms += rng.gen_range(0..2_000);
@@ -715,6 +728,113 @@ fn swarm(seed: u64, events: usize, failing: bool) {
         }
     }
     assert!(r.core.timers.is_empty() && r.core.queues.is_empty());
+}
+
+// ---- finished jobs beyond the cache (ended.rs) ----
+
+/// Commits and completes `n` jobs through one single-slot worker, a
+/// millisecond apart; returns their ids in order.
+fn finish_jobs(r: &mut Rig, n: usize) -> Vec<Uuid> {
+    let w = r.worker("0xw", &[LLM], 1);
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        r.now_ms += 1;
+        let id = r.commit(Tier::Cheap);
+        r.complete(w, id);
+        ids.push(id);
+    }
+    ids
+}
+
+#[test]
+fn finished_jobs_beyond_the_cache_leave_memory_but_keep_their_bytes() {
+    let mut all = Rig::new();
+    finish_jobs(&mut all, 5);
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 2;
+    let mut r = Rig::with_config(config);
+    let ids = finish_jobs(&mut r, 5);
+    // The two that ended last stay; the store has the others.
+    let held: Vec<bool> = ids.iter().map(|id| r.core.job(id).is_some()).collect();
+    assert_eq!(held, [false, false, false, true, true]);
+    assert_eq!(r.core.jobs.len(), 2);
+    // Evicted jobs still count against the kept budget until retention.
+    assert_eq!(r.core.job_bytes(), all.core.job_bytes());
+    assert!(r.core.job_bytes().1 > 0);
+    // A frame about an evicted job names no job the core knows.
+    assert_eq!(r.core.accept(1, ids[0]), Err(FrameError::UnknownJob));
+}
+
+#[test]
+fn retention_forgets_evicted_jobs_by_their_creation_time() {
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 1;
+    let mut r = Rig::with_config(config);
+    let ids = finish_jobs(&mut r, 4);
+    let (_, kept) = r.core.job_bytes();
+    let per_job = kept / 4;
+    // Created at T0+1..T0+4: a cut at T0+3 forgets two, both evicted.
+    assert_eq!(r.core.forget_terminal_jobs(T0 + 3), 2);
+    r.check();
+    assert_eq!(r.core.job_bytes().1, kept - 2 * per_job);
+    // The rest, one evicted and the one held.
+    assert_eq!(r.core.forget_terminal_jobs(T0 + 10), 2);
+    r.check();
+    assert_eq!(r.core.job_bytes(), (0, 0));
+    assert!(r.core.job(&ids[3]).is_none());
+}
+
+#[test]
+fn a_paid_job_is_found_after_eviction_until_retention() {
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 0;
+    let mut r = Rig::with_config(config);
+    let w = r.worker("0xw", &[LLM], 1);
+    let nonce = x402::NonceKey {
+        chain_id: 84532,
+        asset: x402::Address::default(),
+        from: x402::Address::default(),
+        nonce: x402::evm::Bytes32([7; 32]),
+    };
+    let payment = crate::core::Payment {
+        payment_ref: "pay".into(),
+        paid_with: crate::core::PaidWith {
+            nonce,
+            response_header: "answer".into(),
+        },
+    };
+    let sub = submission(LLM, "u", PrivacyClass::Public);
+    let id = r
+        .core
+        .commit(sub, Tier::Cheap, Some(payment), r.now_ms)
+        .unwrap();
+    r.check();
+    r.complete(w, id);
+    assert!(r.core.job(&id).is_none(), "evicted at once");
+    assert_eq!(r.core.paid_job_id(&nonce), Some(id));
+    r.core.forget_terminal_jobs(r.now_ms + 1);
+    r.check();
+    assert_eq!(r.core.paid_job_id(&nonce), None);
+}
+
+#[test]
+fn the_check_reports_a_finished_job_the_cache_does_not_list() {
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 2;
+    let mut r = Rig::with_config(config);
+    let ids = finish_jobs(&mut r, 3);
+    r.core
+        .ended
+        .order_mut_for_tests()
+        .retain(|id| *id != ids[2]);
+    assert!(matches!(
+        violation(&mut r),
+        InvariantViolation::Ended {
+            held: 2,
+            listed: 1,
+            ..
+        }
+    ));
 }
 
 // ---- the check itself fails on a corrupt core ----

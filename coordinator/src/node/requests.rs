@@ -102,9 +102,7 @@ pub async fn shared_paid_job(
             return None;
         }
     };
-    let paid_with = job.paid_with.as_ref()?;
-    (*job.submission == *submission && job.tier == tier)
-        .then(|| (job.id, paid_with.response_header.clone()))
+    crate::core::bought_with(&job, submission, tier)
 }
 
 /// Cluster-wide rate limits (ARCHITECTURE.md, "Limits that must be

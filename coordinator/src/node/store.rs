@@ -228,6 +228,10 @@ impl Store for NodeStore {
         })
     }
 
+    fn job(&self, _id: &uuid::Uuid) -> Result<Option<Arc<crate::core::Job>>, StoreError> {
+        Ok(None) // TEMPORARY
+    }
+
     fn load(&self) -> Result<Snapshot, StoreError> {
         let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
         Ok(joined.take().unwrap_or_default())
