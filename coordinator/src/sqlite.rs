@@ -1454,4 +1454,171 @@ mod tests {
         assert!(store.apply(&changes).is_err());
         assert_eq!(store.shared.rows().len(), 0);
     }
+
+    /// The jobs in `changes`, latest version of each, in first-seen order.
+    fn jobs_in(changes: &[Change]) -> Vec<Arc<Job>> {
+        let mut ids: Vec<Uuid> = Vec::new();
+        for change in changes {
+            if let Change::Job(job) = change {
+                if !ids.contains(&job.id) {
+                    ids.push(job.id);
+                }
+            }
+        }
+        ids.iter()
+            .filter_map(|id| latest_job(changes, id))
+            .collect()
+    }
+
+    /// Waits (on the writer thread, which runs on its own) until `done`.
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..10_000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("waited 10 s for {what}");
+    }
+
+    /// A job read back from its row is what `load` gives back, for both
+    /// commit modes; an id never stored reads as `None`.
+    #[tokio::test]
+    async fn a_committed_job_reads_as_load_gives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for store in [
+            SqliteStore::open_in_memory().unwrap(),
+            SqliteStore::open(dir.path().join("c.db")).unwrap(),
+        ] {
+            let changes = changes();
+            store.apply(&changes).unwrap();
+            store.flush().await.unwrap();
+            {
+                let pending = store.shared.pending();
+                assert!(pending.changes.is_empty() && pending.committing.is_none());
+            }
+            let loaded = store.load().unwrap();
+            assert_eq!(loaded.jobs.len(), 2);
+            for (job, applied) in loaded.jobs.iter().zip(jobs_in(&changes)) {
+                let read = store.job(&job.id).unwrap().expect("stored");
+                assert!(!Arc::ptr_eq(&read, &applied), "decoded from its row");
+                assert_eq!(
+                    persisted(std::slice::from_ref(&*read)),
+                    persisted(std::slice::from_ref(job))
+                );
+            }
+            assert!(store.job(&Uuid::nil()).unwrap().is_none());
+        }
+    }
+
+    /// No version is out of sight while the writer commits: the test holds
+    /// the writer's connection, so the writer takes the first batch and
+    /// waits with it; later versions stay pending. Reads find the batch
+    /// being committed, then the newest pending version, and never wait for
+    /// the writer's connection (they use the read connection).
+    #[tokio::test]
+    async fn versions_not_committed_yet_read_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        assert!(store.shared.reader.is_some(), "a file is WAL");
+        let changes = changes();
+        let job = jobs_in(&changes).remove(0);
+        let writer_conn = store.shared.conn();
+        store.apply(&changes).unwrap();
+        wait_for("the writer to take the batch", || {
+            store.shared.pending().committing.is_some()
+        });
+        assert!(store.shared.pending().changes.is_empty());
+        let read = store.job(&job.id).unwrap().expect("being committed");
+        assert!(Arc::ptr_eq(&read, &job));
+
+        let running = [JobStatus::Assigned, JobStatus::Running].map(|status| {
+            let change = with_status(&job, status);
+            store.apply(std::slice::from_ref(&change)).unwrap();
+            change
+        });
+        let Change::Job(running) = &running[1] else {
+            panic!("a job")
+        };
+        let read = store.job(&job.id).unwrap().expect("pending");
+        assert!(Arc::ptr_eq(&read, running), "the latest version wins");
+
+        drop(writer_conn);
+        store.flush().await.unwrap();
+        let read = store.job(&job.id).unwrap().expect("committed");
+        assert!(!Arc::ptr_eq(&read, running));
+        assert_eq!(read.status, JobStatus::Running);
+    }
+
+    /// A purge takes effect when its transaction commits: a version of a
+    /// job it deletes still reads until then, `None` afterwards.
+    #[tokio::test]
+    async fn a_purged_job_reads_as_none() {
+        let changes = changes();
+        let job = jobs_in(&changes).remove(0);
+        let other = jobs_in(&changes).remove(1);
+        let done = with_status(&job, JobStatus::Completed);
+
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply(&changes).unwrap();
+        store.apply(std::slice::from_ref(&done)).unwrap();
+        assert!(store.job(&job.id).unwrap().is_some());
+        store.purge_terminal_jobs(1_001).unwrap();
+        assert!(store.job(&job.id).unwrap().is_none());
+        assert!(store.job(&other.id).unwrap().is_some());
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        let writer_conn = store.shared.conn();
+        store.apply(&changes).unwrap();
+        store.apply(std::slice::from_ref(&done)).unwrap();
+        store.purge_terminal_jobs(1_001).unwrap();
+        let read = store.job(&job.id).unwrap().expect("not purged yet");
+        assert_eq!(read.status, JobStatus::Completed);
+        drop(writer_conn);
+        store.flush().await.unwrap();
+        assert!(store.job(&job.id).unwrap().is_none());
+        assert_eq!(store.job(&other.id).unwrap().expect("kept").id, other.id);
+    }
+
+    #[tokio::test]
+    async fn a_reopened_store_reads_the_jobs_written_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let changes = changes();
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            store.apply(&changes).unwrap();
+            store.flush().await.unwrap();
+            std::mem::forget(store); // like a crash: no orderly close
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        for job in jobs_in(&changes) {
+            let read = store.job(&job.id).unwrap().expect("written before");
+            assert_eq!(persisted(&[(*read).clone()]), persisted(&[(*job).clone()]));
+        }
+    }
+
+    /// A store that can no longer make anything durable says so rather
+    /// than answer from memory that will never reach the disk.
+    #[tokio::test]
+    async fn a_halted_or_failed_store_answers_an_error() {
+        let changes = changes();
+        let id = jobs_in(&changes)[0].id;
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply(&changes).unwrap();
+        assert!(store.job(&id).unwrap().is_some());
+        store.halt();
+        assert!(store.job(&id).is_err());
+
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.apply(&changes).unwrap();
+        store
+            .shared
+            .conn()
+            .execute_batch("DROP TABLE jobs")
+            .unwrap();
+        assert!(store.apply(&changes).is_err());
+        assert!(store.job(&id).is_err());
+    }
 }
