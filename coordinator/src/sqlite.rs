@@ -176,11 +176,11 @@ struct Shared {
     /// milliseconds on a disk, more under load), and a read through `conn`
     /// would wait for it and then hold up the next commit; WAL lets a
     /// reader see the last commit while the writer writes the next (p99
-    /// 114 µs against 60 ms under commits: `benches/results/
-    /// store-job-read-2026-11-24.md`). A
-    /// `:memory:` database (and the simulation's `memdb`) is not WAL and
-    /// never fsyncs: reads there go through `conn`, which is also the only
-    /// connection that sees a private `:memory:` database.
+    /// 114 µs against 60 ms under commits, see
+    /// `benches/results/store-job-read-2026-11-24.md`). A `:memory:`
+    /// database (and the simulation's `memdb`) is not WAL and never fsyncs:
+    /// reads there go through `conn`, which is also the only connection
+    /// that sees a private `:memory:` database.
     reader: Option<Mutex<Connection>>,
     pending: Mutex<Pending>,
     /// Wakes the writer when changes are appended or the store closes.
@@ -542,9 +542,6 @@ impl Shared {
         // virtual under the simulation, where the commit takes no time.
         let started = tokio::time::Instant::now();
         let result = self.commit(&changes, purge_before_ms);
-        // Committed (and in `rows`), or lost with the store's durability:
-        // either way the database now answers for these changes.
-        self.pending().committing = None;
         match &result {
             Ok(()) => {
                 if let Some(metrics) = self.metrics.get() {
@@ -554,6 +551,9 @@ impl Shared {
             Err(e) => tracing::error!(error = %e, "group commit failed"),
         }
         self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
+        // Committed (and in `rows`), or failed and published, so reads now
+        // answer an error: either way the batch need no longer be visible.
+        self.pending().committing = None;
         if spends_nonce(&changes) {
             self.wrote(StoreWrite::NonceSpent);
         }
@@ -1486,6 +1486,22 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         panic!("waited 10 s for {what}");
+    }
+
+    /// The simulation's database (`memdb`) is not WAL: its reads go through
+    /// the one connection, as the comment on `Shared::reader` says.
+    #[tokio::test]
+    async fn only_a_wal_database_gets_a_read_connection() {
+        let memdb = SqliteStore::open_on("file:/store-job-memdb?vfs=memdb", WriterRuntime::Task);
+        assert!(memdb.unwrap().shared.reader.is_none());
+        assert!(SqliteStore::open_in_memory()
+            .unwrap()
+            .shared
+            .reader
+            .is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let file = SqliteStore::open(dir.path().join("c.db")).unwrap();
+        assert!(file.shared.reader.is_some());
     }
 
     /// A job read back from its row is what `load` gives back, for both
