@@ -542,6 +542,11 @@ impl Shared {
         // virtual under the simulation, where the commit takes no time.
         let started = tokio::time::Instant::now();
         let result = self.commit(&changes, purge_before_ms);
+        // The database answers for the batch now, and before the flushes
+        // are answered: once `flush` resolves, reads come from the rows (a
+        // purge in the batch has taken effect). A failed commit leaves the
+        // rows older, for the instant until `publish` makes reads fail.
+        self.pending().committing = None;
         match &result {
             Ok(()) => {
                 if let Some(metrics) = self.metrics.get() {
@@ -551,9 +556,6 @@ impl Shared {
             Err(e) => tracing::error!(error = %e, "group commit failed"),
         }
         self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
-        // Committed (and in `rows`), or failed and published, so reads now
-        // answer an error: either way the batch need no longer be visible.
-        self.pending().committing = None;
         if spends_nonce(&changes) {
             self.wrote(StoreWrite::NonceSpent);
         }
