@@ -36,8 +36,24 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(())))
     }
     fn load(&self) -> Result<Snapshot, StoreError>;
-    /// TEMPORARY (helper storeread builds the real one).
+    /// The latest version of job `id` among the changes this store was
+    /// given (`apply`), whether or not it is durable yet; `None` if it never
+    /// had it or retention deleted it.
+    ///
+    /// Why: the core keeps a finished job only in a bounded cache, so a poll,
+    /// a retried paid commit or a worker's frame about an older one reads it
+    /// here. A version that is not durable yet may be returned: the caller
+    /// awaits [`Store::flush`] before it answers, as every handler already
+    /// does, so no client sees what a crash could take back.
     fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError>;
+}
+
+/// The latest version of job `id` in `changes` (given in event order).
+pub(crate) fn latest_job(changes: &[Change], id: &Uuid) -> Option<Arc<Job>> {
+    changes.iter().rev().find_map(|change| match change {
+        Change::Job(job) if job.id == *id => Some(Arc::clone(job)),
+        _ => None,
+    })
 }
 
 #[derive(Debug, Default)]
@@ -75,11 +91,6 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError> {
-        let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
-        Ok(t.jobs.get(id).cloned())
-    }
-
     fn load(&self) -> Result<Snapshot, StoreError> {
         let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
         Ok(Snapshot {
@@ -87,5 +98,72 @@ impl Store for MemoryStore {
             pairings: t.pairings.values().cloned().collect(),
             trust: t.trust.values().cloned().collect(),
         })
+    }
+
+    fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError> {
+        let t = self.inner.lock().map_err(|e| StoreError(e.to_string()))?;
+        Ok(t.jobs.get(id).cloned())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::core::Core;
+    use protocol::api::{JobStatus, Tier};
+    use rand::SeedableRng;
+
+    /// A job committed by a real core, and the changes that recorded it.
+    pub(crate) fn committed() -> (Arc<Job>, Vec<Change>) {
+        let mut core = Core::new(
+            Config::default(),
+            rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        );
+        let body = serde_json::json!({"job_type": "TASK", "user_id": "a",
+            "payload": {"task_type": "summarize", "input": "x"}});
+        let s = crate::validate::submission(&body, &core.config().limits).unwrap();
+        core.commit(s, Tier::Cheap, None, 1_000).unwrap();
+        let changes = core.take_changes();
+        let job = latest_job(&changes, &only_job(&changes)).expect("the job");
+        (job, changes)
+    }
+
+    fn only_job(changes: &[Change]) -> Uuid {
+        let mut ids = changes.iter().filter_map(|c| match c {
+            Change::Job(job) => Some(job.id),
+            _ => None,
+        });
+        let id = ids.next().expect("a job");
+        assert!(ids.all(|other| other == id));
+        id
+    }
+
+    #[test]
+    fn memory_store_reads_the_latest_version_it_was_given() {
+        let store = MemoryStore::default();
+        let (job, changes) = committed();
+        assert!(store.job(&job.id).unwrap().is_none());
+        store.apply(&changes).unwrap();
+        let mut done = Arc::clone(&job);
+        Arc::make_mut(&mut done).status = JobStatus::Completed;
+        store.apply(&[Change::Job(Arc::clone(&done))]).unwrap();
+        let read = store.job(&job.id).unwrap().expect("stored");
+        assert!(Arc::ptr_eq(&read, &done), "the stored Arc, not a copy");
+        assert!(store.job(&Uuid::nil()).unwrap().is_none());
+    }
+
+    #[test]
+    fn latest_job_is_the_last_version_in_event_order() {
+        let (job, _) = committed();
+        let mut later = Arc::clone(&job);
+        Arc::make_mut(&mut later).status = JobStatus::Failed;
+        let changes = [
+            Change::Job(Arc::clone(&job)),
+            Change::Job(Arc::clone(&later)),
+        ];
+        let found = latest_job(&changes, &job.id).expect("present");
+        assert!(Arc::ptr_eq(&found, &later));
+        assert!(latest_job(&changes, &Uuid::nil()).is_none());
     }
 }

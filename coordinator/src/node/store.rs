@@ -3,8 +3,8 @@
 
 use super::{ClusterSettings, Fence};
 use crate::cluster::{ClusterError, NodeId, SharedStore};
-use crate::core::Change;
-use crate::store::{Snapshot, Store, StoreError};
+use crate::core::{Change, Job};
+use crate::store::{latest_job, Snapshot, Store, StoreError};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
+use uuid::Uuid;
 
 /// Pause between attempts to write a batch the store could not take.
 const WRITE_RETRY_MS: u64 = 50;
@@ -49,6 +50,11 @@ struct Written {
 #[derive(Default)]
 struct Pending {
     changes: Vec<Change>,
+    /// The batch the writer took last, kept here until it takes the next
+    /// (right after this one is written, with no wait between), so
+    /// [`Store::job`] finds a version while the write is under way. An
+    /// `Arc`, so a read scans it without holding this lock.
+    writing: Arc<Vec<Change>>,
     /// `apply` calls so far.
     applied: u64,
 }
@@ -131,7 +137,8 @@ impl NodeStore {
         loop {
             let (changes, applied) = {
                 let mut p = self.pending();
-                (std::mem::take(&mut p.changes), p.applied)
+                p.writing = Arc::new(std::mem::take(&mut p.changes));
+                (Arc::clone(&p.writing), p.applied)
             };
             if changes.is_empty() {
                 self.committed(applied);
@@ -228,12 +235,82 @@ impl Store for NodeStore {
         })
     }
 
-    fn job(&self, _id: &uuid::Uuid) -> Result<Option<Arc<crate::core::Job>>, StoreError> {
-        Ok(None) // TEMPORARY
-    }
-
     fn load(&self) -> Result<Snapshot, StoreError> {
         let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
         Ok(joined.take().unwrap_or_default())
+    }
+
+    /// Only what this node has not written yet: the changes appended since
+    /// the writer's last take, newest first, then the batch it is writing.
+    /// `None` otherwise; the caller then reads the shared store (as
+    /// `node::shared_record` does), which every other node writes too. A
+    /// fenced node answers an error, as its `flush` does.
+    fn job(&self, id: &Uuid) -> Result<Option<Arc<Job>>, StoreError> {
+        if self.is_fenced() {
+            return Err(StoreError(format!("node {} is fenced", self.node)));
+        }
+        let writing = {
+            let p = self.pending();
+            if let Some(job) = latest_job(&p.changes, id) {
+                return Ok(Some(job));
+            }
+            Arc::clone(&p.writing)
+        };
+        Ok(latest_job(&writing, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::MemoryShared;
+    use protocol::api::JobStatus;
+
+    /// A version the writer is still trying to write, and a later one it
+    /// has not taken yet, are both read here; once written, the node has
+    /// nothing of its own and the shared store answers.
+    #[tokio::test]
+    async fn unwritten_versions_read_newest_first() {
+        let shared = Arc::new(MemoryShared::default());
+        let settings = ClusterSettings {
+            url: String::new(),
+            schema: None,
+            node_id: "n1".into(),
+            node_lease_ms: 60_000,
+        };
+        let fence: Fence = Arc::new(|_: &ClusterError| {});
+        let store = NodeStore::join(shared.clone(), &settings, 0, fence)
+            .await
+            .unwrap();
+        // Held by this node (a pending job would go to the pool, and a
+        // later version of it from here would fence the node).
+        let (mut job, _) = crate::store::tests::committed();
+        Arc::make_mut(&mut job).status = JobStatus::Assigned;
+        assert!(store.job(&job.id).unwrap().is_none());
+
+        shared.cut("n1");
+        store.apply(&[Change::Job(Arc::clone(&job))]).unwrap();
+        for _ in 0..100 {
+            if store.pending().changes.is_empty() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(store.pending().changes.is_empty(), "the writer took it");
+        let read = store.job(&job.id).unwrap().expect("being written");
+        assert!(Arc::ptr_eq(&read, &job));
+
+        let mut running = Arc::clone(&job);
+        Arc::make_mut(&mut running).status = JobStatus::Running;
+        store.apply(&[Change::Job(Arc::clone(&running))]).unwrap();
+        let read = store.job(&job.id).unwrap().expect("pending");
+        assert!(Arc::ptr_eq(&read, &running), "the latest version wins");
+
+        shared.heal("n1");
+        store.flush().await.unwrap();
+        assert!(store.job(&job.id).unwrap().is_none());
+        let written = shared.job(job.id).await.unwrap().expect("written");
+        assert_eq!(written.status, JobStatus::Running);
+        assert!(store.job(&Uuid::nil()).unwrap().is_none());
     }
 }

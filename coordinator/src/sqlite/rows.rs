@@ -26,6 +26,9 @@ pub(super) const INSERT: &str =
 pub(super) const UPDATE: &str = "UPDATE jobs SET status = ?1, seq = ?2, deadline_ms = ?3, body = ?4
      WHERE rowid = ?5 AND id = ?6";
 
+/// A job's body from its row; the id is checked, as in `UPDATE`.
+pub(super) const SELECT: &str = "SELECT body FROM jobs WHERE rowid = ?1 AND id = ?2";
+
 /// The retention cut; returns the ids it deleted, for the map.
 const PURGE: &str =
     "DELETE FROM jobs WHERE status IN ('completed', 'failed') AND created_at_ms < ?1
