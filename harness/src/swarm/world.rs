@@ -153,6 +153,9 @@ pub struct InstanceSpec {
     pub nodes: u32,
     /// How long a node's lease lasts (rendered only with `nodes > 1`).
     pub node_lease_ms: u64,
+    /// Finished jobs the coordinator keeps in memory (`limits`); `None`
+    /// renders nothing (the default, 10 000). Drawn by [`draw_caches`].
+    pub finished_jobs_cached_max: Option<usize>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -378,6 +381,7 @@ impl WorldSpec {
             heal: true,
         };
         super::nodes::draw(&mut world);
+        draw_caches(&mut world);
         world
     }
 
@@ -668,9 +672,26 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                     .then(|| pick(rng, &[2_000, 5_000])),
                 nodes: 1,
                 node_lease_ms: 0,
+                finished_jobs_cached_max: None,
             }
         })
         .collect()
+}
+
+/// The seed's ChaCha stream the finished-job caches are drawn from (the
+/// world's is 0, the nodes kind's 1): drawn after the rest, so every other
+/// draw of a seed is what it was before caches were drawn.
+const CACHE_STREAM: u64 = 2;
+
+/// Half the instances keep the default cache of finished jobs; the others
+/// hold 0, 1 or 4, so polls, paid retries and worker frames about finished
+/// jobs read them from the store (core/ended.rs).
+fn draw_caches(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(CACHE_STREAM);
+    for i in &mut world.instances {
+        i.finished_jobs_cached_max = rng.gen_bool(0.5).then(|| pick(&mut rng, &[0, 1, 4]));
+    }
 }
 
 fn draw_workers(
@@ -1048,6 +1069,9 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     );
     if let Some(script) = i.payment {
         let _ = writeln!(w, "payment = {{ facilitator = {script:?} }}");
+    }
+    if let Some(n) = i.finished_jobs_cached_max {
+        let _ = writeln!(w, "limits = {{ finished_jobs_cached_max = {n} }}");
     }
 }
 
