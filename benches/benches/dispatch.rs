@@ -1,8 +1,7 @@
 //! Core dispatch without I/O: commit → assign → accept → complete cycles with
 //! 1, 64 and 1,024 busy workers (4 slots each) and 10,000 jobs queued; once
 //! on the bare core and once through the coordinator shell (lock, memory
-//! store, session outboxes). Receipts are signed once outside the loop, and
-//! each batch's inputs are copied before its timing starts (rig.rs).
+//! store, session outboxes). Receipts are signed once outside the loop.
 
 use benches::rig::{CoreRig, ShellRig, JOBS_BEFORE_REBUILD};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -24,7 +23,6 @@ fn now() -> std::time::Instant {
 trait Rig {
     fn build(workers: u32) -> Self;
     fn jobs(&self) -> usize;
-    fn prepare(&mut self, cycles: usize);
     fn cycle(&mut self);
 }
 
@@ -34,9 +32,6 @@ impl Rig for CoreRig {
     }
     fn jobs(&self) -> usize {
         CoreRig::jobs(self)
-    }
-    fn prepare(&mut self, cycles: usize) {
-        CoreRig::prepare(self, cycles)
     }
     fn cycle(&mut self) {
         CoreRig::cycle(self)
@@ -49,9 +44,6 @@ impl Rig for ShellRig {
     }
     fn jobs(&self) -> usize {
         ShellRig::jobs(self)
-    }
-    fn prepare(&mut self, cycles: usize) {
-        ShellRig::prepare(self, cycles)
     }
     fn cycle(&mut self) {
         ShellRig::cycle(self)
@@ -74,7 +66,6 @@ fn bench_rig<R: Rig>(c: &mut Criterion, name: &str) {
                         rig = R::build(w);
                     }
                     let batch = left.min(50_000);
-                    rig.prepare(batch as usize);
                     let start = now();
                     for _ in 0..batch {
                         rig.cycle();

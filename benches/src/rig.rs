@@ -4,12 +4,6 @@
 //! that new assignment and commits a fresh job to the tail of the queue, so
 //! the queue stays exactly as deep. The receipt handed to `complete` is
 //! signed once up front: the core trusts the session to have verified it.
-//!
-//! A cycle's inputs (the submission, the output, the receipt) are copies of
-//! templates made before the timed loop ([`Inputs::prepare`]): in
-//! production they are what the body and frame parsers allocate, which is
-//! not the core's cost. What the core does with them, down to freeing them
-//! when a finished job leaves memory, is timed.
 
 use crate::fixtures;
 use coordinator::config::Config;
@@ -43,59 +37,14 @@ fn config() -> Config {
     config
 }
 
-/// The inputs of cycles: templates, and copies made ahead of the timed loop.
-struct Inputs {
-    submission: JobSubmission,
-    output: Value,
-    receipt: Receipt,
-    ready: Vec<(JobSubmission, Value, Receipt)>,
-}
-
-impl Inputs {
-    fn new() -> Self {
-        let key = fixtures::keypair(7);
-        let output = Value::String("summary".into());
-        let receipt = fixtures::receipt(&key, Uuid::from_u128(1), &output);
-        Self {
-            submission: fixtures::task_submission("bench"),
-            output,
-            receipt,
-            ready: Vec::new(),
-        }
-    }
-
-    /// Copies the templates for the next `cycles` cycles.
-    fn prepare(&mut self, cycles: usize) {
-        self.ready.clear();
-        self.ready.reserve(cycles);
-        for _ in 0..cycles {
-            let copy = (
-                self.submission.clone(),
-                self.output.clone(),
-                self.receipt.clone(),
-            );
-            self.ready.push(copy);
-        }
-    }
-
-    /// The next cycle's inputs: prepared ones first, then fresh copies.
-    fn next(&mut self) -> (JobSubmission, Value, Receipt) {
-        self.ready.pop().unwrap_or_else(|| {
-            (
-                self.submission.clone(),
-                self.output.clone(),
-                self.receipt.clone(),
-            )
-        })
-    }
-}
-
 /// The bare core.
 pub struct CoreRig {
     core: Core,
     now_ms: i64,
     running: VecDeque<(SessionId, Uuid)>,
-    inputs: Inputs,
+    submission: JobSubmission,
+    output: Value,
+    receipt: Receipt,
     /// The last outbox taken, handed back with the changes.
     outbox: Vec<(SessionId, Outbound)>,
     jobs: usize,
@@ -105,7 +54,10 @@ impl CoreRig {
     pub fn new(workers: u32, slots: u32, queue_depth: usize) -> Self {
         let mut core = Core::new(config(), ChaCha20Rng::seed_from_u64(1));
         let now_ms = fixtures::EPOCH_MS;
-        let inputs = Inputs::new();
+        let submission = fixtures::task_submission("bench");
+        let key = fixtures::keypair(7);
+        let output = Value::String("summary".into());
+        let receipt = fixtures::receipt(&key, Uuid::from_u128(1), &output);
         for w in 0..workers {
             let pubkey = format!("0x02{:064x}", w);
             core.register(&pubkey, vec![JobType::Task], slots, now_ms)
@@ -113,14 +65,16 @@ impl CoreRig {
         }
         let total = workers as usize * slots as usize + queue_depth;
         for _ in 0..total {
-            core.commit(inputs.submission.clone(), Tier::Cheap, None, now_ms)
+            core.commit(submission.clone(), Tier::Cheap, None, now_ms)
                 .expect("commit");
         }
         let mut rig = Self {
             core,
             now_ms,
             running: VecDeque::new(),
-            inputs,
+            submission,
+            output,
+            receipt,
             outbox: Vec::new(),
             jobs: total,
         };
@@ -142,23 +96,17 @@ impl CoreRig {
         self.outbox = outbox;
     }
 
-    /// Makes the inputs of the next `cycles` cycles (outside the timing).
-    pub fn prepare(&mut self, cycles: usize) {
-        self.inputs.prepare(cycles);
-    }
-
     /// commit → assign → accept → complete, once.
     pub fn cycle(&mut self) {
         self.now_ms += 1;
         let now = self.now_ms;
         self.core.tick(now);
         let (session, job) = self.running.pop_front().expect("a running job");
-        let (submission, output, receipt) = self.inputs.next();
         self.core
-            .complete(session, job, output, receipt, now)
+            .complete(session, job, self.output.clone(), self.receipt.clone(), now)
             .expect("complete");
         self.core
-            .commit(submission, Tier::Cheap, None, now)
+            .commit(self.submission.clone(), Tier::Cheap, None, now)
             .expect("commit");
         self.accept_assigns();
         // The shell's flush, less the store and the sessions.
@@ -185,7 +133,9 @@ pub struct ShellRig {
     clock: ManualClock,
     outboxes: HashMap<SessionId, UnboundedReceiver<Outbound>>,
     running: VecDeque<(SessionId, Uuid)>,
-    inputs: Inputs,
+    submission: JobSubmission,
+    output: Value,
+    receipt: Receipt,
     jobs: usize,
 }
 
@@ -208,7 +158,10 @@ impl ShellRig {
             .expect("starts")
             .coordinator()
             .clone();
-        let inputs = Inputs::new();
+        let submission = fixtures::task_submission("bench");
+        let key = fixtures::keypair(7);
+        let output = Value::String("summary".into());
+        let receipt = fixtures::receipt(&key, Uuid::from_u128(1), &output);
         let mut outboxes = HashMap::new();
         for w in 0..workers {
             let pubkey = format!("0x02{:064x}", w);
@@ -219,8 +172,7 @@ impl ShellRig {
         }
         let total = workers as usize * slots as usize + queue_depth;
         for _ in 0..total {
-            let submission = inputs.submission.clone();
-            c.with(|core, now| core.commit(submission, Tier::Cheap, None, now))
+            c.with(|core, now| core.commit(submission.clone(), Tier::Cheap, None, now))
                 .expect("commit");
         }
         let mut rig = Self {
@@ -228,7 +180,9 @@ impl ShellRig {
             clock,
             outboxes,
             running: VecDeque::new(),
-            inputs,
+            submission,
+            output,
+            receipt,
             jobs: total,
         };
         let sessions: Vec<SessionId> = rig.outboxes.keys().copied().collect();
@@ -255,18 +209,14 @@ impl ShellRig {
         }
     }
 
-    /// Makes the inputs of the next `cycles` cycles (outside the timing).
-    pub fn prepare(&mut self, cycles: usize) {
-        self.inputs.prepare(cycles);
-    }
-
     pub fn cycle(&mut self) {
         self.clock.advance(1);
         let (session, job) = self.running.pop_front().expect("a running job");
-        let (submission, output, receipt) = self.inputs.next();
+        let (output, receipt) = (self.output.clone(), self.receipt.clone());
         self.c
             .with(|core, now| core.complete(session, job, output, receipt, now))
             .expect("complete");
+        let submission = self.submission.clone();
         self.c
             .with(|core, now| core.commit(submission, Tier::Cheap, None, now))
             .expect("commit");

@@ -532,12 +532,7 @@ async fn commit(c: Coordinator, tier: Tier, request: CommitRequest) -> Result<Re
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
                 let key = gate.nonce_key(&offer, &headers, now_seconds);
                 let mut bought = match key.and_then(|key| c.read(|core| core.paid_job_id(&key))) {
-                    Some(id) => c
-                        .job(&id)
-                        .map_err(|e| {
-                            tracing::error!(error = %e, job = %id, "reading a paid job from the store failed");
-                            ApiError::Internal
-                        })?
+                    Some(id) => read_job(&c, &id)?
                         .and_then(|job| crate::core::bought_with(&job, &submission, tier)),
                     None => None,
                 };
@@ -677,13 +672,7 @@ async fn poll(
     // A finished job the core no longer holds is read from the store.
     let record = match record {
         Some(record) => Some(record),
-        None => c
-            .job(&id)
-            .map_err(|e| {
-                tracing::error!(error = %e, job = %id, "reading a job from the store failed");
-                ApiError::Internal
-            })?
-            .map(|job| job.record()),
+        None => read_job(&c, &id)?.map(|job| job.record()),
     };
     // In cluster mode a job this node does not hold is read from the
     // shared store, committed, whoever holds it (a held poll waits there).
@@ -702,6 +691,18 @@ async fn poll(
     record
         .map(|record| Json(record).into_response())
         .ok_or(ApiError::JobNotFound)
+}
+
+/// [`Coordinator::job`]: the core's job or the store's; a store that
+/// cannot answer is a 500 (logged).
+fn read_job(
+    c: &Coordinator,
+    id: &uuid::Uuid,
+) -> Result<Option<std::sync::Arc<crate::core::Job>>, ApiError> {
+    c.job(id).map_err(|e| {
+        tracing::error!(error = %e, job = %id, "reading a job from the store failed");
+        ApiError::Internal
+    })
 }
 
 /// The `wait_ms` of a job poll: absent, or one whole number of

@@ -43,7 +43,6 @@ fn main() -> ExitCode {
         (Some("shell"), Some(workers), Some(cycles)) => {
             let workers = u32::try_from(workers).expect("workers fit u32");
             let mut rig = ShellRig::new(workers, SLOTS, QUEUE_DEPTH);
-            rig.prepare(cycles as usize);
             for _ in 0..cycles {
                 rig.cycle();
             }
@@ -52,7 +51,6 @@ fn main() -> ExitCode {
         (Some("core"), Some(workers), Some(cycles)) => {
             let workers = u32::try_from(workers).expect("workers fit u32");
             let mut rig = CoreRig::new(workers, SLOTS, QUEUE_DEPTH);
-            rig.prepare(cycles as usize);
             for _ in 0..cycles {
                 rig.cycle();
             }
