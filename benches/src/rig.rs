@@ -22,10 +22,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use uuid::Uuid;
 
-/// Jobs a rig may run before a bench rebuilds it outside the timed loop:
-/// finished jobs leave the core's memory past its cache, as in production,
-/// but the retention ledger keeps an entry per millisecond of creation
-/// time, and a rig's clock moves a millisecond a cycle.
+/// Jobs a rig may run before a bench rebuilds it outside the timed loop.
+/// Finished jobs leave the core's memory past its cache, as in production,
+/// so a rig no longer grows with the jobs it ran; the rebuild stays as a
+/// bound on the rig's own counters.
 pub const JOBS_BEFORE_REBUILD: usize = 300_000;
 
 fn config() -> Config {

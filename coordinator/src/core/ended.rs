@@ -17,11 +17,15 @@
 //! in memory, and each new job's memory was fresh pages).
 //!
 //! An evicted job still counts against `kept_bytes_max` (its bytes are on
-//! disk) until retention deletes it: the ledger remembers its bytes by
-//! creation time, which is what retention cuts by.
+//! disk) until retention deletes it: the ledger remembers its bytes by the
+//! second it was created in, which is what retention cuts by. One entry per
+//! second, not per job or millisecond: 24 h of retention is at most 86,400
+//! entries (about 2 MiB) at any rate. A retention cut inside a second
+//! leaves that second counted until a later pass cuts past it: the budget
+//! errs towards refusing, by at most a second of jobs, for one pass.
 
 use super::{Core, Job};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use uuid::Uuid;
 
 /// The finished jobs the core holds, oldest first, and what the evicted
@@ -31,17 +35,25 @@ pub(super) struct Ended {
     /// Terminal jobs in the job map, in the order they ended (restored
     /// ones in commit order, first).
     order: VecDeque<Uuid>,
-    /// Evicted jobs by creation time: how many, and their bytes (see
-    /// `footprint_bytes`). One entry per millisecond, not per job.
-    evicted_by_created_ms: BTreeMap<i64, Evicted>,
-    /// Their sum.
+    /// Evicted jobs by the second they were created in, oldest first, one
+    /// entry per second: how many, and their bytes (`footprint_bytes`).
+    evicted: VecDeque<Evicted>,
+    /// Their bytes summed.
     evicted_bytes: usize,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Evicted {
+    created_s: i64,
     jobs: usize,
     bytes: usize,
+}
+
+impl Evicted {
+    /// Whether every job counted here was created before `before_ms`.
+    fn all_before(&self, before_ms: i64) -> bool {
+        self.created_s.saturating_add(1).saturating_mul(1000) <= before_ms
+    }
 }
 
 impl Ended {
@@ -64,7 +76,32 @@ impl Ended {
 
     /// The ledger's entries summed, for the whole invariant check.
     pub fn evicted_bytes_summed(&self) -> usize {
-        self.evicted_by_created_ms.values().map(|e| e.bytes).sum()
+        self.evicted.iter().map(|e| e.bytes).sum()
+    }
+
+    /// Counts an evicted job. Jobs mostly end in creation order, so the
+    /// entry is nearly always the last one (no search).
+    fn count(&mut self, created_at_ms: i64, bytes: usize) {
+        let created_s = created_at_ms.div_euclid(1000);
+        let at = match self.evicted.back() {
+            Some(last) if last.created_s == created_s => Ok(self.evicted.len() - 1),
+            Some(last) if last.created_s > created_s => self
+                .evicted
+                .binary_search_by_key(&created_s, |e| e.created_s),
+            _ => Err(self.evicted.len()),
+        };
+        let i = at.unwrap_or_else(|i| {
+            let fresh = Evicted {
+                created_s,
+                jobs: 0,
+                bytes: 0,
+            };
+            self.evicted.insert(i, fresh);
+            i
+        });
+        self.evicted[i].jobs += 1;
+        self.evicted[i].bytes += bytes;
+        self.evicted_bytes += bytes;
     }
 }
 
@@ -85,31 +122,26 @@ impl Core {
     fn evict(&mut self, id: Uuid) {
         let job = self.jobs.remove(&id).expect("an ended job is in the map");
         assert!(job.status.is_terminal(), "job {id} evicted while live");
-        let entry = self
-            .ended
-            .evicted_by_created_ms
-            .entry(job.created_at_ms)
-            .or_default();
-        entry.jobs += 1;
-        entry.bytes += job.footprint_bytes;
-        self.ended.evicted_bytes += job.footprint_bytes;
+        self.ended.count(job.created_at_ms, job.footprint_bytes);
     }
 
     /// Retention: forgets the ended jobs created before `created_before_ms`,
-    /// held or evicted: the caller has taken the held ones out of the job
-    /// map already (see `forget_terminal_jobs`). Returns the evicted jobs
-    /// forgotten and their bytes.
+    /// held or evicted (evicted ones by whole seconds; see the module doc):
+    /// the caller has taken the held ones out of the job map already (see
+    /// `forget_terminal_jobs`). Returns the evicted jobs forgotten and their
+    /// bytes.
     pub(super) fn forget_ended(&mut self, created_before_ms: i64) -> (usize, usize) {
         let jobs = &self.jobs;
         self.ended.order.retain(|id| jobs.contains_key(id));
-        let kept = self
-            .ended
-            .evicted_by_created_ms
-            .split_off(&created_before_ms);
-        let old = std::mem::replace(&mut self.ended.evicted_by_created_ms, kept);
-        let (jobs, bytes) = old
-            .values()
-            .fold((0, 0), |(j, b), e| (j + e.jobs, b + e.bytes));
+        let (mut jobs, mut bytes) = (0, 0);
+        while let Some(oldest) = self.ended.evicted.front() {
+            if !oldest.all_before(created_before_ms) {
+                break;
+            }
+            jobs += oldest.jobs;
+            bytes += oldest.bytes;
+            self.ended.evicted.pop_front();
+        }
         self.ended.evicted_bytes -= bytes;
         (jobs, bytes)
     }

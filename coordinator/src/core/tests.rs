@@ -733,12 +733,12 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
 // ---- finished jobs beyond the cache (ended.rs) ----
 
 /// Commits and completes `n` jobs through one single-slot worker, a
-/// millisecond apart; returns their ids in order.
+/// second apart; returns their ids in order.
 fn finish_jobs(r: &mut Rig, n: usize) -> Vec<Uuid> {
     let w = r.worker("0xw", &[LLM], 1);
     let mut ids = Vec::new();
     for _ in 0..n {
-        r.now_ms += 1;
+        r.now_ms += 1_000;
         let id = r.commit(Tier::Cheap);
         r.complete(w, id);
         ids.push(id);
@@ -773,12 +773,18 @@ fn retention_forgets_evicted_jobs_by_their_creation_time() {
     let ids = finish_jobs(&mut r, 4);
     let (_, kept) = r.core.job_bytes();
     let per_job = kept / 4;
-    // Created at T0+1..T0+4: a cut at T0+3 forgets two, both evicted.
-    assert_eq!(r.core.forget_terminal_jobs(T0 + 3), 2);
+    // Created in seconds T0+1 s..T0+4 s: a cut at T0+3 s forgets two,
+    // both evicted.
+    assert_eq!(r.core.forget_terminal_jobs(T0 + 3_000), 2);
+    r.check();
+    assert_eq!(r.core.job_bytes().1, kept - 2 * per_job);
+    // A cut inside the second of the third (evicted) job leaves it counted
+    // until a cut past that second.
+    assert_eq!(r.core.forget_terminal_jobs(T0 + 3_500), 0);
     r.check();
     assert_eq!(r.core.job_bytes().1, kept - 2 * per_job);
     // The rest, one evicted and the one held.
-    assert_eq!(r.core.forget_terminal_jobs(T0 + 10), 2);
+    assert_eq!(r.core.forget_terminal_jobs(T0 + 10_000), 2);
     r.check();
     assert_eq!(r.core.job_bytes(), (0, 0));
     assert!(r.core.job(&ids[3]).is_none());
