@@ -9,7 +9,8 @@
 //! poll (`wait_ms`, the router's default) reads the job the moment it ends,
 //! and a client polling every 500 ms at full load reads the store instead
 //! (a few µs by rowid). `dispatch_core/64` with 10,000 cached ran at about
-//! 415k cycles/s, with 1,000 at 530k, with 100 at 605k (benches/README.md).
+//! 415k cycles/s, with 1,000 at 530k, with 100 at 605k (one build, with the
+//! first ledger; benches/results/perf-round6-2026-11-24.md).
 //!
 //! Why: the map dispatch reads on every event then holds the live jobs and
 //! a bounded tail, and memory no longer grows with every job ever finished
