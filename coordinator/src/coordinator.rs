@@ -163,7 +163,8 @@ impl Drop for HeldSlot {
 impl Coordinator {
     /// A coordinator over an empty core; the composition root
     /// (`crate::server`) starts its timer task.
-    fn new(config: Config, clock: Arc<dyn Clock>, rng: ChaCha20Rng, store: Arc<dyn Store>) -> Self {
+    fn new(core: Core, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Self {
+        let config = core.config().clone();
         let handshakes_max = config.limits.handshakes_max;
         let worker_origins = std::sync::OnceLock::new();
         if !config.public_urls.is_empty() {
@@ -177,7 +178,7 @@ impl Coordinator {
             clock,
             store,
             state: Mutex::new(State {
-                core: Core::new(config, rng),
+                core,
                 outboxes: BTreeMap::new(),
                 held: HeldPolls::default(),
             }),
@@ -204,9 +205,18 @@ impl Coordinator {
         rng: ChaCha20Rng,
         store: Arc<dyn Store>,
     ) -> Result<Self, StoreError> {
-        let snapshot = store.load()?;
-        let c = Self::new(config, clock, rng, store);
-        c.with(|core, now_ms| core.restore(snapshot, now_ms));
+        // The stored jobs stream into a core no one else sees yet, one at a
+        // time; a store that fails part-way leaves nothing half-restored.
+        let now_ms = clock.now_ms();
+        let mut core = Core::new(config, rng);
+        let mut restoring = core.begin_restore();
+        let (pairings, trust) =
+            store.load_into(&mut |job| core.restore_job(&mut restoring, job, now_ms))?;
+        core.finish_restore(restoring, pairings, trust, now_ms);
+        let c = Self::new(core, clock, store);
+        // An empty event: the invariant check, and what recovery changed
+        // written back, as after any event.
+        c.with(|_, _| ());
         c.durable().await?;
         Ok(c)
     }
@@ -696,9 +706,8 @@ mod tests {
     #[test]
     fn a_poisoned_state_runs_the_hook_before_anything_else_happens() {
         let c = Coordinator::new(
-            Config::default(),
+            Core::new(Config::default(), ChaCha20Rng::seed_from_u64(1)),
             Arc::new(protocol::clock::FixedClock(0)),
-            ChaCha20Rng::seed_from_u64(1),
             Arc::new(crate::store::MemoryStore::default()),
         );
         let called = Arc::new(AtomicUsize::new(0));

@@ -797,16 +797,34 @@ fn read_job(conn: &Connection, rowid: i64, id: &Uuid) -> Result<Option<Job>, Sql
 
 fn load_all(conn: &Connection) -> Result<Snapshot, SqliteError> {
     let mut jobs = Vec::new();
+    each_job(conn, &mut |job| jobs.push(job))?;
+    Ok(Snapshot {
+        jobs,
+        pairings: load_pairings(conn)?,
+        trust: load_trust(conn)?,
+    })
+}
+
+/// Every stored job, decoded one row at a time, in commit order.
+fn each_job(conn: &Connection, job: &mut dyn FnMut(Job)) -> Result<(), SqliteError> {
     let mut stmt = conn.prepare("SELECT body FROM jobs ORDER BY seq")?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
-        jobs.push(job_of(row)?);
+        job(job_of(row)?);
     }
+    Ok(())
+}
+
+fn load_pairings(conn: &Connection) -> Result<Vec<Pairing>, SqliteError> {
     let mut pairings = Vec::new();
     let mut stmt = conn.prepare("SELECT body FROM pairings ORDER BY code")?;
     for body in stmt.query_map([], |r| r.get::<_, String>(0))? {
         pairings.push(serde_json::from_str::<Pairing>(&body?)?);
     }
+    Ok(pairings)
+}
+
+fn load_trust(conn: &Connection) -> Result<Vec<TrustEntry>, SqliteError> {
     let mut stmt = conn.prepare(
         "SELECT user_id, provider_pubkey, paired_at_ms FROM trust ORDER BY user_id, provider_pubkey",
     )?;
@@ -819,11 +837,7 @@ fn load_all(conn: &Connection) -> Result<Snapshot, SqliteError> {
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Snapshot {
-        jobs,
-        pairings,
-        trust,
-    })
+    Ok(trust)
 }
 
 impl Store for SqliteStore {
@@ -905,6 +919,16 @@ impl Store for SqliteStore {
     /// What is committed; called at start, before any `apply`.
     fn load(&self) -> Result<Snapshot, StoreError> {
         Ok(load_all(&self.shared.conn())?)
+    }
+
+    /// Decodes one row at a time (`load_all` collects them).
+    fn load_into(
+        &self,
+        job: &mut dyn FnMut(Job),
+    ) -> Result<(Vec<Pairing>, Vec<TrustEntry>), StoreError> {
+        let conn = self.shared.conn();
+        each_job(&conn, job)?;
+        Ok((load_pairings(&conn)?, load_trust(&conn)?))
     }
 
     /// Looks where a version can be, newest first (see

@@ -36,6 +36,20 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(())))
     }
     fn load(&self) -> Result<Snapshot, StoreError>;
+    /// What `load` gives, with the jobs handed to `job` one at a time in
+    /// commit order (`seq`) instead of collected: a restart then never
+    /// holds every stored job at once (the core keeps the live ones and the
+    /// most recent finished ones). Returns the pairings and trust entries.
+    /// The default sorts `load`'s jobs, for stores that hold them anyway.
+    fn load_into(
+        &self,
+        job: &mut dyn FnMut(Job),
+    ) -> Result<(Vec<Pairing>, Vec<TrustEntry>), StoreError> {
+        let mut snapshot = self.load()?;
+        snapshot.jobs.sort_by_key(|j| j.seq);
+        snapshot.jobs.into_iter().for_each(job);
+        Ok((snapshot.pairings, snapshot.trust))
+    }
     /// The latest version of job `id` among the changes this store was
     /// given (`apply`), whether or not it is durable yet; `None` if it never
     /// had it or retention deleted it.

@@ -16,79 +16,128 @@
 
 use super::{Core, FailureReason, Job, TimerKind};
 use crate::store::Snapshot;
+use crate::trust::{Pairing, TrustEntry};
 use protocol::api::JobStatus;
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// A restore under way: what [`Core::restore_job`] gathers, one stored job
+/// at a time, for [`Core::finish_restore`]. Holds ids, not jobs: a restart
+/// needs no more memory than the core keeps afterwards (finished jobs past
+/// the cache are evicted as they stream by), plus 16 bytes a stored job.
+#[derive(Debug, Default)]
+pub struct Restoring {
+    /// Every stored job's id, for the RNG stream (`move_rng_past`).
+    ids: Vec<Uuid>,
+    /// Pending jobs with their deadlines, queued at the end in commit order.
+    pending: Vec<(Uuid, i64)>,
+    /// Jobs held by a worker when the process stopped.
+    requeued: Vec<Uuid>,
+    last_seq: Option<u64>,
+}
 
 impl Core {
     /// Rebuilds jobs, queues, timers and trust from `snapshot`. Call on a
     /// fresh core, before any worker registers. Jobs whose status changed
     /// here are left in the change buffer for the store.
     pub fn restore(&mut self, snapshot: Snapshot, now_ms: i64) {
-        self.checked.whole_next();
-        self.move_rng_past(&snapshot);
         let mut jobs = snapshot.jobs;
         jobs.sort_by_key(|j| j.seq);
-        self.next_seq = self
-            .next_seq
-            .max(jobs.last().map_or(0, |j| j.seq.saturating_add(1)));
-        let mut requeued: Vec<Uuid> = Vec::new();
-        for mut job in jobs {
-            // A memory store shares the core's jobs, bookkeeping included;
-            // none of it survives a restart.
-            job.worker = None;
-            job.avoid = None;
-            job.timer = None;
-            job.queue_pos = None;
-            let id = job.id;
-            job.footprint_bytes = super::footprint_bytes(&job);
-            if job.status.is_terminal() {
-                self.kept_bytes += job.footprint_bytes;
-            } else {
-                self.queued_bytes += job.footprint_bytes;
+        let mut restoring = self.begin_restore();
+        for job in jobs {
+            self.restore_job(&mut restoring, job, now_ms);
+        }
+        self.finish_restore(restoring, snapshot.pairings, snapshot.trust, now_ms);
+    }
+
+    /// Starts a restore that takes the stored jobs one at a time
+    /// ([`Core::restore_job`], in commit order), then the pairings and
+    /// trust ([`Core::finish_restore`]): what [`Core::restore`] does with a
+    /// snapshot, without one.
+    pub fn begin_restore(&mut self) -> Restoring {
+        self.checked.whole_next();
+        Restoring::default()
+    }
+
+    /// Takes one stored job. Jobs must come in commit order (`seq`).
+    pub fn restore_job(&mut self, r: &mut Restoring, mut job: Job, now_ms: i64) {
+        assert!(
+            r.last_seq.is_none_or(|last| last <= job.seq),
+            "stored jobs restored out of commit order"
+        );
+        r.last_seq = Some(job.seq);
+        self.next_seq = self.next_seq.max(job.seq.saturating_add(1));
+        // A memory store shares the core's jobs, bookkeeping included;
+        // none of it survives a restart.
+        job.worker = None;
+        job.avoid = None;
+        job.timer = None;
+        job.queue_pos = None;
+        let id = job.id;
+        r.ids.push(id);
+        job.footprint_bytes = super::footprint_bytes(&job);
+        if job.status.is_terminal() {
+            self.kept_bytes += job.footprint_bytes;
+        } else {
+            self.queued_bytes += job.footprint_bytes;
+        }
+        if let Some(paid_with) = &job.paid_with {
+            self.paid.insert(paid_with.nonce, (id, job.created_at_ms));
+        }
+        match job.status {
+            JobStatus::Completed | JobStatus::Failed => {
+                self.jobs.insert(Arc::new(job));
+                self.job_ended(id);
             }
-            if let Some(paid_with) = &job.paid_with {
-                self.paid.insert(paid_with.nonce, (id, job.created_at_ms));
+            JobStatus::Pending => {
+                let deadline_ms = job
+                    .deadline_ms
+                    .unwrap_or(now_ms + self.config.timing.pending_timeout_ms);
+                job.deadline_ms = Some(deadline_ms);
+                self.jobs.insert(Arc::new(job));
+                r.pending.push((id, deadline_ms));
             }
-            match job.status {
-                JobStatus::Completed | JobStatus::Failed => {
-                    self.jobs.insert(Arc::new(job));
-                    self.job_ended(id);
-                }
-                JobStatus::Pending => {
-                    let deadline_ms = job
-                        .deadline_ms
-                        .unwrap_or(now_ms + self.config.timing.pending_timeout_ms);
-                    job.deadline_ms = Some(deadline_ms);
-                    self.jobs.insert(Arc::new(job));
-                    self.enqueue_restored(id, deadline_ms);
-                }
-                JobStatus::Assigned | JobStatus::Running => {
-                    job.attempts = job.attempts.saturating_sub(1);
-                    job.recoveries = job.recoveries.saturating_add(1);
-                    self.jobs.insert(Arc::new(job));
-                    requeued.push(id);
-                }
+            JobStatus::Assigned | JobStatus::Running => {
+                job.attempts = job.attempts.saturating_sub(1);
+                job.recoveries = job.recoveries.saturating_add(1);
+                self.jobs.insert(Arc::new(job));
+                r.requeued.push(id);
             }
+        }
+    }
+
+    /// Ends a restore: queues the pending jobs (their timers numbered after
+    /// every stored job, as one pass over a snapshot numbers them), requeues
+    /// the held ones, restores pairings and trust, and moves the RNG.
+    pub fn finish_restore(
+        &mut self,
+        r: Restoring,
+        pairings: Vec<Pairing>,
+        trust: Vec<TrustEntry>,
+        now_ms: i64,
+    ) {
+        for (id, deadline_ms) in r.pending {
+            self.enqueue_restored(id, deadline_ms);
         }
         // Requeued jobs go to the head of their queues; pushing the newest
         // first keeps them in commit order there.
         let recoveries_max = self.config.timing.attempts_max;
-        for id in requeued.into_iter().rev() {
+        for id in r.requeued.into_iter().rev() {
             if self.jobs[&id].recoveries > recoveries_max {
                 self.fail(id, FailureReason::CoordinatorRestarted);
             } else {
                 self.place(id, None, true, now_ms);
             }
         }
+        // Nothing above draws from the RNG, so moving it last draws what
+        // moving it first did.
+        self.move_rng_past(r.ids, &pairings);
         let retention_ms = self.config.timing.pairing_code_retention_ms;
-        let pairings = snapshot
-            .pairings
+        let pairings = pairings
             .into_iter()
             .filter(|p| p.expires_at_ms + retention_ms > now_ms)
             .collect();
-        self.trust
-            .restore(pairings, snapshot.trust, retention_ms, now_ms);
+        self.trust.restore(pairings, trust, retention_ms, now_ms);
     }
 
     /// A seeded RNG (tests, the simulation) would draw the same job ids and
@@ -96,18 +145,18 @@ impl Core {
     /// the stored state keeps runs reproducible without repeating ids: any
     /// id that was stored changes the state, so the stream differs from the
     /// one that produced it. An empty store keeps the seed's own stream.
-    fn move_rng_past(&mut self, snapshot: &Snapshot) {
+    fn move_rng_past(&mut self, mut ids: Vec<Uuid>, pairings: &[Pairing]) {
         use std::hash::{Hash, Hasher};
-        if snapshot.jobs.is_empty() && snapshot.pairings.is_empty() {
+        if ids.is_empty() && pairings.is_empty() {
             return;
         }
         // SipHash with fixed keys: deterministic for a given build.
         #[allow(deprecated)]
         let mut h = std::hash::SipHasher::new();
-        let mut ids: Vec<&Uuid> = snapshot.jobs.iter().map(|j| &j.id).collect();
         ids.sort_unstable();
+        let ids: Vec<&Uuid> = ids.iter().collect();
         ids.hash(&mut h);
-        let mut codes: Vec<&str> = snapshot.pairings.iter().map(|p| p.code.as_str()).collect();
+        let mut codes: Vec<&str> = pairings.iter().map(|p| p.code.as_str()).collect();
         codes.sort_unstable();
         codes.hash(&mut h);
         self.rng.set_stream(h.finish());
@@ -202,6 +251,59 @@ mod tests {
         )
         .sign(key);
         c.complete(session, id, output, receipt, now_ms).unwrap();
+    }
+
+    /// A restart streams the stored jobs into the core: finished ones past
+    /// the cache leave as they pass, so the core never holds more of them
+    /// than the cache, and it ends as a restore of the whole snapshot does.
+    #[test]
+    fn a_streamed_restore_holds_no_more_finished_jobs_than_the_cache() {
+        let k = key(1);
+        let mut c = core(&config());
+        let w = c.register("0xw", vec![JobType::LlmInfer], 1, T0).unwrap();
+        for i in 0..40 {
+            let id = commit(&mut c, T0 + i);
+            complete(&mut c, w, id, &k, T0 + i);
+        }
+        let (held, pending) = (commit(&mut c, T0 + 50), commit(&mut c, T0 + 51));
+        let store = MemoryStore::default();
+        store.apply(&c.take_changes()).unwrap();
+        let mut config = config();
+        config.limits.finished_jobs_cached_max = 3;
+
+        let later = T0 + 100;
+        let mut streamed = core(&config);
+        let mut restoring = streamed.begin_restore();
+        let mut most_held = 0;
+        let (pairings, trust) = store
+            .load_into(&mut |job| {
+                streamed.restore_job(&mut restoring, job, later);
+                most_held = most_held.max(streamed.jobs.len());
+            })
+            .unwrap();
+        streamed.finish_restore(restoring, pairings, trust, later);
+        assert_eq!(
+            most_held,
+            3 + 2,
+            "three finished jobs and the two live ones"
+        );
+        streamed.check_invariants(later).unwrap();
+
+        let mut whole = core(&config);
+        whole.restore(store.load().unwrap(), later);
+        let ids = |c: &Core| {
+            let mut ids: Vec<Uuid> = c.jobs.keys().copied().collect();
+            ids.sort_unstable();
+            ids
+        };
+        assert_eq!(ids(&streamed), ids(&whole));
+        assert!(streamed.job(&held).is_some() && streamed.job(&pending).is_some());
+        assert_eq!(streamed.job_bytes(), whole.job_bytes());
+        assert_eq!(
+            streamed.challenge_nonce(),
+            whole.challenge_nonce(),
+            "same RNG stream"
+        );
     }
 
     #[test]
