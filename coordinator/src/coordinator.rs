@@ -161,8 +161,8 @@ impl Drop for HeldSlot {
 }
 
 impl Coordinator {
-    /// A coordinator over an empty core; the composition root
-    /// (`crate::server`) starts its timer task.
+    /// A coordinator over `core` (fresh, or restored by [`Self::open`]);
+    /// the composition root (`crate::server`) starts its timer task.
     fn new(core: Core, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Self {
         let config = core.config().clone();
         let handshakes_max = config.limits.handshakes_max;

@@ -158,6 +158,24 @@ fn submission(job_type: JobType, user: &str, privacy_class: PrivacyClass) -> Job
 }
 
 /// The core does not verify receipts (the session does), so any will do.
+/// A settled payment with this EIP-3009 nonce, and its nonce key.
+fn payment(nonce: x402::evm::Bytes32) -> (x402::NonceKey, crate::core::Payment) {
+    let key = x402::NonceKey {
+        chain_id: 84532,
+        asset: x402::Address::default(),
+        from: x402::Address::default(),
+        nonce,
+    };
+    let payment = crate::core::Payment {
+        payment_ref: "pay".into(),
+        paid_with: crate::core::PaidWith {
+            nonce: key,
+            response_header: "answer".into(),
+        },
+    };
+    (key, payment)
+}
+
 fn receipt(id: Uuid) -> Receipt {
     Receipt {
         job_id: id,
@@ -613,18 +631,7 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
                 let paid = rng.gen_bool(0.1).then(|| {
                     let mut nonce = x402::evm::Bytes32::default();
                     rng.fill(&mut nonce.0);
-                    crate::core::Payment {
-                        payment_ref: "pay".to_string(),
-                        paid_with: crate::core::PaidWith {
-                            nonce: x402::NonceKey {
-                                chain_id: 84532,
-                                asset: x402::Address::default(),
-                                from: x402::Address::default(),
-                                nonce,
-                            },
-                            response_header: String::new(),
-                        },
-                    }
+                    payment(nonce).1
                 });
                 let out = r
                     .core
@@ -796,19 +803,7 @@ fn a_paid_job_is_found_after_eviction_until_retention() {
     config.limits.finished_jobs_cached_max = 0;
     let mut r = Rig::with_config(config);
     let w = r.worker("0xw", &[LLM], 1);
-    let nonce = x402::NonceKey {
-        chain_id: 84532,
-        asset: x402::Address::default(),
-        from: x402::Address::default(),
-        nonce: x402::evm::Bytes32([7; 32]),
-    };
-    let payment = crate::core::Payment {
-        payment_ref: "pay".into(),
-        paid_with: crate::core::PaidWith {
-            nonce,
-            response_header: "answer".into(),
-        },
-    };
+    let (nonce, payment) = payment(x402::evm::Bytes32([7; 32]));
     let sub = submission(LLM, "u", PrivacyClass::Public);
     let id = r
         .core
