@@ -29,7 +29,7 @@ impl Core {
         let queued: Vec<Uuid> = self
             .queues
             .values()
-            .flat_map(|q| q.jobs.values().copied())
+            .flat_map(|q| q.ids().copied())
             .collect();
         for id in &queued {
             self.dequeue(id);

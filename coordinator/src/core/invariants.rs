@@ -288,12 +288,12 @@ impl Core {
         self.check_ended_count(self.jobs.len() - totals.jobs.live)?;
         let mut queued = 0;
         for (key, queue) in &self.queues {
-            if queue.jobs.is_empty() {
+            if queue.is_empty() {
                 return Err(InvariantViolation::EmptyQueue {
                     queue: format!("{key:?}"),
                 });
             }
-            queued += queue.jobs.len();
+            queued += queue.len();
         }
         let pending = totals.jobs.pending;
         if pending != queued || self.pending_count != pending {
@@ -326,7 +326,7 @@ impl Core {
         let key = queue_key(job);
         let problem = match (job.status == JobStatus::Pending, job.queue_pos) {
             (true, Some(pos)) => {
-                let at = self.queues.get(&key).and_then(|q| q.jobs.get(&pos));
+                let at = self.queues.get(&key).and_then(|q| q.get(pos));
                 (at != Some(&job.id)).then_some("job is queued at another position")
             }
             (true, None) => Some("pending job is not queued"),
@@ -363,7 +363,7 @@ impl Core {
                                 }),
                         )
                 {
-                    self.check_queue_dispatch(queue.jobs.values())?;
+                    self.check_queue_dispatch(queue.ids())?;
                 }
             }
         }
@@ -675,12 +675,12 @@ impl Core {
     fn check_queues(&self) -> Result<(), InvariantViolation> {
         let mut queued = 0;
         for (key, queue) in &self.queues {
-            if queue.jobs.is_empty() {
+            if queue.is_empty() {
                 return Err(InvariantViolation::EmptyQueue {
                     queue: format!("{key:?}"),
                 });
             }
-            for (&pos, id) in &queue.jobs {
+            for (pos, id) in queue.positions() {
                 queued += 1;
                 let job = self.job(id);
                 let problem = match job {
@@ -727,7 +727,7 @@ impl Core {
     fn check_dispatch(&self) -> Result<(), InvariantViolation> {
         self.queues
             .values()
-            .try_for_each(|queue: &Queue| self.check_queue_dispatch(queue.jobs.values()))
+            .try_for_each(|queue: &Queue| self.check_queue_dispatch(queue.ids()))
     }
 
     /// No job of `ids` (pending jobs of one queue) has a free worker that

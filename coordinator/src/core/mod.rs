@@ -17,6 +17,7 @@
 mod cluster;
 mod ended;
 mod invariants;
+mod queue;
 mod restore;
 #[cfg(test)]
 mod tests;
@@ -32,6 +33,7 @@ use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, Payload, Priva
 use protocol::receipt::Receipt;
 use protocol::time::format_ms;
 use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
+use queue::{Queue, Removed};
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -295,26 +297,6 @@ struct Timer {
     job: Uuid,
 }
 
-/// Pending jobs in dispatch order. A requeued job takes a position before
-/// the first, a new one after the last; an empty queue is dropped from
-/// `Core::queues`, so positions stay far from overflow.
-#[derive(Debug, Default)]
-struct Queue {
-    jobs: BTreeMap<i64, Uuid>,
-}
-
-impl Queue {
-    fn push(&mut self, id: Uuid, to_front: bool) -> i64 {
-        let pos = if to_front {
-            self.jobs.first_key_value().map_or(0, |(p, _)| p - 1)
-        } else {
-            self.jobs.last_key_value().map_or(0, |(p, _)| p + 1)
-        };
-        self.jobs.insert(pos, id);
-        pos
-    }
-}
-
 /// Largest buffer of changes or frames kept for the next event (see
 /// [`Core::reuse_buffers`]).
 const REUSED_LEN_MAX: usize = 256;
@@ -456,7 +438,7 @@ impl Core {
         let mut depth = BTreeMap::new();
         for (key, queue) in &self.queues {
             let (QueueKey::Public(tier, _) | QueueKey::Private(tier, _, _)) = key;
-            *depth.entry(*tier).or_insert(0) += queue.jobs.len();
+            *depth.entry(*tier).or_insert(0) += queue.len();
         }
         depth
     }
@@ -725,14 +707,26 @@ impl Core {
         let Some(pos) = job.queue_pos.take() else {
             return;
         };
+        self.pending_count -= 1;
         let key = queue_key(job);
-        if let Some(queue) = self.queues.get_mut(&key) {
-            queue.jobs.remove(&pos);
-            if queue.jobs.is_empty() {
-                self.queues.remove(&key);
+        let queue = self.queues.get_mut(&key);
+        debug_assert!(queue.is_some(), "job {id} has no queue");
+        let Some(queue) = queue else {
+            return;
+        };
+        let removed = queue.remove(pos);
+        debug_assert!(removed.is_some(), "job {id} was not at its position");
+        if removed == Some(Removed::Compacted) {
+            // The jobs' positions changed; they are not stored (a restart
+            // queues again), so no change is recorded.
+            for (pos, id) in queue.positions() {
+                let job = self.jobs.get_mut(id).expect("queued job exists");
+                job.queue_pos = Some(pos);
             }
         }
-        self.pending_count -= 1;
+        if queue.is_empty() {
+            self.queues.remove(&key);
+        }
     }
 
     fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
@@ -870,7 +864,7 @@ impl Core {
     /// `AVOIDED_SCAN_MAX` such jobs lead the queue (then the head).
     fn queue_pick(&self, key: &QueueKey, session: SessionId) -> Option<Uuid> {
         let queue = self.queues.get(key)?;
-        for id in queue.jobs.values().take(AVOIDED_SCAN_MAX + 1) {
+        for id in queue.ids().take(AVOIDED_SCAN_MAX + 1) {
             let job = &self.jobs[id];
             if job.avoid != Some(session) || !self.has_other_eligible(job, session) {
                 return Some(*id);
@@ -878,8 +872,8 @@ impl Core {
         }
         // Jobs behind the scanned ones may be for this worker; leaving its
         // slot idle while they wait would break the dispatch invariant.
-        if queue.jobs.len() > AVOIDED_SCAN_MAX + 1 {
-            return queue.jobs.values().next().copied();
+        if queue.len() > AVOIDED_SCAN_MAX + 1 {
+            return queue.ids().next().copied();
         }
         None
     }
@@ -1151,6 +1145,9 @@ impl Core {
     /// Jobs whose leases ended are retried together, after every timer has
     /// fired (see `Core::retry_in_order`).
     pub fn tick(&mut self, now_ms: i64) {
+        if self.timers.first().is_none_or(|t| t.at_ms > now_ms) {
+            return;
+        }
         let mut expired: Vec<(Uuid, Option<SessionId>)> = Vec::new();
         while let Some(timer) = self.timers.first().copied() {
             if timer.at_ms > now_ms {

@@ -2,9 +2,10 @@
 //! Every event is followed by `check_invariants`; the last tests corrupt a
 //! core on purpose to show the check reports each kind of breach.
 
+use super::queue::HOLE_SLACK;
 use super::{
-    Change, CommitError, Core, FailureReason, FrameError, InvariantViolation, Outbound, SessionId,
-    TimerKind,
+    Change, CommitError, Core, FailureReason, FrameError, InvariantViolation, Outbound, Queue,
+    SessionId, TimerKind,
 };
 use crate::config::Config;
 use crate::store::{MemoryStore, Store};
@@ -1038,7 +1039,7 @@ fn the_check_reports_queue_disagreements() {
 
     let (mut r, _, _) = corruptible();
     let (_, queue) = r.core.queues.iter_mut().next().unwrap();
-    queue.jobs.insert(9, Uuid::from_u128(42));
+    queue.force(9, Uuid::from_u128(42));
     assert!(matches!(
         violation(&mut r),
         InvariantViolation::Queue {
@@ -1069,4 +1070,57 @@ fn assert_invariants_panics_on_a_breach_when_checks_are_on() {
     r.core.config.check_invariants = true;
     r.core.jobs.get_mut(&public).unwrap().attempts = 0;
     r.core.assert_invariants(r.now_ms);
+}
+
+/// Jobs that time out behind a requeued job leave holes in the middle of
+/// their queue; past a bound the queue is compacted and the jobs behind
+/// get new positions. Dispatch afterwards still takes them in order, and
+/// both checks (which compare every queued job's position) hold after
+/// every event.
+#[test]
+fn a_queue_compacted_after_timeouts_keeps_its_order() {
+    let mut r = Rig::new();
+    let pending_ms = r.core.config.timing.pending_timeout_ms;
+    let w1 = r.worker("0xa", &[LLM], 1);
+    let w2 = r.worker("0xb", &[LLM], 1);
+    let a = r.commit(Tier::Cheap);
+    let c = r.commit(Tier::Cheap);
+    assert_eq!((r.holder(a), r.holder(c)), (Some(w1), Some(w2)));
+    r.now_ms = T0 + 1;
+    let timing_out: Vec<Uuid> = (0..150).map(|_| r.commit(Tier::Cheap)).collect();
+    r.now_ms = T0 + 5;
+    let staying: Vec<Uuid> = (0..10).map(|_| r.commit(Tier::Cheap)).collect();
+    // `a` goes back to the front of the queue with a new deadline; w1 may
+    // not take it again while w2 could, so it takes the next job.
+    r.now_ms = T0 + pending_ms - 1_000;
+    r.reject(w1, a);
+    assert_eq!(r.status(a), JobStatus::Pending);
+    assert_eq!(r.holder(timing_out[0]), Some(w1));
+    let slots_before = r.core.queues.values().map(Queue::slots_len).sum::<usize>();
+    // `a`, a hole where w1's job was, 149 jobs to time out, 10 to stay.
+    assert_eq!(slots_before, 1 + 1 + 149 + 10);
+
+    r.tick_at(T0 + 1 + pending_ms);
+    assert!(timing_out[1..]
+        .iter()
+        .all(|id| r.status(*id) == JobStatus::Failed));
+    let slots_after = r.core.queues.values().map(Queue::slots_len).sum::<usize>();
+    // Without compaction the 149 holes would sit between `a` and the
+    // jobs staying; holes stay within the jobs held plus the slack.
+    assert!(
+        slots_after <= 2 * 11 + HOLE_SLACK,
+        "compacted: {slots_after} slots for 11 jobs"
+    );
+
+    // w2 takes `a` (w1 avoids it), then each freed slot the next in line.
+    r.complete(w2, c);
+    assert_eq!(r.holder(a), Some(w2));
+    let mut held = [(w1, timing_out[0]), (w2, a)];
+    for (i, id) in staying.iter().enumerate() {
+        let (session, job) = held[i % 2];
+        r.complete(session, job);
+        assert_eq!(r.holder(*id), Some(session), "queued job {i}, in order");
+        held[i % 2] = (session, *id);
+    }
+    assert!(r.core.queues.is_empty());
 }
