@@ -8,9 +8,11 @@
 //!
 //! Run it twice with different counts and divide the difference in
 //! instructions by the difference in counts: set-up cancels out.
-//! - `core WORKERS N`: N cycles of `dispatch_core` (the same cycle on the
-//!   bare core).
-//! - `shell WORKERS N`: N cycles of `dispatch_shell` (commit → assign →
+//! - `core WORKERS N [QUEUE_DEPTH]`: N cycles of `dispatch_core` (the same
+//!   cycle on the bare core); QUEUE_DEPTH jobs wait behind the busy workers
+//!   (10,000 unless given, as in the benches), to see what a deep queue's
+//!   cold memory costs.
+//! - `shell WORKERS N [QUEUE_DEPTH]`: N cycles of `dispatch_shell` (commit → assign →
 //!   accept → complete through the coordinator's lock, a plain memory store
 //!   and the session outboxes; 4 slots a worker, 10,000 jobs queued).
 //! - `commit N`: N `POST /v1/jobs/commit/cheap` through the whole axum
@@ -39,10 +41,18 @@ fn main() -> ExitCode {
         .build()
         .expect("runtime");
     let _guard = rt.enter();
+    // Jobs queued behind the busy workers: the benches' 10,000 unless given.
+    let depth = match args.get(3) {
+        None => QUEUE_DEPTH,
+        Some(_) => match number(3).and_then(|d| usize::try_from(d).ok()) {
+            Some(depth) => depth,
+            None => return usage(),
+        },
+    };
     match (args.first().map(String::as_str), number(1), number(2)) {
         (Some("shell"), Some(workers), Some(cycles)) => {
             let workers = u32::try_from(workers).expect("workers fit u32");
-            let mut rig = ShellRig::new(workers, SLOTS, QUEUE_DEPTH);
+            let mut rig = ShellRig::new(workers, SLOTS, depth);
             for _ in 0..cycles {
                 rig.cycle();
             }
@@ -50,19 +60,21 @@ fn main() -> ExitCode {
         }
         (Some("core"), Some(workers), Some(cycles)) => {
             let workers = u32::try_from(workers).expect("workers fit u32");
-            let mut rig = CoreRig::new(workers, SLOTS, QUEUE_DEPTH);
+            let mut rig = CoreRig::new(workers, SLOTS, depth);
             for _ in 0..cycles {
                 rig.cycle();
             }
             println!("{} jobs", rig.jobs());
         }
         (Some("commit"), Some(commits), None) => rt.block_on(commit(commits)),
-        _ => {
-            eprintln!("usage: dispatch_cycles core|shell WORKERS N | commit N");
-            return ExitCode::from(2);
-        }
+        _ => return usage(),
     }
     ExitCode::SUCCESS
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: dispatch_cycles core|shell WORKERS N [QUEUE_DEPTH] | commit N");
+    ExitCode::from(2)
 }
 
 async fn commit(commits: u64) {
