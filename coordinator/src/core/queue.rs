@@ -96,7 +96,10 @@ impl Queue {
             debug_assert_eq!(self.slots.len(), self.len);
             return Some(Removed::Compacted);
         }
-        debug_assert!(self.slots.len() <= 2 * self.len + HOLE_SLACK, "holes bounded");
+        debug_assert!(
+            self.slots.len() <= 2 * self.len + HOLE_SLACK,
+            "holes bounded"
+        );
         Some(Removed::Only)
     }
 
