@@ -16,7 +16,7 @@ use crate::coordinator::Coordinator;
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::error::ApiError;
 use crate::http::ClientAddr;
-use crate::validate;
+use crate::validate::OutputShape;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -25,7 +25,7 @@ use protocol::api::JobType;
 use protocol::connection::{FrameConnection, Incoming, SendError};
 use protocol::signing;
 use protocol::worker::{
-    challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
+    challenge_message, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,6 +109,15 @@ struct Peer {
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
     outbox: mpsc::UnboundedReceiver<Outbound>,
+}
+
+/// A job this session holds: what its result is checked against. Not the
+/// whole assignment: the payload text stays with the core's job, so the
+/// session keeps no second copy of it while the worker runs the job.
+struct Held {
+    shape: OutputShape,
+    /// Goes into the receipt verbatim.
+    payment_ref: Option<String>,
 }
 
 /// Runs a worker session to its end.
@@ -372,8 +381,8 @@ fn check_hello(
 async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
     let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
     let mut silent_until = Instant::now() + heartbeat_timeout;
-    // Jobs this session holds, as they were assigned, to check results against.
-    let mut held: HashMap<Uuid, Assignment> = HashMap::new();
+    // Jobs this session holds, to check results against.
+    let mut held: HashMap<Uuid, Held> = HashMap::new();
     loop {
         tokio::select! {
             biased;
@@ -386,13 +395,18 @@ async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Pee
                     }
                     None => return "outbox closed",
                 };
-                match &frame {
-                    CoordinatorFrame::Assign(a) => { held.insert(a.job_id, a.clone()); }
-                    CoordinatorFrame::Cancel { job_id, .. } => { held.remove(job_id); }
-                    _ => {}
-                }
                 if send_frame(conn, &frame).await.is_err() {
                     return "connection closed";
+                }
+                // After the send: this task reads the worker's next frame
+                // only once it is back in the loop.
+                match frame {
+                    CoordinatorFrame::Assign(a) => {
+                        let shape = OutputShape::of(&a.payload);
+                        held.insert(a.job_id, Held { shape, payment_ref: a.payment_ref });
+                    }
+                    CoordinatorFrame::Cancel { job_id, .. } => { held.remove(&job_id); }
+                    _ => {}
                 }
             }
             _ = sleep_until(silent_until) => {
@@ -419,7 +433,7 @@ async fn handle<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut C,
     peer: &Peer,
-    held: &mut HashMap<Uuid, Assignment>,
+    held: &mut HashMap<Uuid, Held>,
     frame: WorkerFrame,
 ) -> Result<(), SendError> {
     let session = peer.session;
@@ -458,8 +472,8 @@ async fn handle<C: FrameConnection>(
                     };
                     Some((e.code(), e.to_string(), Some(job_id)))
                 }
-                Some(assignment) => {
-                    match check_result(peer, &assignment, &output, &receipt) {
+                Some(job) => {
+                    match check_result(peer, job_id, &job, &output, &receipt) {
                         Ok(()) => {
                             let completed = c.with(|core, now_ms| {
                                 core.complete(session, job_id, output, receipt, now_ms)
@@ -494,15 +508,17 @@ async fn handle<C: FrameConnection>(
     }
 }
 
-/// Checks a result against its assignment: output shape, and a receipt for
-/// this job, this worker's key and this payment that verifies.
+/// Checks the result of job `job_id` against what it was assigned with:
+/// output shape, and a receipt for this job, this worker's key and this
+/// payment that verifies.
 fn check_result(
     peer: &Peer,
-    assignment: &Assignment,
+    job_id: Uuid,
+    job: &Held,
     output: &serde_json::Value,
     receipt: &protocol::receipt::Receipt,
 ) -> Result<(), (FailureReason, ErrorCode, String)> {
-    if !validate::output_fits(&assignment.payload, output) {
+    if !job.shape.fits(output) {
         return Err((
             FailureReason::InvalidOutput,
             ErrorCode::InvalidOutput,
@@ -516,7 +532,7 @@ fn check_result(
             message,
         )
     };
-    if receipt.job_id != assignment.job_id {
+    if receipt.job_id != job_id {
         return Err(invalid("receipt.job_id is not this job".into()));
     }
     if receipt.provider_pubkey.to_ascii_lowercase() != peer.pubkey {
@@ -524,7 +540,7 @@ fn check_result(
             "receipt.provider_pubkey is not this worker's key".into(),
         ));
     }
-    if receipt.payment_ref != assignment.payment_ref {
+    if receipt.payment_ref != job.payment_ref {
         return Err(invalid(
             "receipt.payment_ref is not the job's payment_ref".into(),
         ));

@@ -322,19 +322,35 @@ pub fn missing_fields(body: &Value, fields: &[&str]) -> Option<String> {
     (!missing.is_empty()).then(|| format!("Missing required fields: {}", missing.join(", ")))
 }
 
-/// Whether a worker's output has the shape its job type promises:
-/// text for LLM_INFER, summarize and classify; an object or array for extract_json.
-pub fn output_fits(payload: &Payload, output: &Value) -> bool {
-    match payload {
-        Payload::Llm { .. }
-        | Payload::Task {
-            task_type: TaskType::Summarize | TaskType::Classify,
-            ..
-        } => output.is_string(),
-        Payload::Task {
-            task_type: TaskType::ExtractJson,
-            ..
-        } => output.is_object() || output.is_array(),
+/// The shape of output a job type promises: text for LLM_INFER, summarize
+/// and classify; an object or array for extract_json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputShape {
+    Text,
+    Structured,
+}
+
+impl OutputShape {
+    pub fn of(payload: &Payload) -> Self {
+        match payload {
+            Payload::Llm { .. }
+            | Payload::Task {
+                task_type: TaskType::Summarize | TaskType::Classify,
+                ..
+            } => OutputShape::Text,
+            Payload::Task {
+                task_type: TaskType::ExtractJson,
+                ..
+            } => OutputShape::Structured,
+        }
+    }
+
+    /// Whether a worker's output has this shape.
+    pub fn fits(self, output: &Value) -> bool {
+        match self {
+            OutputShape::Text => output.is_string(),
+            OutputShape::Structured => output.is_object() || output.is_array(),
+        }
     }
 }
 
@@ -436,14 +452,17 @@ mod tests {
             prompt: "p".into(),
             max_tokens: 1,
         };
-        assert!(output_fits(&llm, &json!("text")));
-        assert!(!output_fits(&llm, &json!({"text": "x"})));
+        let text = OutputShape::of(&llm);
+        assert!(text.fits(&json!("text")));
+        assert!(!text.fits(&json!({"text": "x"})));
         let ej = Payload::Task {
             task_type: TaskType::ExtractJson,
             input: "i".into(),
         };
-        assert!(output_fits(&ej, &json!({"a": 1})));
-        assert!(!output_fits(&ej, &json!("a")));
+        let structured = OutputShape::of(&ej);
+        assert!(structured.fits(&json!({"a": 1})));
+        assert!(structured.fits(&json!([1])));
+        assert!(!structured.fits(&json!("a")));
     }
 
     /// Values a field may have in a body, as JSON text.

@@ -9,10 +9,12 @@ use common::*;
 use coordinator::config::Config;
 use coordinator::{app, TokioClock};
 use protocol::api::JobType;
-use protocol::worker::{CoordinatorFrame, ErrorCode};
+use protocol::receipt::ReceiptBody;
+use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use uuid::Uuid;
 
 async fn setup(config: Config) -> (coordinator::Coordinator, axum::Router) {
     let c = coordinator(config, Arc::new(TokioClock::new(EPOCH_MS)), 11).await;
@@ -257,6 +259,48 @@ async fn a_bad_receipt_never_completes_a_job() {
     let record = wait_status(&app, &job, "failed").await;
     assert_eq!(record["result"], json!({"error": "invalid_output"}));
     assert_eq!(record["receipt"], Value::Null);
+}
+
+/// A receipt signed by the worker but naming another payment or another
+/// job is refused: the session checks it against what the job was
+/// assigned with, which it keeps without the payload (`session::Held`).
+#[tokio::test(start_paused = true)]
+async fn a_receipt_for_another_payment_or_job_is_refused() {
+    let (c, app) = setup(Config::default()).await;
+    let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
+    let job = id(&commit(&app, "fast", task_job("u")).await);
+    let signed = |w: &TestWorker, a: &Assignment, job_id, payment_ref| {
+        let output = TestWorker::output_for(a);
+        let receipt = ReceiptBody::new(
+            job_id,
+            w.key.public_key_hex(),
+            &output,
+            "2026-11-21T10:00:01.000Z".into(),
+            payment_ref,
+        )
+        .sign(&w.key);
+        json!({"type": "result", "job_id": a.job_id, "output": output, "receipt": receipt})
+    };
+    let a = w.expect_assign().await;
+    assert_eq!(a.payment_ref, None);
+    w.send(signed(&w, &a, a.job_id, Some("x402:0xother".into())))
+        .await;
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error { code: ErrorCode::InvalidReceipt, message, .. }
+            if message == "receipt.payment_ref is not the job's payment_ref"
+    ));
+    let again = w.expect_assign().await;
+    w.send(signed(&w, &again, Uuid::from_u128(7), None)).await;
+    assert!(matches!(
+        w.recv().await,
+        CoordinatorFrame::Error { code: ErrorCode::InvalidReceipt, message, .. }
+            if message == "receipt.job_id is not this job"
+    ));
+    // The right receipt on the last attempt completes the job.
+    let third = w.expect_assign().await;
+    w.complete(&third).await;
+    wait_status(&app, &job, "completed").await;
 }
 
 #[tokio::test(start_paused = true)]
