@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::core::{Change, Core, FailureReason, Job, Outbound, SessionId};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
-use protocol::api::{JobRecord, JobStatus};
+use protocol::api::JobStatus;
 use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,7 +124,8 @@ pub enum Watch {
     Unknown,
     /// Answer with this now: the job is terminal, the coordinator is
     /// stopping, or the held-poll bound (total or per client) is reached.
-    Now(JobRecord),
+    /// The job is shared, so its record is built after the lock is let go.
+    Now(Arc<Job>),
     /// Wait on it, then read the job again.
     Held(HeldPoll),
 }
@@ -399,12 +400,12 @@ impl Coordinator {
     pub fn watch_job(&self, id: Uuid, client: &str) -> Watch {
         let mut guard = self.lock();
         let state = &mut *guard;
-        let Some(job) = state.core.job(&id) else {
+        let Some(job) = state.core.job_shared(&id) else {
             return Watch::Unknown;
         };
         match self.hold(&mut state.held, id, job.status, client) {
             Some(held) => Watch::Held(held),
-            None => Watch::Now(job.record()),
+            None => Watch::Now(job),
         }
     }
 

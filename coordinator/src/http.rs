@@ -658,22 +658,25 @@ async fn poll(
     // A malformed id names no job, so it is a 404 like an unknown one.
     let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
     let wait_ms = wait_ms(query.as_deref(), c.config().limits.poll_wait_ms_max)?;
-    let record = match wait_ms {
-        None | Some(0) => c.read(|core| core.job(&id).map(|job| job.record())),
+    // The job is read under the state lock and shared; its record (copies
+    // of the output and receipt) is built after the lock is let go.
+    let job = match wait_ms {
+        None | Some(0) => None,
         Some(wait_ms) => match c.watch_job(id, &client) {
             Watch::Unknown => None,
-            Watch::Now(record) => Some(record),
+            Watch::Now(job) => Some(job),
             Watch::Held(held) => {
                 held.wait(wait_ms).await;
-                c.read(|core| core.job(&id).map(|job| job.record()))
+                None
             }
         },
     };
-    // A finished job the core no longer holds is read from the store.
-    let record = match record {
-        Some(record) => Some(record),
-        None => read_job(&c, &id)?.map(|job| job.record()),
+    // The core's job, else a finished job it no longer holds, from the store.
+    let job = match job {
+        Some(job) => Some(job),
+        None => read_job(&c, &id)?,
     };
+    let record = job.map(|job| job.record());
     // In cluster mode a job this node does not hold is read from the
     // shared store, committed, whoever holds it (a held poll waits there).
     let record = match record {
