@@ -7,6 +7,7 @@
 
 use crate::fixtures;
 use coordinator::config::Config;
+use coordinator::coordinator::OutboxRx;
 use coordinator::core::{Core, Outbound, SessionId};
 use coordinator::server::{self, Parts, Settings};
 use coordinator::{Coordinator, ManualClock};
@@ -19,7 +20,6 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedReceiver;
 use uuid::Uuid;
 
 /// Jobs a rig may run before a bench rebuilds it outside the timed loop.
@@ -131,7 +131,7 @@ impl CoreRig {
 pub struct ShellRig {
     c: Coordinator,
     clock: ManualClock,
-    outboxes: HashMap<SessionId, UnboundedReceiver<Outbound>>,
+    outboxes: HashMap<SessionId, OutboxRx>,
     running: VecDeque<(SessionId, Uuid)>,
     submission: JobSubmission,
     output: Value,
@@ -197,7 +197,7 @@ impl ShellRig {
         let rx = self.outboxes.get_mut(&session).expect("outbox");
         let mut assigned = Vec::new();
         while let Ok(out) = rx.try_recv() {
-            if let Outbound::Frame(CoordinatorFrame::Assign(a)) = out {
+            if let Outbound::Frame(CoordinatorFrame::Assign(a)) = *out {
                 assigned.push(a.job_id);
             }
         }

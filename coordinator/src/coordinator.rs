@@ -90,12 +90,20 @@ struct Inner {
     on_poisoned: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
+/// The receiving end of a worker session's outbox (see [`State::outboxes`]).
+///
+/// Frames travel boxed: a channel allocates its first block of 32 slots when
+/// it is made, one per connected worker, so slots the size of a pointer
+/// instead of an [`Outbound`] (88 bytes) keep about 2.3 KiB less per worker,
+/// busy or idle, for one allocation per frame sent.
+pub type OutboxRx = mpsc::UnboundedReceiver<Box<Outbound>>;
+
 struct State {
     core: Core,
     /// Unbounded because the core sends at most `slots` assigns and cancels
     /// per session between two reads of the session, plus one result ack per
     /// result the worker sent: the worker itself bounds the backlog.
-    outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+    outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Box<Outbound>>>,
     held: HeldPolls,
 }
 
@@ -388,7 +396,7 @@ impl Coordinator {
         for (session, out) in outbox.drain(..) {
             if let Some(tx) = state.outboxes.get(&session) {
                 // A closed outbox means the session is ending; it unregisters itself.
-                let _ = tx.send(out);
+                let _ = tx.send(Box::new(out));
             }
         }
         state.core.reuse_buffers(changes, outbox);
@@ -546,7 +554,7 @@ impl Coordinator {
         pubkey: &str,
         capabilities: Vec<protocol::api::JobType>,
         slots: u32,
-    ) -> Result<(SessionId, mpsc::UnboundedReceiver<Outbound>), RegisterError> {
+    ) -> Result<(SessionId, OutboxRx), RegisterError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = self.lock();
         if self.is_stopping() {
@@ -606,7 +614,7 @@ impl Coordinator {
                 "coordinator is shutting down".into(),
             );
             // A closed outbox means the session is ending anyway.
-            let _ = out.send(close);
+            let _ = out.send(Box::new(close));
         }
         drop(state);
         self.inner.stop.notify_waiters();

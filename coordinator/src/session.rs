@@ -12,7 +12,7 @@
 //! channels. Receipts are verified here, outside the core's lock, because
 //! signature recovery is the most expensive step of a job.
 
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, OutboxRx};
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::error::ApiError;
 use crate::http::ClientAddr;
@@ -29,7 +29,6 @@ use protocol::worker::{
 };
 use std::collections::HashMap;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
@@ -108,7 +107,7 @@ struct Peer {
     pubkey: String,
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
-    outbox: mpsc::UnboundedReceiver<Outbound>,
+    outbox: OutboxRx,
 }
 
 /// A job this session holds: what its result is checked against. Not the
@@ -387,7 +386,7 @@ async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Pee
         tokio::select! {
             biased;
             out = peer.outbox.recv() => {
-                let frame = match out {
+                let frame = match out.map(|out| *out) {
                     Some(Outbound::Frame(frame)) => frame,
                     Some(Outbound::Close(code, message)) => {
                         let _ = send_error(conn, code, message, None).await;
