@@ -145,7 +145,7 @@ impl Default for Limits {
             queue_len_max: 100_000,
             queued_bytes_max: 256 * 1024 * 1024,
             kept_bytes_max: 1024 * 1024 * 1024,
-            finished_jobs_cached_max: 1_000,
+            finished_jobs_cached_max: 256,
             max_tokens_max: 32_768,
             max_tokens_default: 256,
             user_id_chars_max: 256,

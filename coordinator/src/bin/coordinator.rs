@@ -86,7 +86,7 @@ struct Args {
     #[arg(
         long,
         env = "COORDINATOR_FINISHED_JOBS_CACHED_MAX",
-        default_value_t = 1_000
+        default_value_t = 256
     )]
     finished_jobs_cached_max: usize,
     /// WebSocket connections allowed to be mid-handshake at once; more get 503.

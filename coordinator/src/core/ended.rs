@@ -1,16 +1,21 @@
 //! Finished jobs in memory: the most recent `limits.finished_jobs_cached_max`
-//! (1,000) stay in the core's job map, so a poll right after a job ends is
+//! (256) stay in the core's job map, so a poll right after a job ends is
 //! answered from memory; older ones leave it (the store keeps them, and the
 //! shell reads a job the core no longer holds from there).
 //!
 //! The default is small on purpose: evicting a job frees its memory (about
 //! nine allocations), and the older the job the colder that memory. At the
-//! 5,000 jobs/s design throughput, 1,000 jobs is the last 200 ms: a held
-//! poll (`wait_ms`, the router's default) reads the job the moment it ends,
-//! and a client polling every 500 ms at full load reads the store instead
-//! (a few µs by rowid). `dispatch_core/64` with 10,000 cached ran at about
-//! 415k cycles/s, with 1,000 at 530k, with 100 at 605k (one build, with the
-//! first ledger; benches/results/perf-round6-2026-11-24.md).
+//! 5,000 jobs/s design throughput, 256 jobs are the last 50 ms: a held poll
+//! (`wait_ms`, the router's default) reads the job the moment it ends, a
+//! client backing off to 16 ms between polls (loadgen's default) still
+//! reads memory, and a client polling every 500 ms reads the store (a few
+//! µs by rowid; with 1,000 cached it did at full load too). Between a job's
+//! end and its eviction the core touches about 1.5 KB a job; 1,000 jobs of
+//! that outgrew this machine's 1 MiB L2 and made each eviction a dozen cache
+//! misses (callgrind's cache model: 37 misses a `dispatch_core/64` cycle
+//! with 1,000 cached, 20 with 256, 16 with 100; issue 14, round 8). Earlier
+//! wall figures, one build: 10,000 cached 415k cycles/s, 1,000 530k, 100
+//! 605k (benches/results/perf-round6-2026-11-24.md).
 //!
 //! Why: the map dispatch reads on every event then holds the live jobs and
 //! a bounded tail, and memory no longer grows with every job ever finished

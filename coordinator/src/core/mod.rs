@@ -93,7 +93,10 @@ pub struct Job {
     pub status: JobStatus,
     pub output: Option<serde_json::Value>,
     pub error: Option<FailureReason>,
-    pub receipt: Option<Receipt>,
+    /// Boxed, like `paid_with`: set once a job ends (or never), and 136
+    /// bytes inline made every job 8 cache lines where 5 do; dispatch reads
+    /// and the copy at `accept` copies a queued job's lines cold (issue 14).
+    pub receipt: Option<Box<Receipt>>,
     pub created_at_ms: i64,
     pub completed_at_ms: Option<i64>,
     /// Assignments so far, less those a coordinator restart interrupted.
@@ -104,7 +107,7 @@ pub struct Job {
     pub payment_ref: Option<String>,
     /// The payment that bought the job, for answering its retries.
     #[serde(default)]
-    pub paid_with: Option<PaidWith>,
+    pub paid_with: Option<Box<PaidWith>>,
     /// While pending: when it fails unassigned. While assigned or running: the lease end.
     pub deadline_ms: Option<i64>,
     /// Commit order; a requeued job keeps it.
@@ -190,7 +193,7 @@ impl Job {
             id: self.id,
             status: self.status,
             result,
-            receipt: self.receipt.clone(),
+            receipt: self.receipt.as_deref().cloned(),
             created_at: format_ms(self.created_at_ms),
             completed_at: self.completed_at_ms.map(format_ms),
         }
@@ -267,12 +270,56 @@ struct Worker {
     pubkey: String,
     capabilities: Vec<JobType>,
     slots: u32,
-    jobs: BTreeSet<Uuid>,
+    jobs: WorkerJobs,
 }
 
 impl Worker {
     fn load(&self) -> u32 {
         self.jobs.len() as u32
+    }
+}
+
+/// The jobs a worker holds, in id order: a sorted `Vec`, as a worker holds
+/// at most `slots_max` (64) jobs, where a `BTreeSet` searched and moved
+/// tree nodes on every assign and result (issue 14).
+#[derive(Debug, Default)]
+struct WorkerJobs(Vec<Uuid>);
+
+impl WorkerJobs {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn contains(&self, id: &Uuid) -> bool {
+        self.0.binary_search(id).is_ok()
+    }
+
+    fn insert(&mut self, id: Uuid) {
+        if let Err(at) = self.0.binary_search(&id) {
+            self.0.insert(at, id);
+        }
+    }
+
+    fn remove(&mut self, id: &Uuid) {
+        if let Ok(at) = self.0.binary_search(id) {
+            self.0.remove(at);
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a WorkerJobs {
+    type Item = &'a Uuid;
+    type IntoIter = std::slice::Iter<'a, Uuid>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for WorkerJobs {
+    type Item = Uuid;
+    type IntoIter = std::vec::IntoIter<Uuid>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
     }
 }
 
@@ -620,7 +667,7 @@ impl Core {
         let seq = self.next_seq;
         self.next_seq += 1;
         let (payment_ref, paid_with) = match payment {
-            Some(p) => (Some(p.payment_ref), Some(p.paid_with)),
+            Some(p) => (Some(p.payment_ref), Some(Box::new(p.paid_with))),
             None => (None, None),
         };
         let mut job = Job {
@@ -970,7 +1017,7 @@ impl Core {
         }
         job.status = JobStatus::Completed;
         job.output = Some(output);
-        job.receipt = Some(receipt);
+        job.receipt = Some(Box::new(receipt));
         self.queued_bytes -= job.footprint_bytes;
         job.footprint_bytes = footprint_bytes(job);
         self.kept_bytes += job.footprint_bytes;
@@ -1047,7 +1094,7 @@ impl Core {
                 pubkey: pubkey.to_owned(),
                 capabilities,
                 slots,
-                jobs: BTreeSet::new(),
+                jobs: WorkerJobs::default(),
             },
         );
         self.session_of.insert(pubkey.to_owned(), session);
@@ -1094,7 +1141,7 @@ impl Core {
     }
 
     /// Changes a worker's job set and keeps the idle index in step.
-    fn set_load(&mut self, session: SessionId, change: impl FnOnce(&mut BTreeSet<Uuid>)) {
+    fn set_load(&mut self, session: SessionId, change: impl FnOnce(&mut WorkerJobs)) {
         let worker = self
             .workers
             .get_mut(&session)

@@ -605,7 +605,7 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
             .core
             .workers
             .iter()
-            .flat_map(|(&s, w)| w.jobs.iter().map(move |&id| (s, id)))
+            .flat_map(|(&s, w)| (&w.jobs).into_iter().map(move |&id| (s, id)))
             .collect();
         let mut roll = rng.gen_range(0..100);
         if failing && (55..=69).contains(&roll) && rng.gen_bool(0.8) {
@@ -879,7 +879,7 @@ fn violation(r: &mut Rig) -> InvariantViolation {
 fn the_check_reports_a_free_worker_next_to_a_pending_job() {
     let (mut r, [w1, _], [public, _, queued]) = corruptible();
     // Drop w1's job without the event that would fill its slot.
-    r.core.workers.get_mut(&w1).unwrap().jobs.clear();
+    r.core.workers.get_mut(&w1).unwrap().jobs = super::WorkerJobs::default();
     r.core.idle.entry(LLM).or_default().insert((0, w1));
     let job = r.core.jobs.get_mut(&public).unwrap();
     job.status = JobStatus::Completed;
