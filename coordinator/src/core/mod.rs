@@ -839,6 +839,14 @@ impl Core {
     }
 
     fn assign(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
+        let indexed = self.workers[&session].load();
+        self.hand_over(id, session, now_ms);
+        self.reindex(session, indexed);
+    }
+
+    /// Assigns a job to a worker with a free slot, leaving the idle index
+    /// to the caller ([`Self::reindex`]).
+    fn hand_over(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let lease_ms = self.config.timing.lease_ms;
         let job = self.jobs.get_mut(&id).expect("assigned job exists");
         job.status = JobStatus::Assigned;
@@ -854,9 +862,15 @@ impl Core {
             payment_ref: job.payment_ref.clone(),
             lease_ms: lease_ms.max(0) as u64,
         });
-        self.set_load(session, |jobs| {
-            jobs.insert(id);
-        });
+        let worker = self
+            .workers
+            .get_mut(&session)
+            .expect("assigned worker exists");
+        debug_assert!(
+            worker.load() < worker.slots,
+            "job {id} assigned to a full worker"
+        );
+        worker.jobs.insert(id);
         self.outbox.push((session, Outbound::Frame(frame)));
         self.add_timer(now_ms + lease_ms, TimerKind::Lease, id);
         // Last, as in `place`.
@@ -866,19 +880,27 @@ impl Core {
     /// Fills a worker's free slots from the heads of the queues it can serve:
     /// FAST before CHEAP, then commit order.
     fn fill(&mut self, session: SessionId, now_ms: i64) {
-        loop {
-            let Some(worker) = self.workers.get(&session) else {
-                return;
-            };
+        if let Some(worker) = self.workers.get(&session) {
+            self.fill_from(session, worker.load(), now_ms);
+        }
+    }
+
+    /// [`Self::fill`] for a worker the idle index lists at load `indexed`:
+    /// a caller that has just taken a job off the worker leaves the index to
+    /// this, so a result followed by the next assignment (the common case)
+    /// changes the index not at all, where it took three tree operations.
+    fn fill_from(&mut self, session: SessionId, indexed: u32, now_ms: i64) {
+        while let Some(worker) = self.workers.get(&session) {
             if worker.load() >= worker.slots {
-                return;
+                break;
             }
             let Some((_, id)) = self.best_head(session) else {
-                return;
+                break;
             };
             self.dequeue(&id);
-            self.assign(id, session, now_ms);
+            self.hand_over(id, session, now_ms);
         }
+        self.reindex(session, indexed);
     }
 
     /// The most urgent queued job `session` may take, with its rank (tier,
@@ -1007,9 +1029,13 @@ impl Core {
         now_ms: i64,
     ) -> Result<(), FrameError> {
         self.held_by(&id, session)?;
-        self.set_load(session, |jobs| {
-            jobs.remove(&id);
-        });
+        // The idle index is left to `fill_from`, below.
+        let worker = self
+            .workers
+            .get_mut(&session)
+            .expect("holding worker exists");
+        let indexed = worker.load();
+        worker.jobs.remove(&id);
         let job = self.jobs.get_mut(&id).expect("held job exists");
         // `clear_timer`, without a second lookup.
         if let Some(timer) = job.timer.take() {
@@ -1030,7 +1056,7 @@ impl Core {
             session,
             Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),
         ));
-        self.fill(session, now_ms);
+        self.fill_from(session, indexed, now_ms);
         Ok(())
     }
 
@@ -1148,7 +1174,19 @@ impl Core {
             .expect("loaded worker exists");
         let before = worker.load();
         change(&mut worker.jobs);
+        self.reindex(session, before);
+    }
+
+    /// Moves a worker in the idle index from load `before` (where the index
+    /// lists it) to its load now.
+    fn reindex(&mut self, session: SessionId, before: u32) {
+        let Some(worker) = self.workers.get(&session) else {
+            return;
+        };
         let after = worker.load();
+        if after == before {
+            return;
+        }
         for job_type in &worker.capabilities {
             let set = self.idle.entry(*job_type).or_default();
             set.remove(&(before, session));
