@@ -724,13 +724,17 @@ impl Core {
                 }
             }
         }
+        // One lookup for the state, the queue and the timer: each lookup
+        // of a shared job is a hash and an atomic compare-and-swap.
+        let deadline = now_ms + self.config.timing.pending_timeout_ms;
+        let timer = self.new_timer(deadline, TimerKind::Pending, id);
         let job = self.jobs.get_mut(&id).expect("placed job exists");
         job.status = JobStatus::Pending;
         job.worker = None;
-        let deadline = now_ms + self.config.timing.pending_timeout_ms;
         job.deadline_ms = Some(deadline);
-        self.enqueue(id, to_front);
-        self.add_timer(deadline, TimerKind::Pending, id);
+        push_queued(&mut self.queues, job, to_front);
+        self.pending_count += 1;
+        set_timer(&mut self.timers, job, timer);
         // Recorded last: a change shares the job, so changing it after
         // recording would copy it (see `Change`).
         self.job_changed(&id);
@@ -738,13 +742,7 @@ impl Core {
 
     fn enqueue(&mut self, id: Uuid, to_front: bool) {
         let job = self.jobs.get_mut(&id).expect("queued job exists");
-        debug_assert!(job.queue_pos.is_none(), "job {id} queued twice");
-        let pos = self
-            .queues
-            .entry(queue_key(job))
-            .or_default()
-            .push(id, to_front);
-        job.queue_pos = Some(pos);
+        push_queued(&mut self.queues, job, to_front);
         self.pending_count += 1;
     }
 
@@ -848,6 +846,7 @@ impl Core {
     /// to the caller ([`Self::reindex`]).
     fn hand_over(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let lease_ms = self.config.timing.lease_ms;
+        let timer = self.new_timer(now_ms + lease_ms, TimerKind::Lease, id);
         let job = self.jobs.get_mut(&id).expect("assigned job exists");
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
@@ -872,7 +871,7 @@ impl Core {
         );
         worker.jobs.insert(id);
         self.outbox.push((session, Outbound::Frame(frame)));
-        self.add_timer(now_ms + lease_ms, TimerKind::Lease, id);
+        set_timer(&mut self.timers, job, timer);
         // Last, as in `place`.
         self.job_changed(&id);
     }
@@ -1199,23 +1198,25 @@ impl Core {
     // ---- timers ----
 
     fn add_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid) {
+        let timer = self.new_timer(at_ms, kind, job);
+        match self.jobs.get_mut(&job) {
+            Some(j) => set_timer(&mut self.timers, j, timer),
+            None => {
+                self.timers.insert(timer);
+            }
+        }
+    }
+
+    /// A timer with the next sequence number (shared with commit order).
+    fn new_timer(&mut self, at_ms: i64, kind: TimerKind, job: Uuid) -> Timer {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let timer = Timer {
+        Timer {
             at_ms,
             seq,
             kind,
             job,
-        };
-        // One lookup swaps the job's timer (as `clear_timer`, then set).
-        let replaced = match self.jobs.get_mut(&job) {
-            Some(j) => j.timer.replace(timer),
-            None => None,
-        };
-        if let Some(old) = replaced {
-            self.timers.remove(&old);
         }
-        self.timers.insert(timer);
     }
 
     /// Drops a job's live timer, if it has one.
@@ -1325,6 +1326,27 @@ fn submission_bytes(s: &JobSubmission) -> usize {
         Payload::Task { input, .. } => input.len(),
     };
     s.user_id.len() + payload_bytes
+}
+
+/// Puts `job`, borrowed out of the job map, in its queue (the caller
+/// counts it pending). Functions of the fields they change, not methods, so
+/// a caller holding the job makes one lookup for a whole change.
+fn push_queued(queues: &mut BTreeMap<QueueKey, Queue>, job: &mut Job, to_front: bool) {
+    debug_assert!(job.queue_pos.is_none(), "job {} queued twice", job.id);
+    let pos = queues
+        .entry(queue_key(job))
+        .or_default()
+        .push(job.id, to_front);
+    job.queue_pos = Some(pos);
+}
+
+/// Makes `timer` the live timer of `job` (borrowed out of the job map),
+/// dropping the one it replaces.
+fn set_timer(timers: &mut timers::Timers, job: &mut Job, timer: Timer) {
+    if let Some(old) = job.timer.replace(timer) {
+        timers.remove(&old);
+    }
+    timers.insert(timer);
 }
 
 fn queue_key(job: &Job) -> QueueKey {
