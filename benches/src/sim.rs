@@ -7,6 +7,7 @@
 
 use crate::fixtures::{self, EPOCH_MS};
 use coordinator::server::{self, Parts, Runtime, Settings};
+use coordinator::Coordinator;
 use protocol::api::JobStatus;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -30,22 +31,38 @@ pub struct SimOutcome {
 /// `jobs` TASK jobs committed through the router at simulated time zero to
 /// `workers` workers with 4 slots and 20–80 ms simulated latency.
 pub fn run(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
+    run_with(jobs, workers, seed, coordinator::config::Config::default())
+}
+
+/// [`run`] with another configuration (its `public_urls` are the
+/// simulation's).
+pub fn run_with(
+    jobs: usize,
+    workers: u32,
+    seed: u64,
+    config: coordinator::config::Config,
+) -> SimOutcome {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .expect("runtime");
-    rt.block_on(scenario(jobs, workers, seed))
+    rt.block_on(scenario(jobs, workers, seed, config))
 }
 
-async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
+async fn scenario(
+    jobs: usize,
+    workers: u32,
+    seed: u64,
+    config: coordinator::config::Config,
+) -> SimOutcome {
     static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let settings = Settings {
         config: coordinator::config::Config {
             // What its workers dial.
             public_urls: vec!["http://coordinator.sim".into()],
-            ..coordinator::config::Config::default()
+            ..config
         },
         db: format!("file:/bench-sim-{run}?vfs=memdb"),
         ..Settings::default()
@@ -106,33 +123,46 @@ async fn scenario(jobs: usize, workers: u32, seed: u64) -> SimOutcome {
             .expect("id");
         ids.push(id);
     }
-    let (completed, failed) = loop {
-        let (done, failed) = c.read(|core| {
-            ids.iter()
-                .fold((0, 0), |(d, f), id| match core.job(id).map(|j| j.status) {
-                    Some(JobStatus::Completed) => (d + 1, f),
-                    Some(JobStatus::Failed) => (d, f + 1),
-                    _ => (d, f),
-                })
-        });
-        if done + failed == jobs {
-            break (done, failed);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    let last_ms = c.read(|core| {
-        ids.iter()
-            .filter_map(|id| core.job(id).and_then(|j| j.completed_at_ms))
-            .max()
-            .unwrap_or(start_ms)
-    });
+    let outcome = follow(&c, ids, start_ms).await;
     let wall = wall_start.elapsed();
     server.crash();
+    SimOutcome { wall, ..outcome }
+}
+
+/// Simulated time the jobs get to end before the run is a failure: a
+/// thousand times what 1,000 jobs on 50 workers take.
+const FOLLOW_MS_MAX: i64 = 600_000;
+
+/// Waits until every job has ended, reading each through
+/// [`Coordinator::job`] as a poll does: a finished job leaves the core's
+/// memory after `finished_jobs_cached_max` others and is then read from the
+/// store. (Reading the core's map alone never saw evicted jobs end, so a run
+/// of more jobs than the cache waited forever.)
+async fn follow(c: &Coordinator, mut waiting: Vec<Uuid>, start_ms: i64) -> SimOutcome {
+    let (mut completed, mut failed, mut last_ms) = (0, 0, start_ms);
+    while !waiting.is_empty() {
+        assert!(
+            c.now_ms() - start_ms <= FOLLOW_MS_MAX,
+            "{} jobs had not ended after {FOLLOW_MS_MAX} simulated ms",
+            waiting.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waiting.retain(|id| {
+            let job = c.job(id).expect("store reads").expect("committed job");
+            match job.status {
+                JobStatus::Completed => completed += 1,
+                JobStatus::Failed => failed += 1,
+                _ => return true,
+            }
+            last_ms = last_ms.max(job.completed_at_ms.unwrap_or(start_ms));
+            false
+        });
+    }
     SimOutcome {
         completed,
         failed,
         virtual_ms: last_ms - start_ms,
-        wall,
+        wall: Duration::ZERO,
     }
 }
 
@@ -145,5 +175,16 @@ mod tests {
         assert_eq!(out.failed, 0);
         // 40 jobs on 20 slots at 20–80 ms: two rounds.
         assert!(out.virtual_ms >= 40 && out.virtual_ms < 1_000, "{out:?}");
+    }
+
+    /// More jobs than the core keeps once finished: the run follows the
+    /// evicted ones through the store (it waited forever on the core's map
+    /// when the default cache fell below the bench's 1,000 jobs).
+    #[test]
+    fn jobs_evicted_from_memory_are_followed_to_their_end() {
+        let mut config = coordinator::config::Config::default();
+        config.limits.finished_jobs_cached_max = 4;
+        let out = super::run_with(40, 5, 3, config);
+        assert_eq!((out.completed, out.failed), (40, 0), "{out:?}");
     }
 }
