@@ -147,14 +147,24 @@ async fn follow(c: &Coordinator, mut waiting: Vec<Uuid>, start_ms: i64) -> SimOu
             waiting.len()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+        // One read of the core for all; the store only for the jobs it no
+        // longer holds (rare: a job is usually seen ended before eviction).
+        let held: Vec<Option<(JobStatus, Option<i64>)>> = c.read(|core| {
+            let status = |id| core.job(id).map(|j| (j.status, j.completed_at_ms));
+            waiting.iter().map(status).collect()
+        });
+        let mut held = held.into_iter();
         waiting.retain(|id| {
-            let job = c.job(id).expect("store reads").expect("committed job");
-            match job.status {
+            let (status, completed_at_ms) = held.next().flatten().unwrap_or_else(|| {
+                let job = c.job(id).expect("store reads").expect("committed job");
+                (job.status, job.completed_at_ms)
+            });
+            match status {
                 JobStatus::Completed => completed += 1,
                 JobStatus::Failed => failed += 1,
                 _ => return true,
             }
-            last_ms = last_ms.max(job.completed_at_ms.unwrap_or(start_ms));
+            last_ms = last_ms.max(completed_at_ms.unwrap_or(start_ms));
             false
         });
     }
