@@ -14,7 +14,7 @@
 //!   cold memory costs.
 //! - `shell WORKERS N [QUEUE_DEPTH]`: N cycles of `dispatch_shell` (commit → assign →
 //!   accept → complete through the coordinator's lock, a plain memory store
-//!   and the session outboxes; 4 slots a worker, 10,000 jobs queued).
+//!   and the session outboxes; 4 slots a worker, QUEUE_DEPTH jobs queued).
 //! - `commit N`: N `POST /v1/jobs/commit/cheap` through the whole axum
 //!   router in-process (no workers: each job is queued).
 
