@@ -11,6 +11,7 @@
 //! - [`session`]: one worker's WebSocket session, over any `protocol::connection::FrameConnection`.
 //! - [`validate`]: request body validation.
 //! - [`config`], [`clock`], [`store`]: what is injected; [`sqlite`]: the durable store.
+//! - [`retention`]: when finished jobs are deleted (by age, by the kept budget).
 //! - [`cluster`]: what several nodes share in cluster mode (`--db postgres://…`).
 
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod node;
 pub mod openapi;
 pub mod pg;
 pub mod rate;
+pub mod retention;
 pub mod server;
 pub mod session;
 pub mod sqlite;

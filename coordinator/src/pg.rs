@@ -94,7 +94,8 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// Old terminal jobs retention deletes per statement, and statements per
-/// pass (a pass every `RETENTION_INTERVAL_MS`).
+/// pass (an age pass every `retention::AGE_INTERVAL_MS`; a size pass at
+/// most every second, while the kept budget is over its high-water mark).
 const PURGE_BATCH_MAX: i64 = 5_000;
 const PURGE_BATCHES_MAX: usize = 100;
 

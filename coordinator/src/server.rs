@@ -18,16 +18,13 @@
 use crate::clock::Clock;
 use crate::config::{is_caip2, Config};
 use crate::coordinator::Coordinator;
+use crate::retention::Retention;
 use crate::sqlite::{SqliteError, SqliteStore, WriterRuntime};
 use crate::store::{MemoryStore, Store, StoreError};
 use rand_chacha::ChaCha20Rng;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::task::JoinHandle;
-
-/// How often retention looks for old terminal jobs.
-pub const RETENTION_INTERVAL_MS: u64 = 5 * 60 * 1000;
 
 /// `db` value for no database (see [`Settings::db`]).
 pub const NO_STORE: &str = "none";
@@ -44,7 +41,11 @@ pub struct Settings {
     pub db: String,
     /// x402 payment gating of the commit endpoints; `None` means off.
     pub payment: Option<x402::PaymentConfig>,
-    /// Completed and failed jobs older than this are deleted.
+    /// Retention (`crate::retention`): completed and failed jobs older
+    /// than this many hours (0: no age limit) or the oldest of them beyond
+    /// the kept budget's high-water mark are deleted. `None`: no retention
+    /// task (tests, the simulation); the kept budget then refuses commits
+    /// at its limit.
     pub retention_hours: Option<u64>,
     /// Where `GET /metrics` is served.
     pub metrics_at: MetricsAt,
@@ -564,19 +565,28 @@ pub fn listen_origins(addr: SocketAddr) -> Vec<String> {
     vec![origin]
 }
 
-/// Deletes terminal jobs older than the retention period, from memory and
-/// from the database, every [`RETENTION_INTERVAL_MS`].
+/// Deletes terminal jobs, from memory and from the database, when
+/// [`Retention`] says so: by age every few minutes, by the kept budget's
+/// high-water mark within a second.
 async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
-    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
-    let mut every = tokio::time::interval(Duration::from_millis(RETENTION_INTERVAL_MS));
+    let mut retention = Retention::new(hours);
+    let mut every = Retention::ticks();
     loop {
         every.tick().await;
-        let before_ms = c.now_ms().saturating_sub(retention_ms);
+        let Some((before_ms, reason)) = retention.due(&c) else {
+            continue;
+        };
         let forgotten = c.with(|core, _| core.forget_terminal_jobs(before_ms));
         if let Err(e) = store.purge_terminal_jobs(before_ms) {
             tracing::error!(error = %e, "retention purge failed");
         } else if forgotten > 0 {
-            tracing::info!(forgotten, "retention: old terminal jobs deleted");
+            let (_, kept_bytes) = c.read(|core| core.job_bytes());
+            tracing::info!(
+                forgotten,
+                reason = reason.as_str(),
+                kept_bytes,
+                "retention: old terminal jobs deleted"
+            );
         }
     }
 }

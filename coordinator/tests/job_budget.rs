@@ -88,3 +88,78 @@ async fn a_flood_of_refusals_stops_at_the_kept_budget() {
     let r = commit(&app, "fast", big_llm_job("bob", 2 * 1024)).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
 }
+
+/// Ordinary finished jobs fill the kept budget too, not only a flood:
+/// 1 GiB is about 950,000 small jobs, three minutes at 5,000 jobs/s.
+/// Before the fix the budget then refused every commit (503) until the
+/// oldest jobs were `--retention-hours` old; now retention deletes the
+/// oldest finished jobs past the high-water mark, and commits go on.
+/// Through the composition root, as the binary runs it (SQLite, its
+/// retention task), on paused time.
+#[tokio::test(start_paused = true)]
+async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
+    use coordinator::core::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
+    use coordinator::server::{self, Parts, Runtime, Settings};
+    use coordinator::TokioClock;
+    use rand::SeedableRng;
+    use std::time::Duration;
+
+    const KEPT_BYTES_MAX: usize = 64 * 1024;
+    let mut config = Config::default();
+    config.limits.kept_bytes_max = KEPT_BYTES_MAX;
+    config.limits.finished_jobs_cached_max = 4;
+    // No worker: each job fails `pending_timeout` a second after its commit.
+    config.timing.pending_timeout_ms = 1_000;
+    let settings = Settings {
+        config,
+        db: "file:/kept-budget-retention?vfs=memdb".into(),
+        retention_hours: Some(24),
+        ..Settings::default()
+    };
+    let parts = Parts {
+        runtime: Runtime::Simulation,
+        ..Parts::new(
+            Arc::new(TokioClock::new(EPOCH_MS)),
+            rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        )
+    };
+    let server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    let app = app(c.clone());
+
+    // 100 jobs of about 2 KiB: three times the budget, in 150 s; a job
+    // ends every 1.5 s, and its bytes are a thirtieth of the budget, so a
+    // check a second keeps up.
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        let r = commit(&app, "fast", big_llm_job("alice", 1024)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "commit {i}: {}", r.body);
+        ids.push(r.body["job_id"].as_str().unwrap().to_owned());
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let (_, kept) = c.read(|core| core.job_bytes());
+        assert!(
+            kept <= KEPT_BYTES_MAX,
+            "after commit {i}: {kept} bytes kept"
+        );
+    }
+    let (_, kept) = c.read(|core| core.job_bytes());
+    assert!(
+        kept <= KEPT_BYTES_MAX * KEPT_HIGH_WATER_PERCENT / 100,
+        "{kept} bytes kept"
+    );
+    // The newest finished jobs are kept, the oldest are gone, from memory
+    // and from the database.
+    let newest = job_status(&app, &ids[99]).await;
+    assert_eq!(newest["status"], "failed", "{newest}");
+    let kept_jobs = ids
+        .iter()
+        .filter(|id| c.job(&id.parse().unwrap()).unwrap().is_some());
+    let kept_jobs = kept_jobs.count();
+    let expected = KEPT_BYTES_MAX * KEPT_LOW_WATER_PERCENT / 100 / (2 * 1024);
+    assert!(
+        (expected / 2..=expected * 2).contains(&kept_jobs),
+        "{kept_jobs} of 100 jobs kept, about {expected} expected"
+    );
+    let oldest = call(&app, "GET", &format!("/v1/jobs/{}", ids[0]), None).await;
+    assert_eq!(oldest.status, StatusCode::NOT_FOUND, "{}", oldest.body);
+}

@@ -77,8 +77,9 @@ struct Args {
     /// payload text); a commit beyond it gets 503.
     #[arg(long, env = "COORDINATOR_QUEUED_BYTES_MAX", default_value_t = 256 * 1024 * 1024)]
     queued_bytes_max: usize,
-    /// Most bytes held by finished jobs kept for polling (with outputs);
-    /// while at it, commits get 503 until retention deletes old ones.
+    /// Most bytes held by finished jobs kept for polling (with outputs).
+    /// Past 90 % of it the oldest are deleted, down to 80 %, whatever their
+    /// age; a commit that would not fit gets 503.
     #[arg(long, env = "COORDINATOR_KEPT_BYTES_MAX", default_value_t = 1024 * 1024 * 1024)]
     kept_bytes_max: usize,
     /// Finished jobs kept in memory, the most recent; a poll of an older
@@ -194,7 +195,8 @@ struct Args {
     #[arg(long, env = "COORDINATOR_DB_SCHEMA")]
     db_schema: Option<String>,
     /// Completed and failed jobs older than this are deleted (checked every
-    /// 5 minutes). 0 keeps them until `--kept-bytes-max` refuses commits.
+    /// 5 minutes). 0: no age limit; `--kept-bytes-max` still deletes the
+    /// oldest when finished jobs fill it.
     #[arg(long, env = "COORDINATOR_RETENTION_HOURS", default_value_t = 24)]
     retention_hours: u64,
     /// Log lines as text for people or JSON (one object a line) for log
@@ -280,7 +282,7 @@ impl Args {
             config,
             db: self.db.clone(),
             payment: self.payment_config()?,
-            retention_hours: (self.retention_hours > 0).then_some(self.retention_hours),
+            retention_hours: Some(self.retention_hours),
             metrics_at: match self.metrics_listen {
                 Some(_) => MetricsAt::Apart,
                 None => MetricsAt::Api,

@@ -75,6 +75,16 @@ impl Ended {
         self.evicted_bytes
     }
 
+    /// The evicted jobs' bytes, oldest first, each with the retention cut
+    /// that forgets them (the end of their second).
+    pub fn evicted_by_cut(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
+        self.evicted.iter().map(|e| {
+            let cut_ms = e.created_s.saturating_add(1).saturating_mul(1000);
+            debug_assert!(e.all_before(cut_ms));
+            (cut_ms, e.bytes)
+        })
+    }
+
     #[cfg(test)]
     pub fn order_mut_for_tests(&mut self) -> &mut VecDeque<Uuid> {
         &mut self.order

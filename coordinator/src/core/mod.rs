@@ -26,6 +26,7 @@ mod tracked;
 
 pub use ended::bought_with;
 pub use invariants::InvariantViolation;
+pub use restore::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
 
 use crate::config::Config;
 use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};

@@ -1,5 +1,6 @@
 //! The core's side of persistence: rebuilding the state from a store's
-//! snapshot at start, and forgetting old terminal jobs (retention).
+//! snapshot at start, and forgetting old terminal jobs (retention, by age
+//! or by the kept budget's high-water mark).
 //!
 //! Recovery rules (the process died with no worker connected afterwards):
 //! - `assigned` / `running` jobs lost their worker because the coordinator
@@ -20,6 +21,14 @@ use crate::trust::{Pairing, TrustEntry};
 use protocol::api::JobStatus;
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// Share of `limits.kept_bytes_max` (per cent) above which retention
+/// deletes the oldest terminal jobs, whatever their age (see
+/// `crate::retention`).
+pub const KEPT_HIGH_WATER_PERCENT: usize = 90;
+/// Share of `limits.kept_bytes_max` (per cent) such a deletion brings the
+/// kept bytes down to: a tenth of the budget a pass, so passes stay rare.
+pub const KEPT_LOW_WATER_PERCENT: usize = 80;
 
 /// A restore under way: what [`Core::restore_job`] gathers, one stored job
 /// at a time, for [`Core::finish_restore`]. Holds ids, not jobs: a restart
@@ -166,6 +175,37 @@ impl Core {
     fn enqueue_restored(&mut self, id: Uuid, deadline_ms: i64) {
         self.enqueue(id, false);
         self.add_timer(deadline_ms, TimerKind::Pending, id);
+    }
+
+    /// The retention cut that brings the kept bytes down to
+    /// [`KEPT_LOW_WATER_PERCENT`] of `kept_bytes_max`, if they are above
+    /// [`KEPT_HIGH_WATER_PERCENT`]: the oldest terminal jobs by creation
+    /// time (evicted ones by the ledger's whole seconds), for
+    /// [`Self::forget_terminal_jobs`] and the store's purge. `None` while
+    /// they are at or below the high-water mark.
+    pub fn size_cut_ms(&self) -> Option<i64> {
+        let max = self.config.limits.kept_bytes_max;
+        let share = |percent: usize| (max as u128 * percent as u128 / 100) as usize;
+        if self.kept_bytes <= share(KEPT_HIGH_WATER_PERCENT) {
+            return None;
+        }
+        let excess = self.kept_bytes - share(KEPT_LOW_WATER_PERCENT);
+        // What a cut at each point frees: (the cut that forgets it, bytes).
+        let mut parts: Vec<(i64, usize)> = self.ended.evicted_by_cut().collect();
+        parts.extend(self.ended.ids().map(|id| {
+            let job = &self.jobs[id];
+            (job.created_at_ms.saturating_add(1), job.footprint_bytes)
+        }));
+        parts.sort_unstable_by_key(|&(cut_ms, _)| cut_ms);
+        let mut freed = 0;
+        for &(cut_ms, bytes) in &parts {
+            freed += bytes;
+            if freed >= excess {
+                return Some(cut_ms);
+            }
+        }
+        // The rest is live jobs' bytes: forget every terminal one.
+        parts.last().map(|&(cut_ms, _)| cut_ms)
     }
 
     /// Forgets terminal jobs created before `created_before_ms`, those in
@@ -540,5 +580,48 @@ mod tests {
         assert_eq!(c.forget_terminal_jobs(T0 + 60_000), 1);
         assert!(c.job(&ids[0]).is_none());
         assert_eq!(c.job(&ids[1]).unwrap().status, JobStatus::Pending);
+    }
+
+    /// The size cut frees the oldest finished jobs until the kept bytes are
+    /// at the low-water mark, whether they are evicted (the ledger's
+    /// seconds) or still cached; below the high-water mark there is none.
+    #[test]
+    fn the_size_cut_forgets_the_oldest_down_to_the_low_water_mark() {
+        use crate::core::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
+        for cached in [0, 3, 1_000] {
+            let mut config = config();
+            config.limits.kept_bytes_max = 40 * 1024;
+            config.limits.finished_jobs_cached_max = cached;
+            config.timing.attempts_max = 1;
+            config.check_invariants = true;
+            let mut c = core(&config);
+            let timeout = config.timing.pending_timeout_ms;
+            let mut ids = Vec::new();
+            let mut now = T0;
+            while c.size_cut_ms().is_none() {
+                // Each job fails its pending timeout (no worker).
+                ids.push(commit(&mut c, now));
+                now += timeout + 1;
+                c.tick(now);
+                assert!(ids.len() < 1_000, "the budget never filled");
+            }
+            let (_, kept) = c.job_bytes();
+            assert!(kept > 40 * 1024 * KEPT_HIGH_WATER_PERCENT / 100);
+            let cut = c.size_cut_ms().unwrap();
+            assert!(c.forget_terminal_jobs(cut) > 0);
+            c.check_invariants(now).unwrap();
+            let (_, kept) = c.job_bytes();
+            assert!(
+                kept <= 40 * 1024 * KEPT_LOW_WATER_PERCENT / 100,
+                "{cached}: {kept}"
+            );
+            assert!(c.size_cut_ms().is_none());
+            // The oldest went, the newest stayed (evicted ones are in the
+            // ledger only: the newest finished job is cached unless none are).
+            assert!(c.job(&ids[0]).is_none());
+            if cached > 0 {
+                assert!(c.job(ids.last().unwrap()).is_some());
+            }
+        }
     }
 }

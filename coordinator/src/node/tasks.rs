@@ -4,6 +4,7 @@
 use super::{ClusterLink, NodeStore, CLAIM_BATCH_MAX, CLAIM_INTERVAL_MS};
 use crate::cluster::ClusterError;
 use crate::coordinator::Coordinator;
+use crate::retention::Retention;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -213,22 +214,27 @@ pub async fn run_remote_watch(c: Coordinator, link: Arc<ClusterLink>, store: Arc
     }
 }
 
-/// Retention in cluster mode: every `RETENTION_INTERVAL_MS`, forgets this
-/// node's terminal jobs created more than `hours` ago and deletes them, and
-/// expired payment nonces, from the shared store (every node does it; the
-/// deletes are idempotent).
+/// Retention in cluster mode, as [`Retention`] says: forgets this node's
+/// terminal jobs created before the cut and deletes them, and expired
+/// payment nonces, from the shared store (every node does it; the deletes
+/// are idempotent).
 pub async fn run_retention(c: Coordinator, link: Arc<ClusterLink>, hours: u64) {
-    let retention_ms = i64::try_from(hours.saturating_mul(3_600_000)).unwrap_or(i64::MAX);
-    let every = Duration::from_millis(crate::server::RETENTION_INTERVAL_MS);
+    let mut retention = Retention::new(hours);
+    let mut every = Retention::ticks();
     loop {
-        tokio::time::sleep(every).await;
-        let now_ms = c.now_ms();
-        let before_ms = now_ms.saturating_sub(retention_ms);
+        every.tick().await;
+        let Some((before_ms, reason)) = retention.due(&c) else {
+            continue;
+        };
         c.with(|core, _| core.forget_terminal_jobs(before_ms));
-        let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
+        let now_s = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
         match link.shared.purge(before_ms, now_s).await {
             Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "retention: old terminal jobs deleted"),
+            Ok(deleted) => tracing::info!(
+                deleted,
+                reason = reason.as_str(),
+                "retention: old terminal jobs deleted"
+            ),
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
     }
