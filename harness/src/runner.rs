@@ -987,14 +987,12 @@ fn check_safety(
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
-            let paid = scenario
-                .instances
-                .get(name)
-                .is_some_and(|i| i.payment.is_some());
+            let spec = scenario.instances.get(name);
             let state = safety::InstanceState {
                 jobs: &s.jobs,
                 trust: &s.trust,
-                paid,
+                paid: spec.is_some_and(|i| i.payment.is_some()),
+                retention: spec.is_some_and(|i| i.retention_hours.is_some()),
             };
             (name.clone(), state)
         })

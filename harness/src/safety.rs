@@ -54,6 +54,10 @@ pub struct InstanceState<'a> {
     pub trust: &'a [TrustEntry],
     /// Whether its commits require payment.
     pub paid: bool,
+    /// Whether it runs retention (`retention_hours`): a finished job may
+    /// then be deleted, so a job missing at the end is lost only if the
+    /// transcript never showed it finished.
+    pub retention: bool,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -138,6 +142,12 @@ struct Seen<'a> {
     authenticated: BTreeMap<&'a str, bool>,
     accepted: BTreeMap<(&'a str, String), usize>,
     completed: BTreeMap<(&'a str, String), (Value, usize)>,
+    /// Jobs shown finished (a poll answered completed or failed, or a
+    /// worker told `result_accepted`): retention may delete them.
+    ended: std::collections::BTreeSet<(&'a str, String)>,
+    /// 201s for jobs missing at the end, on instances that run retention:
+    /// lost unless shown finished by the end of the transcript.
+    missing: Vec<(&'a str, String, usize)>,
 }
 
 fn check_lines<'a>(
@@ -159,7 +169,8 @@ fn check_lines<'a>(
             line: Some(n),
         };
         if let Some((name, _)) = instances.get_key_value(actor) {
-            check_answer(name, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
+            let retention = instances[name.as_str()].retention;
+            check_answer(name, retention, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
         } else if let Some((name, w)) = workers.get_key_value(actor) {
             let Some(state) = instances.get(w.instance) else {
                 continue;
@@ -170,15 +181,26 @@ fn check_lines<'a>(
                 .map_err(|(i, m)| at(i, m))?;
         }
     }
-    Ok(())
+    match seen.missing.iter().find(|(i, id, _)| !seen.ended.contains(&(*i, id.clone()))) {
+        Some((instance, id, line)) => Err(Violation {
+            invariant: "acknowledged_job_lost",
+            message: format!(
+                "{instance} answered 201 for job {id}, which it no longer has (never shown finished, so retention may not delete it)"
+            ),
+            line: Some(*line),
+        }),
+        None => Ok(()),
+    }
 }
 
 type Found = (&'static str, String);
 
-/// An instance's HTTP answer: a 201 names a job that must survive; a
-/// completed job's result and receipt never change.
+/// An instance's HTTP answer: a 201 names a job that must survive (until
+/// retention deletes it, once finished); a completed job's result and
+/// receipt never change.
 fn check_answer<'a>(
     instance: &'a str,
+    retention: bool,
     rest: &str,
     jobs: &BTreeMap<(&str, String), &Job>,
     seen: &mut Seen<'a>,
@@ -187,6 +209,10 @@ fn check_answer<'a>(
     if let Some(body) = json_after(rest, "< 201 ") {
         if let Some(id) = body["job_id"].as_str() {
             if !jobs.contains_key(&(instance, id.to_owned())) {
+                if retention {
+                    seen.missing.push((instance, id.to_owned(), line));
+                    return Ok(());
+                }
                 return Err((
                     "acknowledged_job_lost",
                     format!("{instance} answered 201 for job {id}, which it no longer has"),
@@ -194,9 +220,16 @@ fn check_answer<'a>(
             }
         }
     } else if let Some(body) = json_after(rest, "< 200 ") {
-        let (Some(id), Some("completed")) = (body["id"].as_str(), body["status"].as_str()) else {
+        let (Some(id), Some(status)) = (body["id"].as_str(), body["status"].as_str()) else {
             return Ok(());
         };
+        if status == "failed" {
+            seen.ended.insert((instance, id.to_owned()));
+        }
+        if status != "completed" {
+            return Ok(());
+        }
+        seen.ended.insert((instance, id.to_owned()));
         let outcome = serde_json::json!([body["result"], body["receipt"]]);
         let key = (instance, id.to_owned());
         match seen.completed.get(&key) {
@@ -215,7 +248,9 @@ fn check_answer<'a>(
             }
         }
         let still = jobs.get(&(instance, id.to_owned()));
-        if still.is_none_or(|j| j.status != JobStatus::Completed) {
+        // Deleted by retention is not changed.
+        let deleted = retention && still.is_none();
+        if !deleted && still.is_none_or(|j| j.status != JobStatus::Completed) {
             return Err((
                 "completed_job_changed",
                 format!("{instance} showed job {id} completed; at the end it is not"),
@@ -291,6 +326,7 @@ fn check_frame<'a>(
                 .entry((view.instance, id.clone()))
                 .or_default();
             *count += 1;
+            seen.ended.insert((view.instance, id.clone()));
             if *count > 1 {
                 return Err((
                     "result_accepted_twice",
@@ -485,9 +521,25 @@ mod tests {
         trust: &[TrustEntry],
         paid: bool,
     ) -> Option<&'static str> {
+        verdict_with(lines, jobs, trust, paid, false)
+    }
+
+    /// [`verdict`] on an instance that runs retention or not.
+    fn verdict_with(
+        lines: &[&str],
+        jobs: &[Job],
+        trust: &[TrustEntry],
+        paid: bool,
+        retention: bool,
+    ) -> Option<&'static str> {
         let lines: Vec<String> = lines.iter().map(|l| format!("[+0.001s] {l}")).collect();
-        let instances =
-            BTreeMap::from([("chain_a".to_owned(), InstanceState { jobs, trust, paid })]);
+        let state = InstanceState {
+            jobs,
+            trust,
+            paid,
+            retention,
+        };
+        let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
             (
                 "w".to_owned(),
@@ -631,6 +683,7 @@ mod tests {
                     jobs: &[completed.clone()],
                     trust: &[],
                     paid: false,
+                    retention: false,
                 },
             )]),
             &BTreeMap::new(),
@@ -647,12 +700,38 @@ mod tests {
                 InstanceState {
                     jobs: &[completed.clone()],
                     trust: &[],
-                    paid: false
+                    paid: false,
+                    retention: false,
                 }
             )]),
             &BTreeMap::new(),
             &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
         )
         .is_ok());
+    }
+
+    /// With retention, a finished job may be gone at the end: its 201 and
+    /// its completed poll are then no violation. A job never shown
+    /// finished is still lost, and without retention any missing job is.
+    #[test]
+    fn retention_may_delete_only_jobs_shown_finished() {
+        let committed = format!(r#"chain_a < 201 {{"job_id":"{J1}"}}"#);
+        let accepted = format!(r#"w <- {{"type":"result_accepted","job_id":"{J1}"}}"#);
+        let failed = format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed"}}"#);
+        let completed = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
+        );
+        for ended in [&accepted, &failed, &completed] {
+            let lines = [committed.as_str(), ended.as_str()];
+            assert_eq!(verdict_with(&lines, &[], &[], false, true), None);
+            assert_eq!(
+                verdict_with(&lines, &[], &[], false, false),
+                Some("acknowledged_job_lost")
+            );
+        }
+        assert_eq!(
+            verdict_with(&[&committed], &[], &[], false, true),
+            Some("acknowledged_job_lost")
+        );
     }
 }

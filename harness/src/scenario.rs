@@ -123,6 +123,10 @@ pub struct Instance {
     pub nodes: u32,
     /// Several nodes: how long a node's lease lasts without renewal.
     pub node_lease_ms: Option<i64>,
+    /// Runs the retention task, as the binary always does (`0`: no age
+    /// limit, the kept budget's size limit only). Absent: no retention,
+    /// nothing finished is ever deleted.
+    pub retention_hours: Option<u64>,
 }
 
 /// The most nodes a simulated instance may have.
@@ -258,6 +262,9 @@ pub struct LimitOverrides {
     /// Finished jobs the coordinator keeps in memory; older ones it reads
     /// from its store when polled.
     pub finished_jobs_cached_max: Option<usize>,
+    /// Bytes of finished jobs kept for polling; with `retention_hours` set,
+    /// the oldest are deleted past 90 % of it.
+    pub kept_bytes_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -184,6 +184,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.finished_jobs_cached_max {
         config.limits.finished_jobs_cached_max = v;
     }
+    if let Some(v) = instance.limits.kept_bytes_max {
+        config.limits.kept_bytes_max = v;
+    }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }
@@ -247,7 +250,7 @@ impl World {
                     StoreKind::Memory => server::NO_STORE.into(),
                 },
                 payment: None,
-                retention_hours: None,
+                retention_hours: spec.retention_hours,
                 ..Settings::default()
             };
             let mut settler = None;
@@ -346,7 +349,7 @@ impl World {
                 spec.network.clone(),
             ];
             let t = &spec.timing;
-            let flags: [(&str, Option<String>); 8] = [
+            let flags: [(&str, Option<String>); 10] = [
                 (
                     "--pending-timeout-ms",
                     t.pending_timeout_ms.map(|v| v.to_string()),
@@ -372,6 +375,14 @@ impl World {
                 (
                     "--finished-jobs-cached-max",
                     spec.limits.finished_jobs_cached_max.map(|v| v.to_string()),
+                ),
+                (
+                    "--kept-bytes-max",
+                    spec.limits.kept_bytes_max.map(|v| v.to_string()),
+                ),
+                (
+                    "--retention-hours",
+                    spec.retention_hours.map(|v| v.to_string()),
                 ),
             ];
             for (flag, value) in flags {
