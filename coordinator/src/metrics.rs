@@ -43,6 +43,11 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PaymentReasonLabel {
     reason: String,
 }
@@ -98,6 +103,8 @@ pub struct Metrics {
     payments_refused: Family<PaymentReasonLabel, Counter>,
     payments_settled: Family<OutcomeLabel, Counter>,
     http_requests: Family<HttpLabels, Counter>,
+    jobs_deleted: Family<ReasonLabel, Counter>,
+    job_bytes: Family<StateLabel, Gauge>,
     store: StoreMetrics,
     hot: Hot,
 }
@@ -222,6 +229,8 @@ impl Metrics {
             payments_refused: Family::default(),
             payments_settled: Family::default(),
             http_requests: Family::default(),
+            jobs_deleted: Family::default(),
+            job_bytes: Family::default(),
             hot: Hot::resolve(
                 &jobs_committed,
                 &jobs_completed,
@@ -305,6 +314,16 @@ impl Metrics {
             m.http_requests.clone(),
         );
         registry.register(
+            "retention_deleted_jobs",
+            "Finished jobs deleted by retention, by why: age (older than --retention-hours) or size (the oldest, past 90 % of --kept-bytes-max)",
+            m.jobs_deleted.clone(),
+        );
+        registry.register(
+            "job_bytes",
+            "Bytes of jobs counted against the budgets, read at scrape time: queued (not finished; --queued-bytes-max) and kept (finished; --kept-bytes-max)",
+            m.job_bytes.clone(),
+        );
+        registry.register(
             "store_flush_seconds",
             "One group commit of the SQLite writer, from its transaction's start to the end of its fsync (monotonic time; 0 in the simulation)",
             m.store.flush_seconds.clone(),
@@ -320,6 +339,13 @@ impl Metrics {
     /// The handle the store writer records its commits with.
     pub fn store(&self) -> StoreMetrics {
         self.store.clone()
+    }
+
+    /// `jobs` finished jobs deleted by retention, for `reason` (`age` or `size`).
+    pub fn jobs_deleted(&self, reason: &'static str, jobs: u64) {
+        self.jobs_deleted
+            .get_or_create(&ReasonLabel { reason })
+            .inc_by(jobs);
     }
 
     pub fn job_committed(&self, tier: Tier, job_type: JobType) {
@@ -414,6 +440,12 @@ impl Metrics {
                     tier: tier.as_str(),
                 })
                 .set(i64::try_from(jobs).unwrap_or(i64::MAX));
+        }
+        let (queued, kept) = core.job_bytes();
+        for (state, bytes) in [("queued", queued), ("kept", kept)] {
+            self.job_bytes
+                .get_or_create(&StateLabel { state })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         let online = core.workers_online();
         self.workers_online

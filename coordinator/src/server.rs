@@ -580,6 +580,7 @@ async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
         if let Err(e) = store.purge_terminal_jobs(before_ms) {
             tracing::error!(error = %e, "retention purge failed");
         } else if forgotten > 0 {
+            c.metrics().jobs_deleted(reason.as_str(), forgotten as u64);
             let (_, kept_bytes) = c.read(|core| core.job_bytes());
             tracing::info!(
                 forgotten,

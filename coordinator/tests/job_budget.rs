@@ -162,4 +162,34 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
     );
     let oldest = call(&app, "GET", &format!("/v1/jobs/{}", ids[0]), None).await;
     assert_eq!(oldest.status, StatusCode::NOT_FOUND, "{}", oldest.body);
+
+    // Operators see it: deletions by reason, and the budgets' fill.
+    let metrics = metrics_text(&app).await;
+    let sample = |prefix: &str| {
+        let line = metrics.lines().find(|l| l.starts_with(prefix));
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<usize>().ok())
+    };
+    assert_eq!(
+        sample(r#"retention_deleted_jobs_total{reason="size"} "#),
+        Some(100 - kept_jobs),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(r#"retention_deleted_jobs_total{reason="age"} "#),
+        None
+    );
+    let (_, kept) = c.read(|core| core.job_bytes());
+    assert_eq!(sample(r#"job_bytes{state="kept"} "#), Some(kept));
+}
+
+async fn metrics_text(app: &axum::Router) -> String {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = axum::http::Request::get("/metrics")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let r = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
 }

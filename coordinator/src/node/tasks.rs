@@ -230,11 +230,14 @@ pub async fn run_retention(c: Coordinator, link: Arc<ClusterLink>, hours: u64) {
         let now_s = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
         match link.shared.purge(before_ms, now_s).await {
             Ok(0) => {}
-            Ok(deleted) => tracing::info!(
-                deleted,
-                reason = reason.as_str(),
-                "retention: old terminal jobs deleted"
-            ),
+            Ok(deleted) => {
+                c.metrics().jobs_deleted(reason.as_str(), deleted);
+                tracing::info!(
+                    deleted,
+                    reason = reason.as_str(),
+                    "retention: old terminal jobs deleted"
+                )
+            }
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
     }
