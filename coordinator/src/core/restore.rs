@@ -204,7 +204,9 @@ impl Core {
                 return Some(cut_ms);
             }
         }
-        // The rest is live jobs' bytes: forget every terminal one.
+        // Unreachable while the kept bytes are exactly the ledger's and the
+        // cached jobs' (checked by `check_invariants`); were they not, every
+        // terminal job goes.
         parts.last().map(|&(cut_ms, _)| cut_ms)
     }
 
