@@ -105,6 +105,7 @@ pub struct Metrics {
     http_requests: Family<HttpLabels, Counter>,
     jobs_deleted: Family<ReasonLabel, Counter>,
     job_bytes: Family<StateLabel, Gauge>,
+    retention_cut: Gauge,
     store: StoreMetrics,
     hot: Hot,
 }
@@ -231,6 +232,7 @@ impl Metrics {
             http_requests: Family::default(),
             jobs_deleted: Family::default(),
             job_bytes: Family::default(),
+            retention_cut: Gauge::default(),
             hot: Hot::resolve(
                 &jobs_committed,
                 &jobs_completed,
@@ -322,6 +324,11 @@ impl Metrics {
             "job_bytes",
             "Bytes of jobs counted against the budgets, read at scrape time: queued (not finished; --queued-bytes-max) and kept (finished; --kept-bytes-max)",
             m.job_bytes.clone(),
+        );
+        registry.register(
+            "retention_cut_timestamp_seconds",
+            "Finished jobs created before this Unix time may have been deleted by retention (0 before the first cut in this process), read at scrape time",
+            m.retention_cut.clone(),
         );
         registry.register(
             "store_flush_seconds",
@@ -447,6 +454,8 @@ impl Metrics {
                 .get_or_create(&StateLabel { state })
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
+        let cut_s = core.retention_cut_ms().map_or(0, |ms| ms.div_euclid(1000));
+        self.retention_cut.set(cut_s.max(0));
         let online = core.workers_online();
         self.workers_online
             .set(i64::try_from(online).unwrap_or(i64::MAX));

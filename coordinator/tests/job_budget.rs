@@ -180,6 +180,20 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
     );
     let (_, kept) = c.read(|core| core.job_bytes());
     assert_eq!(sample(r#"job_bytes{state="kept"} "#), Some(kept));
+    // The oldest job kept was created after the cut, the newest deleted one
+    // before it (seconds: each job is 1.5 s after the one before).
+    let cut_ms = c.read(|core| core.retention_cut_ms()).expect("a cut");
+    let created_ms = |id: &str| {
+        c.job(&id.parse().unwrap())
+            .unwrap()
+            .map(|j| j.created_at_ms)
+    };
+    let oldest_kept = ids.iter().find_map(|id| created_ms(id)).unwrap();
+    assert!(oldest_kept >= cut_ms, "{oldest_kept} kept, cut {cut_ms}");
+    assert_eq!(
+        sample("retention_cut_timestamp_seconds "),
+        Some((cut_ms / 1000) as usize)
+    );
 }
 
 async fn metrics_text(app: &axum::Router) -> String {

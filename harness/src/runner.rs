@@ -993,6 +993,12 @@ fn check_safety(
                 trust: &s.trust,
                 paid: spec.is_some_and(|i| i.payment.is_some()),
                 retention: spec.is_some_and(|i| i.retention_hours.is_some()),
+                retention_cut_ms: world
+                    .nodes(name)
+                    .iter()
+                    .filter_map(|node| node.retention_cut_ms())
+                    .max()
+                    .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
             };
             (name.clone(), state)
         })

@@ -56,8 +56,12 @@ pub struct InstanceState<'a> {
     pub paid: bool,
     /// Whether it runs retention (`retention_hours`): a finished job may
     /// then be deleted, so a job missing at the end is lost only if the
-    /// transcript never showed it finished.
+    /// transcript never showed it finished and it was not created before
+    /// the latest retention cut.
     pub retention: bool,
+    /// That cut, in the transcript's time (ms after `+0.000s`), if one was
+    /// applied.
+    pub retention_cut_ms: Option<i64>,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -146,8 +150,9 @@ struct Seen<'a> {
     /// worker told `result_accepted`): retention may delete them.
     ended: std::collections::BTreeSet<(&'a str, String)>,
     /// 201s for jobs missing at the end, on instances that run retention:
-    /// lost unless shown finished by the end of the transcript.
-    missing: Vec<(&'a str, String, usize)>,
+    /// lost unless shown finished by the end of the transcript or answered
+    /// before the cut. With the line and its time (ms).
+    missing: Vec<(&'a str, String, usize, i64)>,
 }
 
 fn check_lines<'a>(
@@ -170,26 +175,49 @@ fn check_lines<'a>(
         };
         if let Some((name, _)) = instances.get_key_value(actor) {
             let retention = instances[name.as_str()].retention;
-            check_answer(name, retention, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
+            let when = (n, line_ms(line));
+            check_answer(name, retention, rest, jobs, &mut seen, when)
+                .map_err(|(i, m)| at(i, m))?;
         } else if let Some((name, w)) = workers.get_key_value(actor) {
             let Some(state) = instances.get(w.instance) else {
                 continue;
             };
             check_frame(name, w, state, rest, jobs, &mut seen).map_err(|(i, m)| at(i, m))?;
         } else {
-            check_workload(actor, rest, instances, jobs, &mut sent_to)
+            let when = (n, line_ms(line));
+            check_workload(actor, rest, instances, jobs, &mut sent_to, &mut seen, when)
                 .map_err(|(i, m)| at(i, m))?;
         }
     }
-    match seen.missing.iter().find(|(i, id, _)| !seen.ended.contains(&(*i, id.clone()))) {
-        Some((instance, id, line)) => Err(Violation {
+    let lost = seen.missing.iter().find(|(instance, id, _, at_ms)| {
+        let cut_ms = instances[*instance].retention_cut_ms;
+        let before_cut = cut_ms.is_some_and(|cut_ms| *at_ms < cut_ms);
+        !before_cut && !seen.ended.contains(&(*instance, id.clone()))
+    });
+    match lost {
+        Some((instance, id, line, _)) => Err(Violation {
             invariant: "acknowledged_job_lost",
             message: format!(
-                "{instance} answered 201 for job {id}, which it no longer has (never shown finished, so retention may not delete it)"
+                "{instance} answered 201 for job {id}, which it no longer has (neither shown finished nor created before a retention cut)"
             ),
             line: Some(*line),
         }),
         None => Ok(()),
+    }
+}
+
+/// A line's time, in ms after `+0.000s`.
+fn line_ms(line: &str) -> i64 {
+    let stamp = line
+        .strip_prefix("[+")
+        .and_then(|rest| rest.split_once("s]"))
+        .map(|(stamp, _)| stamp);
+    let Some((s, ms)) = stamp.and_then(|stamp| stamp.split_once('.')) else {
+        return i64::MAX;
+    };
+    match (s.parse::<i64>(), ms.parse::<i64>()) {
+        (Ok(s), Ok(ms)) => s * 1000 + ms,
+        _ => i64::MAX,
     }
 }
 
@@ -204,13 +232,13 @@ fn check_answer<'a>(
     rest: &str,
     jobs: &BTreeMap<(&str, String), &Job>,
     seen: &mut Seen<'a>,
-    line: usize,
+    (line, at_ms): (usize, i64),
 ) -> Result<(), Found> {
     if let Some(body) = json_after(rest, "< 201 ") {
         if let Some(id) = body["job_id"].as_str() {
             if !jobs.contains_key(&(instance, id.to_owned())) {
                 if retention {
-                    seen.missing.push((instance, id.to_owned(), line));
+                    seen.missing.push((instance, id.to_owned(), line, at_ms));
                     return Ok(());
                 }
                 return Err((
@@ -268,6 +296,8 @@ fn check_workload<'a>(
     instances: &BTreeMap<String, InstanceState<'_>>,
     jobs: &BTreeMap<(&str, String), &Job>,
     sent_to: &mut BTreeMap<(&'a str, &'a str), &'a str>,
+    seen: &mut Seen<'a>,
+    (line, at_ms): (usize, i64),
 ) -> Result<(), Found> {
     if let Some(commit) = rest.strip_prefix("> #") {
         let mut words = commit.split(' ');
@@ -285,6 +315,10 @@ fn check_workload<'a>(
             return Ok(());
         };
         if !jobs.contains_key(&(*instance, id.to_owned())) {
+            if instances[*instance].retention {
+                seen.missing.push((instance, id.to_owned(), line, at_ms));
+                return Ok(());
+            }
             return Err((
                 "acknowledged_job_lost",
                 format!("{instance} answered {workload}'s commit #{i} 201 for job {id}, which it no longer has"),
@@ -521,7 +555,7 @@ mod tests {
         trust: &[TrustEntry],
         paid: bool,
     ) -> Option<&'static str> {
-        verdict_with(lines, jobs, trust, paid, false)
+        verdict_with(lines, jobs, trust, paid, false, None)
     }
 
     /// [`verdict`] on an instance that runs retention or not.
@@ -531,6 +565,7 @@ mod tests {
         trust: &[TrustEntry],
         paid: bool,
         retention: bool,
+        retention_cut_ms: Option<i64>,
     ) -> Option<&'static str> {
         let lines: Vec<String> = lines.iter().map(|l| format!("[+0.001s] {l}")).collect();
         let state = InstanceState {
@@ -538,6 +573,7 @@ mod tests {
             trust,
             paid,
             retention,
+            retention_cut_ms,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -684,6 +720,7 @@ mod tests {
                     trust: &[],
                     paid: false,
                     retention: false,
+                    retention_cut_ms: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -702,6 +739,7 @@ mod tests {
                     trust: &[],
                     paid: false,
                     retention: false,
+                    retention_cut_ms: None,
                 }
             )]),
             &BTreeMap::new(),
@@ -712,7 +750,8 @@ mod tests {
 
     /// With retention, a finished job may be gone at the end: its 201 and
     /// its completed poll are then no violation. A job never shown
-    /// finished is still lost, and without retention any missing job is.
+    /// finished is lost unless a retention cut came after its 201, and
+    /// without retention any missing job is.
     #[test]
     fn retention_may_delete_only_jobs_shown_finished() {
         let committed = format!(r#"chain_a < 201 {{"job_id":"{J1}"}}"#);
@@ -723,15 +762,17 @@ mod tests {
         );
         for ended in [&accepted, &failed, &completed] {
             let lines = [committed.as_str(), ended.as_str()];
-            assert_eq!(verdict_with(&lines, &[], &[], false, true), None);
+            assert_eq!(verdict_with(&lines, &[], &[], false, true, None), None);
             assert_eq!(
-                verdict_with(&lines, &[], &[], false, false),
+                verdict_with(&lines, &[], &[], false, false, None),
                 Some("acknowledged_job_lost")
             );
         }
-        assert_eq!(
-            verdict_with(&[&committed], &[], &[], false, true),
-            Some("acknowledged_job_lost")
-        );
+        // Never shown finished: gone only under a cut after its 201 (at
+        // +0.001s, so the job was created by then).
+        let unseen = |cut_ms| verdict_with(&[&committed], &[], &[], false, true, cut_ms);
+        assert_eq!(unseen(None), Some("acknowledged_job_lost"));
+        assert_eq!(unseen(Some(1)), Some("acknowledged_job_lost"));
+        assert_eq!(unseen(Some(2)), None);
     }
 }

@@ -30,6 +30,11 @@ impl Transcript {
     }
 
     /// Appends `[+S.mmm] actor text`.
+    /// The clock reading the transcript's `+0.000s` stands for.
+    pub fn epoch_ms(&self) -> i64 {
+        self.epoch_ms
+    }
+
     pub fn log(&self, actor: &str, text: impl AsRef<str>) {
         let elapsed_ms = self.clock.now_ms() - self.epoch_ms;
         let line = format!(

@@ -387,6 +387,9 @@ pub struct Core {
     queued_bytes: usize,
     /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
     kept_bytes: usize,
+    /// The latest retention cut applied: terminal jobs created before it
+    /// may be gone (restore.rs).
+    retention_cut_ms: Option<i64>,
     timers: timers::Timers,
     next_seq: u64,
     next_session: SessionId,
@@ -418,6 +421,7 @@ impl Core {
             ended: ended::Ended::default(),
             queued_bytes: 0,
             kept_bytes: 0,
+            retention_cut_ms: None,
             timers: timers::Timers::default(),
             next_seq: 0,
             next_session: 1,

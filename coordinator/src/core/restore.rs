@@ -210,11 +210,18 @@ impl Core {
         parts.last().map(|&(cut_ms, _)| cut_ms)
     }
 
+    /// The latest cut [`Self::forget_terminal_jobs`] applied in this
+    /// process: finished jobs created before it may have been deleted.
+    pub fn retention_cut_ms(&self) -> Option<i64> {
+        self.retention_cut_ms
+    }
+
     /// Forgets terminal jobs created before `created_before_ms`, those in
     /// memory and those evicted from it (the store deletes its copies
     /// itself); returns how many. Terminal jobs have no queue entry or live
     /// timer, so nothing else refers to them.
     pub fn forget_terminal_jobs(&mut self, created_before_ms: i64) -> usize {
+        self.retention_cut_ms = self.retention_cut_ms.max(Some(created_before_ms));
         // Jobs leave without a note: the next check looks at all.
         self.checked.whole_next();
         let before = self.jobs.len();

@@ -156,6 +156,11 @@ pub struct InstanceSpec {
     /// Finished jobs the coordinator keeps in memory (`limits`); `None`
     /// renders nothing (the default, 1 000). Drawn by [`draw_caches`].
     pub finished_jobs_cached_max: Option<usize>,
+    /// Retention on (`retention_hours = 24`) with this small kept budget
+    /// (`limits.kept_bytes_max`), so the oldest finished jobs are deleted
+    /// while the world runs; `None` renders neither. Drawn by
+    /// [`draw_retention`].
+    pub retention_kept_bytes_max: Option<usize>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -382,6 +387,7 @@ impl WorldSpec {
         };
         super::nodes::draw(&mut world);
         draw_caches(&mut world);
+        draw_retention(&mut world);
         world
     }
 
@@ -673,6 +679,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 nodes: 1,
                 node_lease_ms: 0,
                 finished_jobs_cached_max: None,
+                retention_kept_bytes_max: None,
             }
         })
         .collect()
@@ -691,6 +698,25 @@ fn draw_caches(world: &mut WorldSpec) {
     rng.set_stream(CACHE_STREAM);
     for i in &mut world.instances {
         i.finished_jobs_cached_max = rng.gen_bool(0.5).then(|| pick(&mut rng, &[0, 1, 4]));
+    }
+}
+
+/// The seed's ChaCha stream retention is drawn from: after every other
+/// draw, so a seed draws the world it drew before retention was drawn.
+const RETENTION_STREAM: u64 = 3;
+
+/// A quarter of the instances run retention with a kept budget small
+/// enough to fill (about 55 or 220 small jobs), so size retention deletes
+/// finished jobs among the world's faults (restarts, crashes between
+/// writes, several nodes). Room for the heal's new jobs stays: the budget's
+/// last fifth holds at least five small jobs.
+fn draw_retention(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(RETENTION_STREAM);
+    for i in &mut world.instances {
+        i.retention_kept_bytes_max = rng
+            .gen_bool(0.25)
+            .then(|| pick(&mut rng, &[64 * 1024, 256 * 1024]));
     }
 }
 
@@ -1070,8 +1096,16 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     if let Some(script) = i.payment {
         let _ = writeln!(w, "payment = {{ facilitator = {script:?} }}");
     }
+    let mut limits = Vec::new();
     if let Some(n) = i.finished_jobs_cached_max {
-        let _ = writeln!(w, "limits = {{ finished_jobs_cached_max = {n} }}");
+        limits.push(format!("finished_jobs_cached_max = {n}"));
+    }
+    if let Some(bytes) = i.retention_kept_bytes_max {
+        limits.push(format!("kept_bytes_max = {bytes}"));
+        let _ = writeln!(w, "retention_hours = 24");
+    }
+    if !limits.is_empty() {
+        let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
     }
 }
 
