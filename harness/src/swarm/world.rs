@@ -154,7 +154,7 @@ pub struct InstanceSpec {
     /// How long a node's lease lasts (rendered only with `nodes > 1`).
     pub node_lease_ms: u64,
     /// Finished jobs the coordinator keeps in memory (`limits`); `None`
-    /// renders nothing (the default, 1 000). Drawn by [`draw_caches`].
+    /// renders nothing (the default, 256). Drawn by [`draw_caches`].
     pub finished_jobs_cached_max: Option<usize>,
     /// Retention on (`retention_hours = 24`) with this small kept budget
     /// (`limits.kept_bytes_max`), so the oldest finished jobs are deleted
