@@ -10,7 +10,10 @@ use axum::{Json, Router};
 use benches::fixtures;
 use coordinator::server::{self, Parts, Settings};
 use coordinator::{app, Config, Coordinator, SystemClock};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use futures_util::FutureExt;
 use http_body_util::BodyExt;
 use rand::SeedableRng;
@@ -18,6 +21,7 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::Runtime;
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -76,6 +80,8 @@ async fn call(router: &Router, req: Request<Body>) -> Bytes {
     res.into_body().collect().await.expect("body").to_bytes()
 }
 
+type Group<'a> = BenchmarkGroup<'a, WallTime>;
+
 fn http(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -86,28 +92,43 @@ fn http(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("http");
     group.throughput(Throughput::Elements(1));
+    bench_bare(&mut group, &rt, &body);
+    bench_reads(&mut group, &rt);
+    bench_commit(&mut group, &rt, &body);
+    for held in [1_000usize, 100_000] {
+        bench_poll(&mut group, &rt, &body, held);
+    }
+    group.finish();
+}
+
+/// The ceiling: the bare handler's GET and POST.
+fn bench_bare(group: &mut Group<'_>, rt: &Runtime, body: &Bytes) {
     let bare = bare();
     group.bench_function(BenchmarkId::new("bare_get", "static"), |b| {
-        b.to_async(&rt).iter(|| call(&bare, get_req("/bare")))
+        b.to_async(rt).iter(|| call(&bare, get_req("/bare")))
     });
     group.bench_function(BenchmarkId::new("bare_post", "json"), |b| {
-        b.to_async(&rt)
-            .iter(|| call(&bare, post_req("/bare", &body)))
+        b.to_async(rt).iter(|| call(&bare, post_req("/bare", body)))
     });
+}
 
+/// Health and quote of a coordinator with no workers.
+fn bench_reads(group: &mut Group<'_>, rt: &Runtime) {
     let router = app(coordinator());
     group.bench_function(BenchmarkId::new("health", "0_workers"), |b| {
-        b.to_async(&rt)
-            .iter(|| call(&router, get_req("/v1/health")))
+        b.to_async(rt).iter(|| call(&router, get_req("/v1/health")))
     });
     group.bench_function(BenchmarkId::new("quote", "auto_task"), |b| {
-        b.to_async(&rt)
+        b.to_async(rt)
             .iter(|| call(&router, get_req("/v1/quote?job_type=TASK&policy=AUTO")))
     });
-    // Commits with no worker queue every job; the coordinator is replaced
-    // (untimed) now and then so the queue stays realistic.
+}
+
+/// Commits with no worker queue every job; the coordinator is replaced
+/// (untimed) now and then so the queue stays realistic.
+fn bench_commit(group: &mut Group<'_>, rt: &Runtime, body: &Bytes) {
     group.bench_function(BenchmarkId::new("commit", "queued"), |b| {
-        b.to_async(&rt).iter_custom(|iters| {
+        b.to_async(rt).iter_custom(|iters| {
             let body = body.clone();
             async move {
                 let mut router = app(coordinator());
@@ -126,26 +147,27 @@ fn http(c: &mut Criterion) {
             }
         })
     });
-    for held in [1_000usize, 100_000] {
-        let router = app(coordinator());
-        let ids: Vec<String> = rt.block_on(async {
-            let mut ids = Vec::with_capacity(held);
-            for _ in 0..held {
-                let bytes = call(&router, post_req("/v1/jobs/commit/cheap", &body)).await;
-                let v: Value = serde_json::from_slice(&bytes).expect("json");
-                ids.push(format!("/v1/jobs/{}", v["job_id"].as_str().expect("id")));
-            }
-            ids
-        });
-        let mut next = 0usize;
-        group.bench_with_input(BenchmarkId::new("poll", held), &held, |b, _| {
-            b.to_async(&rt).iter(|| {
-                next = (next + 7919) % ids.len();
-                call(&router, get_req(&ids[next]))
-            })
-        });
-    }
-    group.finish();
+}
+
+/// Polls of a coordinator holding `held` queued jobs, spread over them.
+fn bench_poll(group: &mut Group<'_>, rt: &Runtime, body: &Bytes, held: usize) {
+    let router = app(coordinator());
+    let ids: Vec<String> = rt.block_on(async {
+        let mut ids = Vec::with_capacity(held);
+        for _ in 0..held {
+            let bytes = call(&router, post_req("/v1/jobs/commit/cheap", body)).await;
+            let v: Value = serde_json::from_slice(&bytes).expect("json");
+            ids.push(format!("/v1/jobs/{}", v["job_id"].as_str().expect("id")));
+        }
+        ids
+    });
+    let mut next = 0usize;
+    group.bench_with_input(BenchmarkId::new("poll", held), &held, |b, _| {
+        b.to_async(rt).iter(|| {
+            next = (next + 7919) % ids.len();
+            call(&router, get_req(&ids[next]))
+        })
+    });
 }
 
 criterion_group! {

@@ -1,5 +1,5 @@
 //! Benchmark fixtures shared by the criterion benches (`benches/*.rs`) and
-//! the `loadgen` load tool (`src/bin/loadgen.rs`).
+//! the `loadgen` load tool (`src/bin/loadgen/`).
 //!
 //! - [`fixtures`]: job submissions, keys and pre-signed receipts.
 //! - [`rig`]: the core (and the core behind the coordinator shell) kept

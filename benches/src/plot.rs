@@ -18,20 +18,30 @@ const COLORS: [RGBColor; 5] = [
     RGBColor(148, 103, 189),
 ];
 
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type PlotResult = Result<(), Box<dyn std::error::Error>>;
+
 /// `throughput`: (seconds since start, completions per second) per bucket.
 pub fn write_svg(
     path: &Path,
     title: &str,
     throughput: &[(f64, f64)],
     latencies: &[LatencySeries<'_>],
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> PlotResult {
     let root = SVGBackend::new(path, (1000, 820)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(400);
+    draw_throughput(&top, title, throughput)?;
+    draw_latencies(&bottom, latencies)?;
+    root.present()?;
+    Ok(())
+}
 
+/// Completed jobs per second over the run.
+fn draw_throughput(area: &Area<'_>, title: &str, throughput: &[(f64, f64)]) -> PlotResult {
     let x_max = throughput.iter().map(|p| p.0).fold(1.0, f64::max);
     let y_max = throughput.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&top)
+    let mut chart = ChartBuilder::on(area)
         .caption(
             format!("{title}: completed jobs per second"),
             ("sans-serif", 20),
@@ -46,8 +56,11 @@ pub fn write_svg(
         .y_desc("jobs/s")
         .draw()?;
     chart.draw_series(LineSeries::new(throughput.iter().copied(), &COLORS[0]))?;
+    Ok(())
+}
 
-    // Cut the x axis at the largest p99.9 so one outlier does not flatten the curves.
+/// Each non-empty latency series as a cumulative curve, with a legend.
+fn draw_latencies(area: &Area<'_>, latencies: &[LatencySeries<'_>]) -> PlotResult {
     let mut sorted: Vec<Vec<u64>> = latencies
         .iter()
         .map(|s| {
@@ -57,12 +70,13 @@ pub fn write_svg(
         })
         .collect();
     sorted.retain(|v| !v.is_empty());
+    // Cut the x axis at the largest p99.9 so one outlier does not flatten the curves.
     let x_max_ms = sorted
         .iter()
         .map(|v| crate::stats::percentile(v, 0.999) as f64 / 1e3)
         .fold(0.1, f64::max)
         * 1.05;
-    let mut chart = ChartBuilder::on(&bottom)
+    let mut chart = ChartBuilder::on(area)
         .caption("latency distribution (cumulative)", ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
@@ -78,18 +92,9 @@ pub fn write_svg(
         .filter(|s| !s.samples_us.is_empty())
         .enumerate()
     {
-        let v = &sorted[i];
-        let n = v.len();
-        let step = (n / 2_000).max(1);
-        let points: Vec<(f64, f64)> = (0..n)
-            .step_by(step)
-            .chain(std::iter::once(n - 1))
-            .map(|k| (v[k] as f64 / 1e3, (k + 1) as f64 * 100.0 / n as f64))
-            .filter(|p| p.0 <= x_max_ms)
-            .collect();
         let color = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(points, &color))?
+            .draw_series(LineSeries::new(cumulative(&sorted[i], x_max_ms), &color))?
             .label(series.name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
     }
@@ -99,8 +104,20 @@ pub fn write_svg(
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
-    root.present()?;
     Ok(())
+}
+
+/// (ms, % at or below) of sorted, non-empty `v`: about 2,000 points and the
+/// last, none beyond `x_max_ms`.
+fn cumulative(v: &[u64], x_max_ms: f64) -> Vec<(f64, f64)> {
+    let n = v.len();
+    let step = (n / 2_000).max(1);
+    (0..n)
+        .step_by(step)
+        .chain(std::iter::once(n - 1))
+        .map(|k| (v[k] as f64 / 1e3, (k + 1) as f64 * 100.0 / n as f64))
+        .filter(|p| p.0 <= x_max_ms)
+        .collect()
 }
 
 #[cfg(test)]

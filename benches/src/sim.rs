@@ -56,17 +56,7 @@ async fn scenario(
     seed: u64,
     config: coordinator::config::Config,
 ) -> SimOutcome {
-    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let settings = Settings {
-        config: coordinator::config::Config {
-            // What its workers dial.
-            public_urls: vec!["http://coordinator.sim".into()],
-            ..config
-        },
-        db: format!("file:/bench-sim-{run}?vfs=memdb"),
-        ..Settings::default()
-    };
+    let settings = sim_settings(config);
     let parts = Parts {
         clock: Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
         rng: ChaCha20Rng::seed_from_u64(seed),
@@ -77,6 +67,43 @@ async fn scenario(
     let mut server = server::start(settings, parts).await.expect("start");
     server.serve(net.listen("coordinator.sim"), |_| {});
     let c = server.coordinator().clone();
+    spawn_workers(&net, workers, seed);
+    while c.read(|core| core.workers_online()) < workers as usize {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let http = simnet::SimHttp::new(&net, "client");
+    let body = fixtures::task_body("sim");
+    // Wall time of the job phase is what the bench reports.
+    #[allow(clippy::disallowed_methods)]
+    let wall_start = std::time::Instant::now();
+    let start_ms = c.now_ms();
+    let ids = commit_jobs(&http, &body, jobs).await;
+    let outcome = follow(&c, ids, start_ms).await;
+    let wall = wall_start.elapsed();
+    server.crash();
+    SimOutcome { wall, ..outcome }
+}
+
+/// `config` served as `http://coordinator.sim` on a fresh in-memory
+/// database (one per run: runs in one process must not share it).
+fn sim_settings(config: coordinator::config::Config) -> Settings {
+    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Settings {
+        config: coordinator::config::Config {
+            // What its workers dial.
+            public_urls: vec!["http://coordinator.sim".into()],
+            ..config
+        },
+        db: format!("file:/bench-sim-{run}?vfs=memdb"),
+        ..Settings::default()
+    }
+}
+
+/// `workers` simulated workers with 4 slots and 20–80 ms latency, each
+/// dialling the coordinator once (no reconnects).
+fn spawn_workers(net: &simnet::Net, workers: u32, seed: u64) {
     for i in 0..workers {
         let config = WorkerConfig {
             name: format!("w{i}"),
@@ -95,25 +122,19 @@ async fn scenario(
         let mut worker =
             Worker::new(config, worker_sim::TokioClock::shared(EPOCH_MS)).expect("worker");
         let connector = simnet::SimWsConnector::new(
-            &net,
+            net,
             &format!("w{i}"),
             "ws://coordinator.sim/v1/workers/ws",
         );
         tokio::spawn(async move { worker.run(connector).await });
     }
-    while c.read(|core| core.workers_online()) < workers as usize {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+}
 
-    let http = simnet::SimHttp::new(&net, "client");
-    let body = fixtures::task_body("sim");
-    // Wall time of the job phase is what the bench reports.
-    #[allow(clippy::disallowed_methods)]
-    let wall_start = std::time::Instant::now();
-    let start_ms = c.now_ms();
+/// Commits `jobs` TASK jobs one after another; their ids.
+async fn commit_jobs(http: &simnet::SimHttp, body: &serde_json::Value, jobs: usize) -> Vec<Uuid> {
     let mut ids = Vec::with_capacity(jobs);
     for _ in 0..jobs {
-        let req = HttpRequest::post_json("http://coordinator.sim/v1/jobs/commit/cheap", &body);
+        let req = HttpRequest::post_json("http://coordinator.sim/v1/jobs/commit/cheap", body);
         let res = http.send(req).await.expect("answer");
         assert_eq!(res.status, 201);
         let v: serde_json::Value = res.json().expect("json");
@@ -123,10 +144,7 @@ async fn scenario(
             .expect("id");
         ids.push(id);
     }
-    let outcome = follow(&c, ids, start_ms).await;
-    let wall = wall_start.elapsed();
-    server.crash();
-    SimOutcome { wall, ..outcome }
+    ids
 }
 
 /// Simulated time the jobs get to end before the run is a failure: a

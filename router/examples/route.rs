@@ -9,7 +9,8 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
 use router::{
-    Chain, ComputeRouter, LlmRequest, Policy, PrivacyClass, RouterConfig, TaskRequest, TaskType,
+    Chain, ComputeResult, ComputeRouter, LlmRequest, Policy, PrivacyClass, RouterConfig,
+    RouterError, TaskRequest, TaskType,
 };
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -84,22 +85,46 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // X402_PAYER_KEY: pay 402 answers on both chains from this key.
-    if let Ok(secret) = std::env::var("X402_PAYER_KEY") {
-        let Some(signer) = x402::LocalEvmSigner::from_secret_hex(&secret) else {
-            eprintln!("error: X402_PAYER_KEY is not a 32-byte hex secret");
-            return ExitCode::from(2);
-        };
-        let clock: router::WallClock = Arc::new(protocol::clock::SystemClock);
-        let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
-            signer,
-            clock,
-            rand_chacha::ChaCha20Rng::from_entropy(),
-        ));
-        config.payment_clients.chain_a = Some(payer.clone());
-        config.payment_clients.chain_b = Some(payer);
+    if let Err(e) = add_payer_from_env(&mut config) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
     }
     let router = ComputeRouter::new(config);
+    match run_job(&router, cli).await {
+        Ok(result) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// X402_PAYER_KEY: pay 402 answers on both chains from this key.
+fn add_payer_from_env(config: &mut RouterConfig) -> Result<(), &'static str> {
+    let Ok(secret) = std::env::var("X402_PAYER_KEY") else {
+        return Ok(());
+    };
+    let signer = x402::LocalEvmSigner::from_secret_hex(&secret)
+        .ok_or("X402_PAYER_KEY is not a 32-byte hex secret")?;
+    let clock: router::WallClock = Arc::new(protocol::clock::SystemClock);
+    let payer: Arc<dyn router::PaymentClient> = Arc::new(router::X402Payer::new(
+        signer,
+        clock,
+        rand_chacha::ChaCha20Rng::from_entropy(),
+    ));
+    config.payment_clients.chain_a = Some(payer.clone());
+    config.payment_clients.chain_b = Some(payer);
+    Ok(())
+}
+
+/// The job the command line names, run through `router`.
+async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, RouterError> {
     let policy = cli.policy.map(|p| match p {
         PolicyArg::Auto => Policy::Auto,
         PolicyArg::Fast => Policy::Fast,
@@ -114,7 +139,7 @@ async fn main() -> ExitCode {
         ChainArg::ChainA => Chain::ChainA,
         ChainArg::ChainB => Chain::ChainB,
     });
-    let result = match cli.job {
+    match cli.job {
         Job::Llm { prompt, max_tokens } => {
             router
                 .run_llm(LlmRequest {
@@ -143,19 +168,6 @@ async fn main() -> ExitCode {
                     chain_preference: chain,
                 })
                 .await
-        }
-    };
-    match result {
-        Ok(result) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
         }
     }
 }

@@ -239,29 +239,8 @@ impl CoordinatorClient {
                 )));
             }
             match record.status {
-                JobStatus::Completed => {
-                    let output = record
-                        .result
-                        .as_ref()
-                        .and_then(|r| r.get("output"))
-                        .cloned()
-                        .ok_or_else(|| malformed("completed job has no result.output".into()))?;
-                    let receipt = verified_receipt(job_id, record.receipt, &output)?;
-                    return Ok((output, receipt));
-                }
-                JobStatus::Failed => {
-                    let reason = record
-                        .result
-                        .as_ref()
-                        .and_then(|r| r.get("error"))
-                        .and_then(|e| e.as_str())
-                        .unwrap_or("no reason given")
-                        .to_owned();
-                    return Err(AdapterError::JobFailed {
-                        job_id: job_id.to_string(),
-                        reason,
-                    });
-                }
+                JobStatus::Completed => return completed(job_id, record),
+                JobStatus::Failed => return Err(failed(job_id, &record)),
                 JobStatus::Pending | JobStatus::Assigned | JobStatus::Running => {
                     mode = mode.after(record.status, wait_ms, sent_at.elapsed());
                     // A wait of 0 (the deadline is due) is a plain poll too.
@@ -271,6 +250,39 @@ impl CoordinatorClient {
                 }
             }
         }
+    }
+}
+
+/// The output of a completed job and its receipt, verified against it.
+fn completed(
+    job_id: Uuid,
+    record: RawJobRecord,
+) -> Result<(serde_json::Value, Receipt), AdapterError> {
+    let output = record
+        .result
+        .as_ref()
+        .and_then(|r| r.get("output"))
+        .cloned()
+        .ok_or_else(|| AdapterError::MalformedResponse {
+            stage: Stage::Poll,
+            message: "completed job has no result.output".into(),
+        })?;
+    let receipt = verified_receipt(job_id, record.receipt, &output)?;
+    Ok((output, receipt))
+}
+
+/// A failed job, with the coordinator's reason.
+fn failed(job_id: Uuid, record: &RawJobRecord) -> AdapterError {
+    let reason = record
+        .result
+        .as_ref()
+        .and_then(|r| r.get("error"))
+        .and_then(|e| e.as_str())
+        .unwrap_or("no reason given")
+        .to_owned();
+    AdapterError::JobFailed {
+        job_id: job_id.to_string(),
+        reason,
     }
 }
 

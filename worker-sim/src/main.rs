@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::api::JobType;
 use protocol::signing::Keypair;
 use rand::SeedableRng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use testkit::{ProviderKind, ProviderStub, StubConfig};
 use worker_sim::event::TracingObserver;
@@ -216,11 +216,7 @@ async fn claim(args: ClaimArgs) -> Result<(), String> {
 
 async fn stub_provider(args: StubArgs) -> Result<(), String> {
     let mut config = match &args.faults {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            toml::from_str::<StubConfig>(&text).map_err(|e| format!("{}: {e}", path.display()))?
-        }
+        Some(path) => read_toml::<StubConfig>(path)?,
         None => StubConfig::default(),
     };
     config.api_key = args.api_key;
@@ -240,67 +236,18 @@ async fn stub_provider(args: StubArgs) -> Result<(), String> {
 
 async fn run_workers(args: RunArgs) -> Result<(), String> {
     let faults = match &args.faults {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            toml::from_str::<FaultPlan>(&text).map_err(|e| format!("{}: {e}", path.display()))?
-        }
+        Some(path) => read_toml::<FaultPlan>(path)?,
         None => FaultPlan::default(),
     };
-    let keys: Option<Vec<Keypair>> = match &args.key_file {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let keys: Vec<Keypair> = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(|l| {
-                    Keypair::from_secret_hex(l)
-                        .ok_or_else(|| format!("{}: a line is not a hex secret", path.display()))
-                })
-                .collect::<Result<_, _>>()?;
-            if keys.len() < args.count as usize {
-                return Err(format!(
-                    "{} holds {} keys, --count is {}",
-                    path.display(),
-                    keys.len(),
-                    args.count
-                ));
-            }
-            Some(keys)
-        }
+    let keys = match &args.key_file {
+        Some(path) => Some(read_keys(path, args.count)?),
         None => None,
     };
-    let backend: Arc<dyn Backend> = match args.backend {
-        BackendKind::Sim => Arc::new(SimBackend),
-        BackendKind::Openai => Arc::new(OpenAiBackend::new(
-            args.backend_url.clone(),
-            args.model.clone(),
-            args.backend_api_key.clone(),
-        )),
-    };
+    let backend = backend(&args);
     let clock = real_clock();
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..args.count {
-        let config = WorkerConfig {
-            capabilities: args.capabilities.clone(),
-            slots: args.slots,
-            latency: match args.backend {
-                // Real work takes its own time.
-                BackendKind::Openai => Latency::Fixed { ms: 0 },
-                BackendKind::Sim => args.latency_ms.clone(),
-            },
-            faults: faults.clone(),
-            reconnect: ReconnectPolicy {
-                max_ms: args.max_backoff_ms,
-                jitter_ms: 250,
-                ..ReconnectPolicy::default()
-            },
-            network: args.network.clone(),
-            ..WorkerConfig::for_index(args.seed, index)
-        };
-        let mut worker = Worker::new(config, clock.clone())
+        let mut worker = Worker::new(worker_config(&args, &faults, index), clock.clone())
             .map_err(|e| e.to_string())?
             .with_backend(backend.clone())
             .with_observer(Arc::new(TracingObserver));
@@ -311,6 +258,76 @@ async fn run_workers(args: RunArgs) -> Result<(), String> {
         let connector = WsConnector::new(args.coordinator.clone()).with_nodelay(true);
         tasks.spawn(async move { (index, worker.run(connector).await) });
     }
+    supervise(tasks).await
+}
+
+/// A TOML file as `T`; errors name the file.
+fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toml::from_str::<T>(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The hex secrets of a `--key-file`, one per line; at least `count` of them.
+fn read_keys(path: &Path, count: u32) -> Result<Vec<Keypair>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let keys: Vec<Keypair> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            Keypair::from_secret_hex(l)
+                .ok_or_else(|| format!("{}: a line is not a hex secret", path.display()))
+        })
+        .collect::<Result<_, _>>()?;
+    if keys.len() < count as usize {
+        return Err(format!(
+            "{} holds {} keys, --count is {}",
+            path.display(),
+            keys.len(),
+            count
+        ));
+    }
+    Ok(keys)
+}
+
+/// The backend every worker shares.
+fn backend(args: &RunArgs) -> Arc<dyn Backend> {
+    match args.backend {
+        BackendKind::Sim => Arc::new(SimBackend),
+        BackendKind::Openai => Arc::new(OpenAiBackend::new(
+            args.backend_url.clone(),
+            args.model.clone(),
+            args.backend_api_key.clone(),
+        )),
+    }
+}
+
+/// Worker `index`'s configuration: its seed-derived identity and draws, the
+/// command line's capacity, latency, faults and network.
+fn worker_config(args: &RunArgs, faults: &FaultPlan, index: u32) -> WorkerConfig {
+    WorkerConfig {
+        capabilities: args.capabilities.clone(),
+        slots: args.slots,
+        latency: match args.backend {
+            // Real work takes its own time.
+            BackendKind::Openai => Latency::Fixed { ms: 0 },
+            BackendKind::Sim => args.latency_ms.clone(),
+        },
+        faults: faults.clone(),
+        reconnect: ReconnectPolicy {
+            max_ms: args.max_backoff_ms,
+            jitter_ms: 250,
+            ..ReconnectPolicy::default()
+        },
+        network: args.network.clone(),
+        ..WorkerConfig::for_index(args.seed, index)
+    }
+}
+
+/// Logs each worker that stops until all have, or stops them all on Ctrl-C.
+async fn supervise(
+    mut tasks: tokio::task::JoinSet<(u32, Result<worker_sim::WorkerExit, worker_sim::WorkerError>)>,
+) -> Result<(), String> {
     loop {
         tokio::select! {
             biased;

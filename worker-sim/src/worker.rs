@@ -294,45 +294,58 @@ impl Worker {
             } else {
                 failures += 1;
             }
-            match end {
-                SessionEnd::Refused { code, message } => {
-                    self.emit(EventKind::Stopped {
-                        reason: format!("handshake refused: {message}"),
-                    });
-                    return Err(WorkerError::Refused { code, message });
+            if let Some(stop) = self.after_session(end, failures).await {
+                return stop;
+            }
+        }
+    }
+
+    /// Reports how a session ended and pauses as the policy says before the
+    /// next connect; `Some` when the worker stops instead.
+    async fn after_session(
+        &mut self,
+        end: SessionEnd,
+        failures: u32,
+    ) -> Option<Result<WorkerExit, WorkerError>> {
+        match end {
+            SessionEnd::Refused { code, message } => {
+                self.emit(EventKind::Stopped {
+                    reason: format!("handshake refused: {message}"),
+                });
+                return Some(Err(WorkerError::Refused { code, message }));
+            }
+            SessionEnd::WrongNetwork { offered } => {
+                let error = WorkerError::WrongNetwork {
+                    expected: self.config.network.clone(),
+                    offered,
+                };
+                self.emit(EventKind::Stopped {
+                    reason: error.to_string(),
+                });
+                return Some(Err(error));
+            }
+            SessionEnd::Crashed { restart_after_ms } => {
+                self.emit(EventKind::Disconnected {
+                    reason: "crash".into(),
+                });
+                self.pause(restart_after_ms, "crash restart").await;
+            }
+            SessionEnd::Disconnected | SessionEnd::PeerClosed(_) => {
+                let reason = match end {
+                    SessionEnd::PeerClosed(reason) => reason,
+                    _ => "scripted disconnect".into(),
+                };
+                self.emit(EventKind::Disconnected { reason });
+                if let Some(exit) = self.gave_up(failures) {
+                    return Some(Ok(exit));
                 }
-                SessionEnd::WrongNetwork { offered } => {
-                    let error = WorkerError::WrongNetwork {
-                        expected: self.config.network.clone(),
-                        offered,
-                    };
-                    self.emit(EventKind::Stopped {
-                        reason: error.to_string(),
-                    });
-                    return Err(error);
-                }
-                SessionEnd::Crashed { restart_after_ms } => {
-                    self.emit(EventKind::Disconnected {
-                        reason: "crash".into(),
-                    });
-                    self.pause(restart_after_ms, "crash restart").await;
-                }
-                SessionEnd::Disconnected | SessionEnd::PeerClosed(_) => {
-                    let reason = match end {
-                        SessionEnd::PeerClosed(reason) => reason,
-                        _ => "scripted disconnect".into(),
-                    };
-                    self.emit(EventKind::Disconnected { reason });
-                    if let Some(exit) = self.gave_up(failures) {
-                        return Ok(exit);
-                    }
-                    if self.config.reconnect.enabled {
-                        let ms = self.backoff_ms(failures);
-                        self.pause(ms, "reconnect backoff").await;
-                    }
+                if self.config.reconnect.enabled {
+                    let ms = self.backoff_ms(failures);
+                    self.pause(ms, "reconnect backoff").await;
                 }
             }
         }
+        None
     }
 
     fn gave_up(&self, failures: u32) -> Option<WorkerExit> {
@@ -541,18 +554,7 @@ impl Worker {
         let job_id = assignment.job_id;
         let fault = self.config.faults.pick(index, &mut self.fault_rng);
 
-        let refusal = if in_flight.contains_key(&job_id) {
-            Some("job already in progress")
-        } else if in_flight.len() >= self.config.slots as usize {
-            Some("no free slot")
-        } else if !self.config.capabilities.contains(&assignment.job_type) {
-            Some("job type not offered by this worker")
-        } else if assignment.payload.job_type() != assignment.job_type {
-            Some("job_type does not match the payload")
-        } else {
-            None
-        };
-        if let Some(reason) = refusal {
+        if let Some(reason) = self.refusal(&assignment, in_flight) {
             let reason = reason.to_owned();
             return self
                 .send_frame(t, &WorkerFrame::Reject { job_id, reason })
@@ -587,32 +589,63 @@ impl Worker {
         }
 
         self.send_frame(t, &WorkerFrame::Accept { job_id }).await?;
-        let mut latency_ms = self.config.latency.sample_ms(&mut self.latency_rng);
-        let completion: Option<BoxFuture<Completion>> = match &fault {
-            Some(JobFault::Silent) => None,
-            Some(JobFault::Disconnect) => Some(Box::pin(async { Completion::Disconnect })),
+        // Drawn for every job accepted here, whatever its fault: a seed's
+        // later latencies depend on this draw order.
+        let latency_ms = self.config.latency.sample_ms(&mut self.latency_rng);
+        if let Some(work) = self.work(fault.as_ref(), &assignment, latency_ms) {
+            pending.push(work);
+        }
+        in_flight.insert(job_id, InFlight { fault, assignment });
+        Ok(())
+    }
+
+    /// Why this worker cannot take `assignment` now, if it cannot.
+    fn refusal(
+        &self,
+        assignment: &Assignment,
+        in_flight: &BTreeMap<Uuid, InFlight>,
+    ) -> Option<&'static str> {
+        if in_flight.contains_key(&assignment.job_id) {
+            Some("job already in progress")
+        } else if in_flight.len() >= self.config.slots as usize {
+            Some("no free slot")
+        } else if !self.config.capabilities.contains(&assignment.job_type) {
+            Some("job type not offered by this worker")
+        } else if assignment.payload.job_type() != assignment.job_type {
+            Some("job_type does not match the payload")
+        } else {
+            None
+        }
+    }
+
+    /// The job's end as `fault` shapes it, due `latency_ms` after acceptance
+    /// (plus a slow fault's extra); `None` for a job that never ends.
+    fn work(
+        &self,
+        fault: Option<&JobFault>,
+        assignment: &Assignment,
+        mut latency_ms: u64,
+    ) -> Option<BoxFuture<(Uuid, Completion)>> {
+        let completion: BoxFuture<Completion> = match fault {
+            Some(JobFault::Silent) => return None,
+            Some(JobFault::Disconnect) => Box::pin(async { Completion::Disconnect }),
             Some(JobFault::Crash { restart_after_ms }) => {
                 let restart_after_ms = *restart_after_ms;
-                Some(Box::pin(
-                    async move { Completion::Crash { restart_after_ms } },
-                ))
+                Box::pin(async move { Completion::Crash { restart_after_ms } })
             }
             other => {
                 if let Some(JobFault::Slow { extra_ms }) = other {
                     latency_ms += extra_ms;
                 }
                 let work = self.backend.execute(&assignment.payload);
-                Some(Box::pin(async move { Completion::Output(work.await) }))
+                Box::pin(async move { Completion::Output(work.await) })
             }
         };
-        if let Some(completion) = completion {
-            pending.push(Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-                (job_id, completion.await)
-            }));
-        }
-        in_flight.insert(job_id, InFlight { fault, assignment });
-        Ok(())
+        let job_id = assignment.job_id;
+        Some(Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+            (job_id, completion.await)
+        }))
     }
 
     async fn on_completion<T: FrameConnection>(

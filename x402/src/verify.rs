@@ -8,7 +8,9 @@
 
 use crate::challenge::PaymentOffer;
 use crate::decode::DecodedPayment;
-use crate::evm::{recover_address, Address, Bytes32, TransferWithAuthorization, U256};
+use crate::evm::{
+    recover_address, Address, Bytes32, Eip712Domain, TransferWithAuthorization, U256,
+};
 use crate::reason::Reason;
 use crate::replay::NonceKey;
 use crate::wire::{ExactEvmPayload, X402Version, SCHEME_EXACT};
@@ -45,11 +47,41 @@ impl VerifiedPayment {
 }
 
 /// Checks `payment` against `offer` at `now_seconds` (Unix seconds).
+///
+/// The checks run in a fixed order (offer, then signature, then terms) so
+/// that a payment wrong in several ways is always refused for the same
+/// [`Reason`].
 pub fn verify_exact_evm(
     offer: &PaymentOffer,
     payment: &DecodedPayment,
     now_seconds: u64,
 ) -> Result<VerifiedPayment, Reason> {
+    let config = &offer.config;
+    let (chain_id, domain) = check_offer(offer, payment)?;
+    let (auth, signature) = parse_authorization(payment)?;
+    if recover_address(&auth.digest(&domain), &signature) != Some(auth.from) {
+        return Err(Reason::Signature);
+    }
+    let (valid_after, valid_before) = check_terms(offer, payment.version, &auth, now_seconds)?;
+    Ok(VerifiedPayment {
+        version: payment.version,
+        chain_id,
+        asset: config.asset,
+        from: auth.from,
+        to: auth.to,
+        value: auth.value,
+        nonce: auth.nonce,
+        valid_after,
+        valid_before,
+    })
+}
+
+/// The payment names our scheme, our network and (v2) our asset: the chain
+/// id and EIP-712 domain it must be signed under.
+fn check_offer<'a>(
+    offer: &'a PaymentOffer,
+    payment: &DecodedPayment,
+) -> Result<(u64, Eip712Domain<'a>), Reason> {
     let config = &offer.config;
     if payment.scheme != SCHEME_EXACT {
         return Err(Reason::InvalidScheme);
@@ -68,7 +100,13 @@ pub fn verify_exact_evm(
             return Err(Reason::InvalidPaymentRequirements);
         }
     }
+    Ok((chain_id, domain))
+}
 
+/// The EIP-3009 authorization and its signature, every field parsed.
+fn parse_authorization(
+    payment: &DecodedPayment,
+) -> Result<(TransferWithAuthorization, String), Reason> {
     let p: ExactEvmPayload =
         serde_json::from_value(payment.payload.clone()).map_err(|_| Reason::InvalidPayload)?;
     let a = &p.authorization;
@@ -81,16 +119,22 @@ pub fn verify_exact_evm(
         valid_before: a.valid_before.parse().map_err(bad)?,
         nonce: a.nonce.parse().map_err(bad)?,
     };
+    Ok((auth, p.signature))
+}
 
-    let digest = auth.digest(&domain);
-    if recover_address(&digest, &p.signature) != Some(auth.from) {
-        return Err(Reason::Signature);
-    }
-    if auth.to != config.pay_to {
+/// The signed terms pay us the price and are valid at `now_seconds` (with
+/// [`VALID_BEFORE_MARGIN_SECONDS`] left): `(valid_after, valid_before)`.
+fn check_terms(
+    offer: &PaymentOffer,
+    version: X402Version,
+    auth: &TransferWithAuthorization,
+    now_seconds: u64,
+) -> Result<(u64, u64), Reason> {
+    if auth.to != offer.config.pay_to {
         return Err(Reason::RecipientMismatch);
     }
     let price = U256::from_u64(offer.price.micros());
-    let value_ok = match payment.version {
+    let value_ok = match version {
         // v2 `exact` means exact; v1 only had a maximum the server required.
         X402Version::V2 => auth.value == price,
         X402Version::V1 => auth.value >= price,
@@ -106,15 +150,5 @@ pub fn verify_exact_evm(
     if now_seconds > valid_before.saturating_sub(VALID_BEFORE_MARGIN_SECONDS) {
         return Err(Reason::ValidBefore);
     }
-    Ok(VerifiedPayment {
-        version: payment.version,
-        chain_id,
-        asset: config.asset,
-        from: auth.from,
-        to: auth.to,
-        value: auth.value,
-        nonce: auth.nonce,
-        valid_after,
-        valid_before,
-    })
+    Ok((valid_after, valid_before))
 }

@@ -445,6 +445,10 @@ pub(crate) enum ErrorKind {
     Server,
 }
 
+/// An answer and what the call record keeps of it: the status and the
+/// fault that shaped it (if one did).
+type Answer<'f> = (u16, Option<&'f StubFault>, Response);
+
 /// The call flow shared by both providers.
 pub(crate) async fn handle_call<D: Dialect>(
     state: Arc<StubState>,
@@ -452,19 +456,7 @@ pub(crate) async fn handle_call<D: Dialect>(
     headers: HeaderMap,
     body: &[u8],
 ) -> Response {
-    let (index, fault) = {
-        let calls = state.calls.lock().expect("stub calls poisoned");
-        let index = calls.len() as u64;
-        let scripted = state.scripted.lock().expect("stub script poisoned");
-        let fault = scripted.get(&index).cloned().or_else(|| {
-            state
-                .default_fault
-                .lock()
-                .expect("stub fault poisoned")
-                .clone()
-        });
-        (index, fault)
-    };
+    let (index, fault) = next_fault(&state);
     let at_ms = state.now_ms();
     let authorized = D::authorized(&headers, &state.api_key);
     let parsed = serde_json::from_slice::<serde_json::Value>(body)
@@ -488,34 +480,111 @@ pub(crate) async fn handle_call<D: Dialect>(
         calls.push(record.clone());
         calls.len() - 1
     };
-    let mut finish = |status: u16, fault: Option<&StubFault>, response: Response| {
-        record.status = status;
-        record.fault = fault.map(|f| f.name().to_owned());
-        state.calls.lock().expect("stub calls poisoned")[slot] = record.clone();
-        response
+    let (status, fired, response) = match admit::<D>(fault.as_ref(), authorized, &headers, parsed) {
+        Ok(request) => respond::<D>(&state, fault.as_ref(), &request).await,
+        Err(r) => (
+            r.status.as_u16(),
+            r.fault,
+            D::error(r.status, r.kind, &r.message),
+        ),
     };
+    record.status = status;
+    record.fault = fired.map(|f| f.name().to_owned());
+    state.calls.lock().expect("stub calls poisoned")[slot] = record;
+    response
+}
 
-    if fault == Some(StubFault::Unauthorized) || !authorized {
-        let response = D::error(
-            StatusCode::UNAUTHORIZED,
-            ErrorKind::Authentication,
-            "Incorrect API key provided.",
-        );
-        let fault = fault.as_ref().filter(|f| **f == StubFault::Unauthorized);
-        return finish(401, fault, response);
-    }
-    if let Some(problem) = D::header_problem(&headers) {
-        let response = D::error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, &problem);
-        return finish(400, None, response);
-    }
-    let request = match parsed {
-        Ok(r) => r,
-        Err(problem) => {
-            let response = D::error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, &problem);
-            return finish(400, None, response);
-        }
+/// The index of the call arriving now and the fault scripted for it (its
+/// own rule, else the default).
+fn next_fault(state: &StubState) -> (u64, Option<StubFault>) {
+    let calls = state.calls.lock().expect("stub calls poisoned");
+    let index = calls.len() as u64;
+    let scripted = state.scripted.lock().expect("stub script poisoned");
+    let fault = scripted.get(&index).cloned().or_else(|| {
+        state
+            .default_fault
+            .lock()
+            .expect("stub fault poisoned")
+            .clone()
+    });
+    (index, fault)
+}
+
+/// Why a call is not let in: the error to answer with and, for a scripted
+/// `unauthorized`, the fault.
+struct Refusal<'f> {
+    status: StatusCode,
+    kind: ErrorKind,
+    message: String,
+    fault: Option<&'f StubFault>,
+}
+
+/// The request, or the refusal of a call that is not let in: a scripted
+/// `unauthorized` fault or a wrong key (401), then a header problem or a
+/// body that is not a request (400).
+fn admit<'f, D: Dialect>(
+    fault: Option<&'f StubFault>,
+    authorized: bool,
+    headers: &HeaderMap,
+    parsed: Result<ChatRequest, String>,
+) -> Result<ChatRequest, Refusal<'f>> {
+    let bad_request = |message| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        kind: ErrorKind::InvalidRequest,
+        message,
+        fault: None,
     };
-    match &fault {
+    if fault == Some(&StubFault::Unauthorized) || !authorized {
+        return Err(Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            kind: ErrorKind::Authentication,
+            message: "Incorrect API key provided.".into(),
+            fault: fault.filter(|f| **f == StubFault::Unauthorized),
+        });
+    }
+    if let Some(problem) = D::header_problem(headers) {
+        return Err(bad_request(problem));
+    }
+    parsed.map_err(bad_request)
+}
+
+/// The answer to an admitted request: a scripted fault's, else the content,
+/// plain or streamed, cut short under `cut_stream`.
+async fn respond<'f, D: Dialect>(
+    state: &StubState,
+    fault: Option<&'f StubFault>,
+    request: &ChatRequest,
+) -> Answer<'f> {
+    if let Some(answer) = fault_answer::<D>(state, fault, request).await {
+        return answer;
+    }
+    let content = answer_for(&request.system, &request.last_user, request.max_tokens);
+    let cut = match fault {
+        Some(StubFault::CutStream { after_events }) => Some(*after_events),
+        _ => None,
+    };
+    let response = if request.stream.is_some() {
+        let events = D::stream_events(state, request, &content);
+        piecewise_response(SSE_CONTENT_TYPE, events, cut)
+    } else if cut.is_some() {
+        let body = D::success(state, request, &content).to_string();
+        piecewise_response("application/json", halves(body), Some(1))
+    } else {
+        // The plain answer stays byte-for-byte what it was before streaming.
+        let body = D::success(state, request, &content);
+        axum::Json(body).into_response()
+    };
+    (200, fault, response)
+}
+
+/// What a fault answers instead of the content; `None` for faults that
+/// answer normally (`slow` after its delay, `cut_stream` in [`respond`]).
+async fn fault_answer<'f, D: Dialect>(
+    state: &StubState,
+    fault: Option<&'f StubFault>,
+    request: &ChatRequest,
+) -> Option<Answer<'f>> {
+    match fault {
         Some(f @ StubFault::RateLimited { retry_after_s }) => {
             let mut response = D::error(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -529,7 +598,7 @@ pub(crate) async fn handle_call<D: Dialect>(
                     .parse()
                     .expect("digits are a header value"),
             );
-            return finish(429, Some(f), response);
+            Some((429, Some(f), response))
         }
         Some(f @ StubFault::ServerError) => {
             let response = D::error(
@@ -537,44 +606,28 @@ pub(crate) async fn handle_call<D: Dialect>(
                 ErrorKind::Server,
                 "The server had an error while processing your request.",
             );
-            return finish(500, Some(f), response);
+            Some((500, Some(f), response))
         }
         Some(f @ StubFault::MalformedJson) if request.stream.is_some() => {
-            let event = D::truncated_event(&state);
+            let event = D::truncated_event(state);
             let response = piecewise_response(SSE_CONTENT_TYPE, vec![event], None);
-            return finish(200, Some(f), response);
+            Some((200, Some(f), response))
         }
         Some(f @ StubFault::MalformedJson) => {
             let response = (
                 StatusCode::OK,
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
-                D::truncated(&state),
+                D::truncated(state),
             )
                 .into_response();
-            return finish(200, Some(f), response);
+            Some((200, Some(f), response))
         }
         Some(StubFault::Slow { delay_ms }) => {
             tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+            None
         }
-        Some(StubFault::Unauthorized | StubFault::CutStream { .. }) | None => {}
+        Some(StubFault::Unauthorized | StubFault::CutStream { .. }) | None => None,
     }
-    let content = answer_for(&request.system, &request.last_user, request.max_tokens);
-    let cut = match fault {
-        Some(StubFault::CutStream { after_events }) => Some(after_events),
-        _ => None,
-    };
-    let response = if request.stream.is_some() {
-        let events = D::stream_events(&state, &request, &content);
-        piecewise_response(SSE_CONTENT_TYPE, events, cut)
-    } else if cut.is_some() {
-        let body = D::success(&state, &request, &content).to_string();
-        piecewise_response("application/json", halves(body), Some(1))
-    } else {
-        // The plain answer stays byte-for-byte what it was before streaming.
-        let body = D::success(&state, &request, &content);
-        axum::Json(body).into_response()
-    };
-    finish(200, fault.as_ref(), response)
 }
 
 /// Text of a message `content`: a string, or an array of `{type:"text", text}` parts.
