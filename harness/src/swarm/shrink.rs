@@ -4,7 +4,7 @@
 //! budget is spent; every candidate is normalized (so it renders as a
 //! consistent scenario) and must keep an honest worker per instance.
 
-use super::world::{Event, WorldSpec};
+use super::spec::{Event, WorldSpec};
 
 /// How many candidate worlds one shrink may run at most.
 pub const RUNS_MAX: usize = 600;

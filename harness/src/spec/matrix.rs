@@ -26,7 +26,7 @@
 //! Each expanded step keeps the index of its table in
 //! [`Scenario::step_sources`], so `harness check` points at the table.
 
-use crate::scenario::{Action, Scenario, Step};
+use crate::spec::{Action, Scenario, Step};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -250,7 +250,7 @@ fn substitute(
 ) -> Result<toml::Value, String> {
     Ok(match value {
         toml::Value::String(s) => {
-            let rendered = crate::template::render(s, lookup, true)?;
+            let rendered = crate::expr::template::render(s, lookup, true)?;
             toml::Value::try_from(rendered).map_err(|e| e.to_string())?
         }
         toml::Value::Array(items) => toml::Value::Array(
@@ -262,7 +262,7 @@ fn substitute(
         toml::Value::Table(map) => toml::Value::Table(
             map.iter()
                 .map(|(k, v)| {
-                    let key = match crate::template::render(k, lookup, true)? {
+                    let key = match crate::expr::template::render(k, lookup, true)? {
                         Value::String(k) => k,
                         other => other.to_string(),
                     };

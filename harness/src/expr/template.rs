@@ -68,7 +68,7 @@ impl Expr {
                     }
                 },
                 '+' | '-' => {
-                    let ms = crate::scenario::parse_duration(word)
+                    let ms = crate::expr::duration::parse_duration(word)
                         .map_err(|e| format!("{{{{{text}}}}}: {e}"))?
                         .as_millis();
                     let ms = i64::try_from(ms).map_err(|_| format!("{{{{{text}}}}}: too long"))?;

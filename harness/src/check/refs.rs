@@ -4,13 +4,11 @@
 //! [`crate::check`] calls these; they report in the same `FILE:LINE` form.
 
 use crate::check::{check_variables, collect_strings, Problem};
-use crate::frames::FramePattern;
-use crate::scenario::{Action, Scenario, Step};
+use crate::spec::frames::FramePattern;
+use crate::spec::names::STUB_NAMES;
+use crate::spec::{Action, Scenario, Step};
 use serde_json::Value;
 use std::collections::BTreeSet;
-
-/// The stubs a scenario can name.
-pub const STUB_NAMES: [&str; 2] = ["provider_a", "provider_b"];
 
 /// The workers, stubs and the like a step names exist.
 pub fn check_step_refs(step: &Step, workers: &BTreeSet<String>, problem: &mut impl FnMut(String)) {
@@ -81,7 +79,7 @@ pub fn schema_problems(step: &Step) -> Vec<String> {
     let mut out: Vec<String> = step
         .capture
         .values()
-        .filter_map(|path| crate::matcher::path_problem(path))
+        .filter_map(|path| crate::expr::matcher::path_problem(path))
         .collect();
     let Some(keys) = answer_keys(step) else {
         return out;
@@ -235,7 +233,7 @@ fn check_pattern(
             problem(format!("{key}: {}", no_worker(name, workers)));
         }
     }
-    for p in crate::matcher::problems(&pattern.frame, &format!("{key}.frame $")) {
+    for p in crate::expr::matcher::problems(&pattern.frame, &format!("{key}.frame $")) {
         problem(p);
     }
     let mut strings = Vec::new();

@@ -15,14 +15,15 @@
 //! - a string that looks like a matcher (`any_…`) is one, since an unknown
 //!   one would silently compare as a literal.
 
-use crate::matcher;
-use crate::scenario::{Action, Scenario};
+pub mod background;
+pub mod refs;
+
+use crate::expr::matcher;
+use crate::spec::names::INSTANCE_NAMES;
+use crate::spec::{Action, Scenario};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::Path;
-
-/// The instance names the router and the harness know.
-pub const INSTANCE_NAMES: [&str; 2] = ["chain_a", "chain_b"];
 
 /// One mistake, at a line of the file (1-based; 0 when the whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +48,14 @@ pub fn check(path: &Path, text: &str, scenario: &Scenario) -> Vec<Problem> {
     check_file(path, scenario, &lines, &mut problems);
     let workers = check_workers(scenario, &lines, &mut problems);
     let defined = check_steps(scenario, &workers, &lines, &mut problems);
-    crate::check_v2::check(
+    crate::check::refs::check(
         scenario,
         &workers,
         &defined,
         &text_lines(text),
         &mut problems,
     );
-    crate::check_beside::check(scenario, &workers, &lines, &mut problems);
+    crate::check::background::check(scenario, &workers, &lines, &mut problems);
     problems.sort_by_key(|p| p.line);
     // Steps expanded from one `repeat`/`for_each` table share its line: say
     // each mistake once, for the first of them.
@@ -115,23 +116,13 @@ fn check_workers(
                 ),
             ));
         }
-        for name in worker_names(spec) {
+        for name in spec.names() {
             if !names.insert(name.clone()) {
                 problems.push(Problem::at(line, format!("two workers are named {name}")));
             }
         }
     }
     names
-}
-
-/// The names a worker declaration makes (`w`, or `w-0` ... with `count`).
-pub fn worker_names(spec: &crate::scenario::WorkerSpec) -> Vec<String> {
-    if spec.count == 1 {
-        return vec![spec.name.clone()];
-    }
-    (0..spec.count)
-        .map(|i| format!("{}-{i}", spec.name))
-        .collect()
 }
 
 pub(crate) fn declared(scenario: &Scenario) -> String {
@@ -183,7 +174,7 @@ fn check_steps(
                 ));
             }
         }
-        crate::check_v2::check_step_refs(step, workers, &mut problem);
+        crate::check::refs::check_step_refs(step, workers, &mut problem);
         let mut local = defined.clone();
         if matches!(step.action, Action::CommitMany(_)) {
             local.insert("i".into());
@@ -191,10 +182,10 @@ fn check_steps(
         for text in strings_of(step) {
             check_variables(&text, &local, &mut problem);
         }
-        crate::check_v2::schema_problems(step)
+        crate::check::refs::schema_problems(step)
             .into_iter()
             .for_each(&mut problem);
-        for (path, expected) in crate::check_v2::expected_values(step) {
+        for (path, expected) in crate::check::refs::expected_values(step) {
             for p in matcher::problems(&expected, &path) {
                 problem(p);
             }
@@ -216,7 +207,7 @@ pub(crate) fn check_variables(
     defined: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
-    match crate::template::expressions(text) {
+    match crate::expr::template::expressions(text) {
         Err(e) => problem(e),
         Ok(exprs) => {
             for e in exprs {
@@ -262,7 +253,7 @@ fn instance_of(action: &Action) -> Option<&str> {
 }
 
 /// Every string of a step that templates are rendered in.
-fn strings_of(step: &crate::scenario::Step) -> Vec<String> {
+fn strings_of(step: &crate::spec::Step) -> Vec<String> {
     let mut out = Vec::new();
     let mut add = |v: &Value| collect_strings(v, &mut out);
     match &step.action {

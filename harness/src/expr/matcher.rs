@@ -15,7 +15,7 @@
 //! matcher of the wrong shape.
 //!
 //! Templates: `{{name}}` in any string of a step is replaced by a captured
-//! value, through the filters of [`crate::template`].
+//! value, through the filters of [`crate::expr::template`].
 //! Captures: `$.a.b[0]` paths into a JSON answer.
 
 use serde_json::Value;
@@ -303,7 +303,7 @@ pub fn render(value: &Value, vars: &Vars) -> Result<Value, String> {
 }
 
 fn render_str_value(s: &str, vars: &Vars) -> Result<Value, String> {
-    crate::template::render(s, &|name| vars.get(name).cloned(), false)
+    crate::expr::template::render(s, &|name| vars.get(name).cloned(), false)
 }
 
 /// Replaces `{{name}}` (with its filters) inside a string; non-string

@@ -2,14 +2,12 @@
 //! `[[workloads]]`, `[[faults]]` and `wait_until = { workload }` steps.
 //! Each problem is reported at its table's line, in the scenario's words.
 
-use crate::check::{declared, listing, worker_names, Lines, Problem};
-use crate::fault::{FaultKind, FaultSpec, EVENTS_MAX};
-use crate::scenario::{Action, Scenario};
-use crate::workload::{WorkloadSpec, COMMITS_MAX, RATE_MAX};
+use crate::check::{declared, listing, Lines, Problem};
+use crate::spec::fault::{FaultKind, FaultSpec, EVENTS_MAX};
+use crate::spec::names::STUB_NAMES;
+use crate::spec::workload::{WorkloadSpec, COMMITS_MAX, RATE_MAX};
+use crate::spec::{Action, Scenario};
 use std::collections::BTreeSet;
-
-/// The hosted-provider stubs a fault can name.
-const STUBS: [&str; 2] = ["provider_a", "provider_b"];
 
 pub(crate) fn check(
     scenario: &Scenario,
@@ -169,7 +167,7 @@ fn check_fault(
                     problem(format!("no worker {w:?} (workers: {})", listing(workers)));
                 }
             }
-            if scenario.workers.iter().all(|w| worker_names(w).is_empty()) {
+            if scenario.workers.iter().all(|w| w.names().is_empty()) {
                 problem("the scenario has no worker to lose".into());
             }
         }
@@ -199,8 +197,11 @@ fn check_fault(
         }
         FaultKind::ProviderErrors => {
             if let Some(stub) = &spec.stub {
-                if !STUBS.contains(&stub.as_str()) {
-                    problem(format!("no stub {stub:?} (stubs: {})", STUBS.join(", ")));
+                if !STUB_NAMES.contains(&stub.as_str()) {
+                    problem(format!(
+                        "no stub {stub:?} (stubs: {})",
+                        STUB_NAMES.join(", ")
+                    ));
                 }
             }
         }
@@ -216,7 +217,7 @@ fn check_between(
     workloads: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
-    let is_host = |n: &str| scenario.instances.contains_key(n) || STUBS.contains(&n);
+    let is_host = |n: &str| scenario.instances.contains_key(n) || STUB_NAMES.contains(&n);
     let clients: BTreeSet<String> = scenario
         .steps
         .iter()
@@ -232,7 +233,7 @@ fn check_between(
     let hosts: Vec<&String> = between.iter().filter(|n| is_host(n)).collect();
     if hosts.len() != 1 {
         let mut instances: Vec<&str> = scenario.instances.keys().map(String::as_str).collect();
-        instances.extend(STUBS);
+        instances.extend(STUB_NAMES);
         problem(format!(
             "between = [{:?}, {:?}] needs exactly one host (an instance or a stub: {})",
             between[0],

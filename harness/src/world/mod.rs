@@ -12,8 +12,10 @@
 //! file order, stubs by name), so adding a draw in one component does not
 //! shift the others.
 
-use crate::scenario::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
-use crate::transcript::Transcript;
+pub mod frames;
+pub mod transcript;
+
+use crate::spec::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use coordinator::cluster::MemoryShared;
 use coordinator::config::Config;
 use coordinator::server::{self, Server, Settings};
@@ -29,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use testkit::{ProviderKind, ProviderStub, StubConfig};
 use tokio::task::JoinHandle;
+use transcript::Transcript;
 use worker_sim::{Worker, WorkerConfig};
 
 pub struct InstanceHandle {
@@ -108,7 +111,7 @@ impl SimWorker {
 pub struct World {
     pub transcript: Transcript,
     /// Every worker frame, as data (for frame assertions).
-    pub frames: crate::frames::FrameLog,
+    pub frames: frames::FrameLog,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,
@@ -123,8 +126,6 @@ pub struct World {
     pub payer_rng: ChaCha20Rng,
     epoch_ms: i64,
     worker_clock: worker_sim::SharedClock,
-    /// Workloads and fault injectors running beside the steps.
-    pub beside: crate::beside::Beside,
 }
 
 /// `chain_a` -> `chain-a.sim`, its host name on the simulated network.
@@ -559,8 +560,8 @@ impl World {
                 transcript.log(&event.worker, event.kind.summary());
             }
             let (direction, frame) = match &event.kind {
-                EventKind::FrameIn { frame } => (crate::frames::Direction::Received, frame),
-                EventKind::FrameOut { frame } => (crate::frames::Direction::Sent, frame),
+                EventKind::FrameIn { frame } => (crate::spec::frames::Direction::Received, frame),
+                EventKind::FrameOut { frame } => (crate::spec::frames::Direction::Sent, frame),
                 _ => return,
             };
             frames.record(&event.worker, direction, frame, transcript.len());
@@ -1074,7 +1075,7 @@ fn assemble(
     let router = ComputeRouter::with_transport(router_config, traced);
     let world = World {
         transcript,
-        frames: crate::frames::FrameLog::default(),
+        frames: frames::FrameLog::default(),
         http,
         net: None,
         idle_sockets: Vec::new(),
@@ -1086,7 +1087,6 @@ fn assemble(
         payer_rng,
         epoch_ms,
         worker_clock,
-        beside: Default::default(),
     };
     Ok(world)
 }
@@ -1097,7 +1097,7 @@ pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efca
 /// A payment gate on USDC (Base Sepolia contract and domain) for `network`,
 /// settling locally or through the scripted in-process facilitator `stub`.
 fn payment_settings(
-    spec: &crate::scenario::PaymentSpec,
+    spec: &crate::spec::PaymentSpec,
     network: &str,
     stub: Option<&testkit::FacilitatorStub>,
 ) -> Result<(x402::PaymentConfig, Arc<dyn x402::Settler>), String> {
