@@ -261,31 +261,30 @@ async fn run_steps(
     // Let in-flight frames land and stores commit before the end-of-run checks.
     tokio::time::sleep(Duration::from_millis(1)).await;
     world.settle().await;
+    (scenario.steps.len(), judge(scenario, world, &vars))
+}
+
+/// The end-of-run checks: invariants (safety, the cores, liveness), then
+/// the temporal properties.
+fn judge(scenario: &Scenario, world: &World, vars: &Vars) -> Outcome {
     let checked = invariants::check(scenario, world).and_then(|()| {
-        crate::verify::temporal::check(&scenario.temporal, world, &vars).map_err(Failure::other)
+        crate::verify::temporal::check(&scenario.temporal, world, vars).map_err(Failure::other)
     });
-    match checked {
-        Ok(()) => {
-            world.transcript.log("harness", "invariants hold");
-            (scenario.steps.len(), Outcome::Passed)
-        }
-        Err(Failure { broken, message }) => {
-            world
-                .transcript
-                .log("harness", format!("FAILED invariant: {message}"));
-            let history = invariants::job_history(&message, &world.transcript.lines());
-            let message = if history.is_empty() {
-                message
-            } else {
-                format!(
-                    "{message}\n  the job's history:\n    {}",
-                    history.join("\n    ")
-                )
-            };
-            (
-                scenario.steps.len(),
-                Outcome::InvariantBroken { message, broken },
-            )
-        }
-    }
+    let Err(Failure { broken, message }) = checked else {
+        world.transcript.log("harness", "invariants hold");
+        return Outcome::Passed;
+    };
+    world
+        .transcript
+        .log("harness", format!("FAILED invariant: {message}"));
+    let history = invariants::job_history(&message, &world.transcript.lines());
+    let message = if history.is_empty() {
+        message
+    } else {
+        format!(
+            "{message}\n  the job's history:\n    {}",
+            history.join("\n    ")
+        )
+    };
+    Outcome::InvariantBroken { message, broken }
 }

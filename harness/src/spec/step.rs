@@ -1,6 +1,7 @@
 //! One step of a scenario: exactly one action (named by its keyword, from
-//! the ONE table [`ActionKey`]), then optional expectations and captures.
+//! the one keyword table below), then optional expectations and captures.
 
+use super::frames::{ExpectCalls, ExpectFrames, SendFrame};
 use super::*;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -20,142 +21,97 @@ pub struct Step {
     pub each: Option<crate::spec::matrix::Each>,
 }
 
-#[derive(Debug, Clone)]
-pub enum Action {
-    Http(HttpCall),
-    Router(RouterCall),
-    Advance(SimDuration),
-    WaitUntil(WaitUntil),
-    Worker(Control<WorkerAction>),
-    Instance(InstanceControl),
-    Stub(StubControl),
-    CommitMany(CommitMany),
-    Facilitator(FacilitatorControl),
-    Sockets(Sockets),
-    ExpectFrames(crate::spec::frames::ExpectFrames),
-    ExpectCalls(crate::spec::frames::ExpectCalls),
-    SendFrame(crate::spec::frames::SendFrame),
-    /// Steps run in order, repeated together (version 2); expanded at load.
-    Group(Vec<Step>),
-    /// `wait_until = { workload }` (version 2).
-    WaitWorkload(WaitWorkload),
+/// Builds the step actions from [`actions!`]'s one table: the `Action`
+/// enum, its keyword enum `ActionKey`, the keys a step table may hold, and
+/// what each action is (answers, simulation only) and how it is read.
+macro_rules! actions {
+    ($(
+        $(#[$meta:meta])*
+        $variant:ident($arg:ty) => $key:literal, answers: $answers:literal, simulation_only: $sim:literal;
+    )+) => {
+        #[derive(Debug, Clone)]
+        pub enum Action {
+            $($(#[$meta])* $variant($arg),)+
+            /// `wait_until = { workload }` (version 2): read under the
+            /// `wait_until` keyword (see [`WaitSpec`]).
+            WaitWorkload(WaitWorkload),
+        }
+
+        choice!(
+            /// The key that names an action in a step table.
+            ActionKey { $($variant => $key),+ }
+        );
+
+        /// Every key a step table may hold: `name`, the actions, `expect`,
+        /// `capture`, `repeat`, `for_each`.
+        pub(crate) const STEP_KEYS: &[&str] =
+            &["name", $($key,)+ "expect", "capture", "repeat", "for_each"];
+
+        impl Action {
+            pub fn key(&self) -> ActionKey {
+                match self {
+                    $(Action::$variant(_) => ActionKey::$variant,)+
+                    Action::WaitWorkload(_) => ActionKey::WaitUntil,
+                }
+            }
+
+            /// Whether the action gives an answer that `expect` and `capture` read.
+            pub fn answers(&self) -> bool {
+                match self {
+                    $(Action::$variant(_) => $answers,)+
+                    Action::WaitWorkload(_) => true,
+                }
+            }
+
+            /// Whether the action advances simulated time, injects a fault or
+            /// looks inside the simulation, which a live run cannot do.
+            pub fn simulation_only(&self) -> bool {
+                match self {
+                    $(Action::$variant(_) => $sim,)+
+                    Action::WaitWorkload(_) => false,
+                }
+            }
+
+            /// Reads the value of the action `key` names from the step table.
+            fn next_value<'de, A: MapAccess<'de>>(
+                key: ActionKey,
+                map: &mut A,
+            ) -> Result<Self, A::Error> {
+                if key == ActionKey::WaitUntil {
+                    // A job and a status, or a workload: two actions, one keyword.
+                    return map
+                        .next_value::<WaitSpec>()?
+                        .into_action()
+                        .map_err(de::Error::custom);
+                }
+                Ok(match key {
+                    $(ActionKey::$variant => Action::$variant(map.next_value()?),)+
+                })
+            }
+        }
+    };
 }
 
-choice!(
-    /// The key that names an action in a step table.
-    ActionKey {
-        Http => "http",
-        Router => "router",
-        Advance => "advance",
-        WaitUntil => "wait_until",
-        Worker => "worker",
-        Instance => "instance",
-        Stub => "stub",
-        CommitMany => "commit_many",
-        Facilitator => "facilitator",
-        Sockets => "sockets",
-        ExpectFrames => "expect_frames",
-        ExpectCalls => "expect_calls",
-        SendFrame => "send_frame",
-        Group => "group",
-    }
-);
-
-/// Every key a step table may hold: `name`, the actions, `expect`, `capture`.
-pub(crate) const STEP_KEYS: &[&str] = &[
-    "name",
-    "http",
-    "router",
-    "advance",
-    "wait_until",
-    "worker",
-    "instance",
-    "stub",
-    "commit_many",
-    "facilitator",
-    "sockets",
-    "expect_frames",
-    "expect_calls",
-    "send_frame",
-    "group",
-    "expect",
-    "capture",
-    "repeat",
-    "for_each",
-];
-
-impl Action {
-    pub fn key(&self) -> ActionKey {
-        match self {
-            Action::Http(_) => ActionKey::Http,
-            Action::Router(_) => ActionKey::Router,
-            Action::Advance(_) => ActionKey::Advance,
-            Action::WaitUntil(_) | Action::WaitWorkload(_) => ActionKey::WaitUntil,
-            Action::Worker(_) => ActionKey::Worker,
-            Action::Instance(_) => ActionKey::Instance,
-            Action::Stub(_) => ActionKey::Stub,
-            Action::CommitMany(_) => ActionKey::CommitMany,
-            Action::Facilitator(_) => ActionKey::Facilitator,
-            Action::Sockets(_) => ActionKey::Sockets,
-            Action::ExpectFrames(_) => ActionKey::ExpectFrames,
-            Action::ExpectCalls(_) => ActionKey::ExpectCalls,
-            Action::SendFrame(_) => ActionKey::SendFrame,
-            Action::Group(_) => ActionKey::Group,
-        }
-    }
-
-    /// Whether the action gives an answer that `expect` and `capture` read.
-    pub fn answers(&self) -> bool {
-        matches!(
-            self,
-            Action::Http(_)
-                | Action::Router(_)
-                | Action::WaitUntil(_)
-                | Action::WaitWorkload(_)
-                | Action::CommitMany(_)
-                | Action::Sockets(_)
-        )
-    }
-
-    /// Whether the action advances simulated time or injects a fault, which
-    /// a live run cannot do.
-    pub fn simulation_only(&self) -> bool {
-        matches!(
-            self,
-            Action::Advance(_)
-                | Action::Worker(_)
-                | Action::Instance(_)
-                | Action::Stub(_)
-                | Action::Facilitator(_)
-                | Action::Sockets(_)
-                | Action::ExpectFrames(_)
-                | Action::ExpectCalls(_)
-                | Action::SendFrame(_)
-        )
-    }
-
-    /// Reads the value of the action `key` names from the step table.
-    fn next_value<'de, A: MapAccess<'de>>(key: ActionKey, map: &mut A) -> Result<Self, A::Error> {
-        Ok(match key {
-            ActionKey::Http => Action::Http(map.next_value()?),
-            ActionKey::Router => Action::Router(map.next_value()?),
-            ActionKey::Advance => Action::Advance(map.next_value()?),
-            ActionKey::WaitUntil => map
-                .next_value::<WaitSpec>()?
-                .into_action()
-                .map_err(de::Error::custom)?,
-            ActionKey::Worker => Action::Worker(map.next_value()?),
-            ActionKey::Instance => Action::Instance(map.next_value()?),
-            ActionKey::Stub => Action::Stub(map.next_value()?),
-            ActionKey::CommitMany => Action::CommitMany(map.next_value()?),
-            ActionKey::Facilitator => Action::Facilitator(map.next_value()?),
-            ActionKey::Sockets => Action::Sockets(map.next_value()?),
-            ActionKey::ExpectFrames => Action::ExpectFrames(map.next_value()?),
-            ActionKey::ExpectCalls => Action::ExpectCalls(map.next_value()?),
-            ActionKey::SendFrame => Action::SendFrame(map.next_value()?),
-            ActionKey::Group => Action::Group(map.next_value()?),
-        })
-    }
+// THE keyword table of step actions: one row per keyword, in the order the
+// load errors list them. A new keyword is a row here, its arguments in
+// `calls.rs`, its `run_*` in `run/steps.rs` and its references in
+// `check/refs.rs`.
+actions! {
+    Http(HttpCall) => "http", answers: true, simulation_only: false;
+    Router(RouterCall) => "router", answers: true, simulation_only: false;
+    Advance(SimDuration) => "advance", answers: false, simulation_only: true;
+    WaitUntil(WaitUntil) => "wait_until", answers: true, simulation_only: false;
+    Worker(Control<WorkerAction>) => "worker", answers: false, simulation_only: true;
+    Instance(InstanceControl) => "instance", answers: false, simulation_only: true;
+    Stub(StubControl) => "stub", answers: false, simulation_only: true;
+    CommitMany(CommitMany) => "commit_many", answers: true, simulation_only: false;
+    Facilitator(FacilitatorControl) => "facilitator", answers: false, simulation_only: true;
+    Sockets(Sockets) => "sockets", answers: true, simulation_only: true;
+    ExpectFrames(ExpectFrames) => "expect_frames", answers: false, simulation_only: true;
+    ExpectCalls(ExpectCalls) => "expect_calls", answers: false, simulation_only: true;
+    SendFrame(SendFrame) => "send_frame", answers: false, simulation_only: true;
+    /// Steps run in order, repeated together (version 2); expanded at load.
+    Group(Vec<Step>) => "group", answers: false, simulation_only: false;
 }
 
 fn exactly_one_action(has: &str) -> String {
