@@ -118,47 +118,7 @@ fn check_fault(
     workloads: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
-    let (needs, may) = spec.kind.keys();
-    let set = spec.keys_set();
-    let missing: Vec<&str> = needs
-        .iter()
-        .filter(|k| !set.contains(k))
-        .filter(|k| !(spec.kind == FaultKind::Reboot && **k == "at"))
-        .copied()
-        .collect();
-    if !missing.is_empty() {
-        problem(format!("needs {}", missing.join(", ")));
-    }
-    for key in &set {
-        if !needs.contains(key) && !may.contains(key) {
-            let mut takes: Vec<&str> = needs.to_vec();
-            takes.extend(may);
-            problem(format!(
-                "takes no {key} (a {} fault takes {})",
-                spec.kind,
-                takes.join(", ")
-            ));
-        }
-    }
-    if let Some([from, to]) = &spec.window {
-        if from.duration >= to.duration {
-            problem(format!(
-                "window = [{:?}, {:?}] ends before it starts",
-                from.text, to.text
-            ));
-        }
-    }
-    for (key, d) in [
-        ("every", &spec.every),
-        ("delay", &spec.delay),
-        ("for", &spec.lasting),
-    ] {
-        if let Some(d) = d {
-            if d.duration.is_zero() && !(key == "for" && spec.kind == FaultKind::Reboot) {
-                problem(format!("{key} = {:?} is no time", d.text));
-            }
-        }
-    }
+    check_fault_keys(spec, problem);
     match spec.kind {
         FaultKind::Attrition => {
             let groups: BTreeSet<&str> = scenario.workers.iter().map(|w| w.name.as_str()).collect();
@@ -203,6 +163,51 @@ fn check_fault(
                         STUB_NAMES.join(", ")
                     ));
                 }
+            }
+        }
+    }
+}
+
+/// The keys a fault of its kind needs and takes, and its times.
+fn check_fault_keys(spec: &FaultSpec, problem: &mut impl FnMut(String)) {
+    let (needs, may) = spec.kind.keys();
+    let set = spec.keys_set();
+    let missing: Vec<&str> = needs
+        .iter()
+        .filter(|k| !set.contains(k))
+        .filter(|k| !(spec.kind == FaultKind::Reboot && **k == "at"))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        problem(format!("needs {}", missing.join(", ")));
+    }
+    for key in &set {
+        if !needs.contains(key) && !may.contains(key) {
+            let mut takes: Vec<&str> = needs.to_vec();
+            takes.extend(may);
+            problem(format!(
+                "takes no {key} (a {} fault takes {})",
+                spec.kind,
+                takes.join(", ")
+            ));
+        }
+    }
+    if let Some([from, to]) = &spec.window {
+        if from.duration >= to.duration {
+            problem(format!(
+                "window = [{:?}, {:?}] ends before it starts",
+                from.text, to.text
+            ));
+        }
+    }
+    for (key, d) in [
+        ("every", &spec.every),
+        ("delay", &spec.delay),
+        ("for", &spec.lasting),
+    ] {
+        if let Some(d) = d {
+            if d.duration.is_zero() && !(key == "for" && spec.kind == FaultKind::Reboot) {
+                problem(format!("{key} = {:?} is no time", d.text));
             }
         }
     }

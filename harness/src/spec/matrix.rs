@@ -149,35 +149,7 @@ pub fn expand(text: &str, scenario: &mut Scenario) -> Result<(), String> {
             .each
             .as_ref()
             .map_or_else(|| vec![BTreeMap::new()], Each::cases);
-        let members: Vec<toml::Table> = match table.remove("group") {
-            Some(toml::Value::Array(items)) => items
-                .into_iter()
-                .map(|t| match t {
-                    toml::Value::Table(t) => Ok(t),
-                    _ => Err("group: not an array of tables".to_owned()),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err("group: not an array of tables".into()),
-            None => vec![table.clone()],
-        };
-        if let Action::Group(inner) = &typed.action {
-            if table.keys().any(|k| k != "name") {
-                return Err(format!(
-                    "step {}: a group step holds only name, repeat or for_each beside group",
-                    source + 1
-                ));
-            }
-            if let Some(s) = inner
-                .iter()
-                .find(|s| s.each.is_some() || matches!(s.action, Action::Group(_)))
-            {
-                let name = s.name.clone().unwrap_or_default();
-                return Err(format!(
-                    "step {} group member {name:?}: groups do not nest; repeat the outer step",
-                    source + 1
-                ));
-            }
-        }
+        let members = group_members(source, &mut table, typed)?;
         for case in &cases {
             for member in &members {
                 let lookup = |name: &str| case.get(name).cloned();
@@ -199,6 +171,45 @@ pub fn expand(text: &str, scenario: &mut Scenario) -> Result<(), String> {
     scenario.steps = steps;
     scenario.step_sources = sources;
     Ok(())
+}
+
+/// The tables one `[[steps]]` table runs per case: its `group`'s members,
+/// or itself.
+fn group_members(
+    source: usize,
+    table: &mut toml::Table,
+    typed: &Step,
+) -> Result<Vec<toml::Table>, String> {
+    let members: Vec<toml::Table> = match table.remove("group") {
+        Some(toml::Value::Array(items)) => items
+            .into_iter()
+            .map(|t| match t {
+                toml::Value::Table(t) => Ok(t),
+                _ => Err("group: not an array of tables".to_owned()),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("group: not an array of tables".into()),
+        None => vec![table.clone()],
+    };
+    if let Action::Group(inner) = &typed.action {
+        if table.keys().any(|k| k != "name") {
+            return Err(format!(
+                "step {}: a group step holds only name, repeat or for_each beside group",
+                source + 1
+            ));
+        }
+        if let Some(s) = inner
+            .iter()
+            .find(|s| s.each.is_some() || matches!(s.action, Action::Group(_)))
+        {
+            let name = s.name.clone().unwrap_or_default();
+            return Err(format!(
+                "step {} group member {name:?}: groups do not nest; repeat the outer step",
+                source + 1
+            ));
+        }
+    }
+    Ok(members)
 }
 
 /// The first version-2 feature a scenario uses, by its key.

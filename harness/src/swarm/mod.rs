@@ -122,6 +122,26 @@ pub fn classify(scenario: &Scenario, outcome: &Outcome) -> Option<(String, Strin
     Some((key, outcome.failure().unwrap_or_default()))
 }
 
+/// Transcript text that marks a coverage key.
+const MARKERS: &[(&str, &str)] = &[
+    (
+        "crashed at its armed store write",
+        "fault crash_after_write",
+    ),
+    ("pays with", "payment signed"),
+    ("replay the last payment", "fault payment_replay"),
+    ("\"type\":\"assign\"", "check assignments"),
+    (
+        "\"privacy_class\":\"PRIVATE\",\"payment_ref",
+        "check private_assignments",
+    ),
+    ("\"type\":\"result_accepted\"", "check results_accepted"),
+    ("< 201 {\"job_id\"", "check jobs_acknowledged"),
+    ("\"status\":\"completed\"}", "check completed_polls"),
+    ("router >", "router call"),
+    (": crash", "fault reboot"),
+];
+
 /// What the run exercised, counted from its transcript: each fault kind
 /// that fired and each safety property's observations.
 pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
@@ -133,25 +153,7 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
             let kind = &text[at + 9..];
             add(format!("fault {}", kind.split('"').next().unwrap_or("")));
         }
-        let markers: &[(&str, &str)] = &[
-            (
-                "crashed at its armed store write",
-                "fault crash_after_write",
-            ),
-            ("pays with", "payment signed"),
-            ("replay the last payment", "fault payment_replay"),
-            ("\"type\":\"assign\"", "check assignments"),
-            (
-                "\"privacy_class\":\"PRIVATE\",\"payment_ref",
-                "check private_assignments",
-            ),
-            ("\"type\":\"result_accepted\"", "check results_accepted"),
-            ("< 201 {\"job_id\"", "check jobs_acknowledged"),
-            ("\"status\":\"completed\"}", "check completed_polls"),
-            ("router >", "router call"),
-            (": crash", "fault reboot"),
-        ];
-        for (needle, key) in markers {
+        for (needle, key) in MARKERS {
             if text.contains(needle) {
                 add((*key).to_owned());
             }

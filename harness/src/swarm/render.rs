@@ -211,39 +211,8 @@ fn commit_body(c: &Commit) -> String {
 
 fn render_event(w: &mut String, event: &Event) {
     let _ = match event {
-        Event::Commit(c) => {
-            let pay = match c.pay {
-                None => String::new(),
-                Some("none") => ", pay = {}".into(),
-                Some(alter) => format!(", pay = {{ alter = {alter:?} }}"),
-            };
-            writeln!(
-                w,
-                "\n[[steps]]\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}{pay} }}",
-                c.instance,
-                node_key(c.node),
-                c.tier,
-                commit_body(c)
-            )
-        }
-        Event::Replay { instance, node, index } => {
-            let c = Commit {
-                instance,
-                tier: "cheap",
-                job_type: "TASK",
-                user: "replayer".into(),
-                private: false,
-                pay: None,
-                index: *index,
-                node: *node,
-            };
-            writeln!(
-                w,
-                "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}{}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
-                node_key(*node),
-                commit_body(&c)
-            )
-        }
+        Event::Commit(c) => render_commit(w, c),
+        Event::Replay { instance, node, index } => render_replay(w, instance, *node, *index),
         Event::StopWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"stop\" }}"),
         Event::StartWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"start\" }}"),
         Event::Restart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"restart\" }}"),
@@ -284,6 +253,48 @@ fn render_event(w: &mut String, event: &Event) {
     };
 }
 
+/// A commit: an `http` POST to the commit endpoint of its tier.
+fn render_commit(w: &mut String, c: &Commit) -> std::fmt::Result {
+    let pay = match c.pay {
+        None => String::new(),
+        Some("none") => ", pay = {}".into(),
+        Some(alter) => format!(", pay = {{ alter = {alter:?} }}"),
+    };
+    writeln!(
+        w,
+        "\n[[steps]]\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}{pay} }}",
+        c.instance,
+        node_key(c.node),
+        c.tier,
+        commit_body(c)
+    )
+}
+
+/// A replay of the last payment header on a new commit.
+fn render_replay(
+    w: &mut String,
+    instance: &'static str,
+    node: u32,
+    index: u32,
+) -> std::fmt::Result {
+    let c = Commit {
+        instance,
+        tier: "cheap",
+        job_type: "TASK",
+        user: "replayer".into(),
+        private: false,
+        pay: None,
+        index,
+        node,
+    };
+    writeln!(
+        w,
+        "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}{}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
+        node_key(node),
+        commit_body(&c)
+    )
+}
+
 /// `, node = N` for an `http` step to node N > 0 (node 0 is the default).
 fn node_key(node: u32) -> String {
     match node {
@@ -304,6 +315,34 @@ fn provider_fault(fault: &str) -> String {
 /// heal), then enough simulated time for every job to end, then a few new
 /// jobs that must complete.
 fn render_heal(w: &mut String, world: &WorldSpec) {
+    render_heal_faults(w, world);
+    let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
+    if world.heal_commits == 0 {
+        return;
+    }
+    for i in &world.instances {
+        let honest = world
+            .workers
+            .iter()
+            .filter(|w| w.instance == i.name && w.honest())
+            .count();
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"heal: workers_online: every honest worker is back, no other\"\nhttp = {{ instance = {:?}, path = \"/v1/health\" }}\nexpect = {{ status = 200, body = {{ workers_online = {honest} }} }}",
+            i.name
+        );
+    }
+    for (k, i) in world.instances.iter().enumerate() {
+        for n in 0..world.heal_commits {
+            render_heal_commit(w, i, k as u32 * 100 + n);
+        }
+    }
+}
+
+/// The heal's first steps: every fault stops (faulty workers leave,
+/// honest ones come back, an armed crash is cleared by a restart,
+/// facilitator and stubs heal), and every workload is answered.
+fn render_heal_faults(w: &mut String, world: &WorldSpec) {
     let stopped = world.stopped_at_end();
     let _ = writeln!(w, "\n[[steps]]\nname = \"heal\"\nadvance = \"1ms\"");
     for worker in &world.workers {
@@ -355,27 +394,6 @@ fn render_heal(w: &mut String, world: &WorldSpec) {
             "\n[[steps]]\nname = \"heal: workload_answered: every commit of load{k} is answered\"\nwait_until = {{ workload = \"load{k}\", within = \"{}ms\" }}",
             l.start_ms + l.over_ms + 60_000
         );
-    }
-    let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
-    if world.heal_commits == 0 {
-        return;
-    }
-    for i in &world.instances {
-        let honest = world
-            .workers
-            .iter()
-            .filter(|w| w.instance == i.name && w.honest())
-            .count();
-        let _ = writeln!(
-            w,
-            "\n[[steps]]\nname = \"heal: workers_online: every honest worker is back, no other\"\nhttp = {{ instance = {:?}, path = \"/v1/health\" }}\nexpect = {{ status = 200, body = {{ workers_online = {honest} }} }}",
-            i.name
-        );
-    }
-    for (k, i) in world.instances.iter().enumerate() {
-        for n in 0..world.heal_commits {
-            render_heal_commit(w, i, k as u32 * 100 + n);
-        }
     }
 }
 

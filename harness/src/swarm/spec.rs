@@ -384,6 +384,21 @@ impl WorldSpec {
             .filter(|i| i.payment == Some("success"))
             .map(|i| i.name)
             .collect();
+        self.normalize_events(&instances, &workers, &paid, &facilitated);
+        self.normalize_beside(&instances, &paid);
+        super::nodes::normalize(self);
+    }
+
+    /// Keeps the timeline's events that still make sense: on instances and
+    /// workers still there, a worker started only after it stopped, a
+    /// replay only after a payment, node events only on several nodes.
+    fn normalize_events(
+        &mut self,
+        instances: &[&'static str],
+        workers: &[String],
+        paid: &[&'static str],
+        facilitated: &[&'static str],
+    ) {
         let mut stopped: Vec<String> = Vec::new();
         let mut paid_once = false;
         let mut kept = Vec::with_capacity(self.events.len());
@@ -434,6 +449,11 @@ impl WorldSpec {
             }
         }
         self.events = kept;
+    }
+
+    /// Keeps the link faults, loads and reboots inside the (new) timeline
+    /// and on instances still there.
+    fn normalize_beside(&mut self, instances: &[&'static str], paid: &[&'static str]) {
         let end_ms = timeline_ms(&self.events);
         self.link_faults.retain(|f| f.at_ms + f.for_ms <= end_ms);
         let pairings = &self.pairings;
@@ -454,7 +474,6 @@ impl WorldSpec {
         for reboot in &mut self.reboots {
             reboot.to_ms = reboot.to_ms.min(end_ms);
         }
-        super::nodes::normalize(self);
     }
 
     /// Whether every instance keeps an honest worker of both job types

@@ -112,48 +112,11 @@ async fn run(
         down: BTreeSet::new(),
         broken: false,
     };
-    // Events by (time from the run start, sequence): a plan, in order.
-    let mut plan: BTreeMap<(Duration, u64), Event> = BTreeMap::new();
-    let mut seq = 0u64;
-    let mut push = |plan: &mut BTreeMap<(Duration, u64), Event>, at: Duration, e: Event| {
-        plan.insert((at, seq), e);
-        seq += 1;
-    };
     let lasting = spec.lasting.as_ref().map(|d| d.duration);
-    let at = spec.at.as_ref().map_or(Duration::ZERO, |d| d.duration);
     let window = spec.window.as_ref().map(|[a, b]| (a.duration, b.duration));
-    match spec.kind {
-        FaultKind::Attrition => {
-            let from = window.map_or(Duration::ZERO, |w| w.0);
-            push(&mut plan, from + gap(&spec, &mut rng), Event::Lose);
-        }
-        FaultKind::Reboot => {
-            let mut times = Vec::new();
-            match window {
-                Some((from, to)) => {
-                    for _ in 0..spec.count.unwrap_or(1).min(EVENTS_MAX) {
-                        let span =
-                            u64::try_from((to.saturating_sub(from)).as_millis()).unwrap_or(0);
-                        times.push(from + Duration::from_millis(rng.gen_range(0..=span)));
-                    }
-                }
-                None => times.push(at),
-            }
-            times.sort();
-            for t in times {
-                push(&mut plan, t, Event::Crash);
-                push(&mut plan, t + lasting.unwrap_or_default(), Event::Restart);
-            }
-        }
-        _ => {
-            push(&mut plan, at, Event::Break);
-            if let Some(lasting) = lasting {
-                push(&mut plan, at + lasting, Event::Repair);
-            }
-        }
-    }
+    let mut plan = Plan::of(&spec, &mut rng);
     let mut events = 0;
-    while let Some(((when, _), event)) = plan.pop_first() {
+    while let Some((when, event)) = plan.pop() {
         tokio::select! {
             biased;
             _ = stopped.wait_for(|s| *s) => break,
@@ -166,12 +129,12 @@ async fn run(
                 let until = window.map_or(Duration::MAX, |w| w.1);
                 if let Some(worker) = injector.lose(&mut rng) {
                     if let Some(lasting) = lasting {
-                        push(&mut plan, now + lasting, Event::Back(worker));
+                        plan.push(now + lasting, Event::Back(worker));
                     }
                 }
                 let next = now + gap(&spec, &mut rng);
                 if next <= until && events < EVENTS_MAX {
-                    push(&mut plan, next, Event::Lose);
+                    plan.push(next, Event::Lose);
                 }
             }
             event => injector.apply(event).await,
@@ -180,6 +143,65 @@ async fn run(
     // Wait for the stop, then repair.
     let _ = stopped.wait_for(|s| *s).await;
     injector.repair_all().await;
+}
+
+/// Events by (time from the run start, sequence): a plan, in order.
+#[derive(Default)]
+struct Plan {
+    events: BTreeMap<(Duration, u64), Event>,
+    seq: u64,
+}
+
+impl Plan {
+    /// The injector's first events (attrition's first loss, the reboots,
+    /// or the break and its repair), drawn from `rng` in that order.
+    fn of(spec: &FaultSpec, rng: &mut ChaCha20Rng) -> Self {
+        let mut plan = Plan::default();
+        let lasting = spec.lasting.as_ref().map(|d| d.duration);
+        let at = spec.at.as_ref().map_or(Duration::ZERO, |d| d.duration);
+        let window = spec.window.as_ref().map(|[a, b]| (a.duration, b.duration));
+        match spec.kind {
+            FaultKind::Attrition => {
+                let from = window.map_or(Duration::ZERO, |w| w.0);
+                plan.push(from + gap(spec, rng), Event::Lose);
+            }
+            FaultKind::Reboot => {
+                let mut times = Vec::new();
+                match window {
+                    Some((from, to)) => {
+                        for _ in 0..spec.count.unwrap_or(1).min(EVENTS_MAX) {
+                            let span =
+                                u64::try_from((to.saturating_sub(from)).as_millis()).unwrap_or(0);
+                            times.push(from + Duration::from_millis(rng.gen_range(0..=span)));
+                        }
+                    }
+                    None => times.push(at),
+                }
+                times.sort();
+                for t in times {
+                    plan.push(t, Event::Crash);
+                    plan.push(t + lasting.unwrap_or_default(), Event::Restart);
+                }
+            }
+            _ => {
+                plan.push(at, Event::Break);
+                if let Some(lasting) = lasting {
+                    plan.push(at + lasting, Event::Repair);
+                }
+            }
+        }
+        plan
+    }
+
+    fn push(&mut self, at: Duration, event: Event) {
+        self.events.insert((at, self.seq), event);
+        self.seq += 1;
+    }
+
+    /// The earliest event left, with its time.
+    fn pop(&mut self) -> Option<(Duration, Event)> {
+        self.events.pop_first().map(|((at, _), event)| (at, event))
+    }
 }
 
 /// Attrition's next gap: uniform between half and one and a half of `every`.

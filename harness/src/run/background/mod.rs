@@ -116,30 +116,7 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
             Target::Instance(Box::new(world.instance_handle(name)?))
         }
         FaultKind::Partition | FaultKind::Delay | FaultKind::Hold => {
-            let [a, b] = spec.between.clone().ok_or("between is required")?;
-            let is_host =
-                |n: &str| scenario.instances.contains_key(n) || world.stubs.contains_key(n);
-            let (peer, host) = if is_host(&b) { (a, b) } else { (b, a) };
-            let fault = match spec.kind {
-                FaultKind::Partition => simnet::LinkFault::Cut,
-                FaultKind::Hold => simnet::LinkFault::Hold,
-                _ => simnet::LinkFault::Delay(
-                    spec.delay.as_ref().map_or(Duration::ZERO, |d| d.duration),
-                ),
-            };
-            // A worker's link goes to the node it is connected to.
-            let dialled = world
-                .workers
-                .get(&peer)
-                .filter(|w| w.instance == host)
-                .and_then(|_| world.worker_host(&peer));
-            Target::Link {
-                net: net()?,
-                host: dialled.unwrap_or_else(|| sim_host(&host)),
-                peer,
-                label: host,
-                fault,
-            }
+            link_target(scenario, world, spec)?
         }
         FaultKind::ProviderErrors => {
             let name = spec.stub.as_deref().unwrap_or_default();
@@ -157,6 +134,32 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
                     .and_then(|s| s.default_fault.clone()),
             }
         }
+    })
+}
+
+/// A network fault's target: the link between the peer and the host of
+/// `between` (a worker's link goes to the node it is connected to).
+fn link_target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target, String> {
+    let [a, b] = spec.between.clone().ok_or("between is required")?;
+    let is_host = |n: &str| scenario.instances.contains_key(n) || world.stubs.contains_key(n);
+    let (peer, host) = if is_host(&b) { (a, b) } else { (b, a) };
+    let fault = match spec.kind {
+        FaultKind::Partition => simnet::LinkFault::Cut,
+        FaultKind::Hold => simnet::LinkFault::Hold,
+        _ => simnet::LinkFault::Delay(spec.delay.as_ref().map_or(Duration::ZERO, |d| d.duration)),
+    };
+    // A worker's link goes to the node it is connected to.
+    let dialled = world
+        .workers
+        .get(&peer)
+        .filter(|w| w.instance == host)
+        .and_then(|_| world.worker_host(&peer));
+    Ok(Target::Link {
+        net: world.net().ok_or("faults run only in the simulation")?,
+        host: dialled.unwrap_or_else(|| sim_host(&host)),
+        peer,
+        label: host,
+        fault,
     })
 }
 
