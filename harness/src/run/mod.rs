@@ -123,7 +123,7 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
         runtime.block_on(async {
             let mut world = match World::build(scenario, seed).await {
                 Ok(w) => w,
-                Err(message) => return RunReport::not_started(scenario, seed, message),
+                Err(e) => return RunReport::not_started(scenario, seed, e.into()),
             };
             let mut background = match background::start(scenario, &world, seed) {
                 Ok(b) => b,
@@ -170,7 +170,7 @@ pub fn run_live(
         let failed = |message| RunReport::not_started(scenario, scenario.seed, message);
         let mut world = match World::build_live(scenario, scenario.seed, bin, cluster).await {
             Ok(w) => w,
-            Err(message) => return failed(message),
+            Err(e) => return failed(e.into()),
         };
         // Let workers connect and authenticate over real sockets.
         if let Err(message) = wait_for_workers(&world).await {
@@ -229,12 +229,12 @@ async fn run_steps(
     for (i, step) in scenario.steps.iter().enumerate() {
         let number = i + 1;
         // A supervisor restarts an instance whose armed crash fired.
-        if let Err(message) = world.restart_crashed().await {
+        if let Err(e) = world.restart_crashed().await {
             return (
                 number,
                 Outcome::Failed {
                     step: number,
-                    message,
+                    message: e.to_string(),
                 },
             );
         }

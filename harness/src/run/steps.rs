@@ -9,7 +9,7 @@ use crate::spec::{
     RouterCall, RouterFn, SimDuration, Sockets, Step, StoreWriteKind, StubControl, WaitUntil,
     WorkerAction,
 };
-use crate::world::World;
+use crate::world::{World, WorldError};
 use coordinator::sqlite::StoreWrite;
 use protocol::api::JobStatus;
 use router::{HttpRequest, LlmRequest, TaskRequest};
@@ -203,7 +203,10 @@ async fn run_worker_control(
     Ok(())
 }
 
-async fn run_instance_control(control: &InstanceControl, world: &mut World) -> Result<(), String> {
+async fn run_instance_control(
+    control: &InstanceControl,
+    world: &mut World,
+) -> Result<(), WorldError> {
     let mut at = control.write.map_or(String::new(), |w| format!(" {w}"));
     if let Some(node) = control.node {
         at.push_str(&format!(" node {node}"));

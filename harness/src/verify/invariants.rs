@@ -17,10 +17,10 @@ pub struct Failure {
 
 impl Failure {
     /// A check without a key of its own (`invariants`).
-    pub fn other(message: String) -> Self {
+    pub fn other(message: impl Into<String>) -> Self {
         Self {
             broken: Broken::Invariants,
-            message,
+            message: message.into(),
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::spec::names::STUB_NAMES;
 
 impl World {
     /// Builds every peer; must run inside the simulation runtime.
-    pub async fn build(scenario: &Scenario, seed: u64) -> Result<Self, String> {
+    pub async fn build(scenario: &Scenario, seed: u64) -> Result<Self, WorldError> {
         let epoch_ms = scenario.epoch_ms()?;
         let (clock, transcript, worker_clock) = clocks(epoch_ms);
         let net = simnet::Net::new();

@@ -67,7 +67,7 @@ impl SimInstance {
     /// Starting an instance that runs, or that another caller is starting
     /// (a `reboot` fault's restart beside a step's), does nothing: there is
     /// never more than one generation, as a supervisor keeps one process.
-    pub async fn start(&self) -> Result<(), String> {
+    pub async fn start(&self) -> Result<(), WorldError> {
         {
             let mut process = self.process();
             if process.server.is_some() || process.starting {
@@ -77,7 +77,7 @@ impl SimInstance {
         }
         let started = self.start_generation().await;
         self.process().starting = false;
-        started
+        Ok(started?)
     }
 
     pub(super) async fn start_generation(&self) -> Result<(), String> {
@@ -173,7 +173,7 @@ impl SimInstance {
     /// of reach, or its own id's lease has not lapsed) is tried again every
     /// [`REJOIN_RETRY_MS`], as a supervisor restarts a process that exited,
     /// for at most [`DOWN_WAIT_MS`].
-    pub async fn rejoin(&self) -> Result<(), String> {
+    pub async fn rejoin(&self) -> Result<(), WorldError> {
         let mut waited_ms = 0;
         loop {
             match self.start().await {
@@ -242,12 +242,12 @@ impl SimInstance {
     /// The whole-state check of the running generation's core. After each
     /// event the core checks only what the event changed (and the whole
     /// state every few hundred events); a run ends with the whole check.
-    pub fn check_core(&self) -> Result<(), String> {
+    pub fn check_core(&self) -> Result<(), WorldError> {
         let Some(c) = self.coordinator() else {
             return Ok(());
         };
         c.read(|core| core.check_invariants(c.now_ms()))
-            .map_err(|v| format!("core invariant broken at the end of the run: {v}"))
+            .map_err(WorldError::CoreBroken)
     }
 
     /// The current generation's coordinator.

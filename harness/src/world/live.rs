@@ -14,7 +14,7 @@ impl World {
         seed: u64,
         bin: &std::path::Path,
         cluster: Option<&LiveCluster>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WorldError> {
         let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
         let (_, transcript, worker_clock) = clocks(epoch_ms);
         let mut master = ChaCha20Rng::seed_from_u64(seed);

@@ -13,6 +13,7 @@
 //! shift the others.
 
 mod build;
+mod error;
 pub mod frames;
 mod instance;
 mod live;
@@ -22,6 +23,7 @@ use instance::{memdb_path, SimNode};
 pub mod transcript;
 
 pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs, PAYER_KEY};
+pub use error::WorldError;
 pub use instance::{SimInstance, DOWN_WAIT_MS};
 pub use live::LiveCluster;
 
@@ -159,7 +161,7 @@ pub fn sim_url(name: &str) -> String {
 }
 
 impl World {
-    fn start_workers(&mut self) -> Result<(), String> {
+    fn start_workers(&mut self) -> Result<(), WorldError> {
         let starting: Vec<String> = self
             .workers
             .iter()
@@ -191,7 +193,7 @@ impl World {
         Some(node_host(&w.instance, node as u32))
     }
 
-    pub fn start_worker(&mut self, name: &str) -> Result<(), String> {
+    pub fn start_worker(&mut self, name: &str) -> Result<(), WorldError> {
         // The node it dials: of the simulated instance, or of a live cluster.
         let nodes = self
             .workers
@@ -205,14 +207,14 @@ impl World {
         let w = self
             .workers
             .get_mut(name)
-            .ok_or_else(|| format!("no worker {name:?}"))?;
+            .ok_or_else(|| WorldError::NoWorker(name.to_owned()))?;
         if w.task.is_some() {
-            return Err(format!("worker {name} is already running"));
+            return Err(WorldError::WorkerRunning(name.to_owned()));
         }
         let instance = self
             .instances
             .get(&w.instance)
-            .ok_or_else(|| format!("no instance {:?}", w.instance))?;
+            .ok_or_else(|| WorldError::NoInstance(w.instance.clone()))?;
         let observer = observer(self.transcript.clone(), self.frames.clone(), w.trace);
         let (outbox, scripted) = tokio::sync::mpsc::unbounded_channel();
         w.outbox = Some(outbox);
@@ -249,16 +251,16 @@ impl World {
     }
 
     /// Hands a frame to a running worker, which sends it as it is.
-    pub fn send_scripted(&self, name: &str, text: String) -> Result<(), String> {
+    pub fn send_scripted(&self, name: &str, text: String) -> Result<(), WorldError> {
         let w = self
             .workers
             .get(name)
-            .ok_or_else(|| format!("no worker {name:?}"))?;
+            .ok_or_else(|| WorldError::NoWorker(name.to_owned()))?;
         match (&w.task, &w.outbox) {
             (Some(_), Some(outbox)) => outbox
                 .send(text)
-                .map_err(|_| format!("worker {name} has stopped")),
-            _ => Err(format!("worker {name} is not running")),
+                .map_err(|_| WorldError::WorkerStopped(name.to_owned())),
+            _ => Err(WorldError::WorkerNotRunning(name.to_owned())),
         }
     }
 
@@ -268,11 +270,11 @@ impl World {
         &self,
         name: &str,
         frame: &serde_json::Value,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, WorldError> {
         let w = self
             .workers
             .get(name)
-            .ok_or_else(|| format!("no worker {name:?}"))?;
+            .ok_or_else(|| WorldError::NoWorker(name.to_owned()))?;
         let key = worker_sim::KeySource::Seed
             .load(w.key_seed)
             .map_err(|e| e.to_string())?;
@@ -289,27 +291,27 @@ impl World {
             None,
         )
         .sign(&key);
-        serde_json::to_value(&receipt).map_err(|e| e.to_string())
+        serde_json::to_value(&receipt).map_err(|e| WorldError::Failed(e.to_string()))
     }
 
     /// Kills a worker's task: its connection drops as in a crash.
-    pub fn stop_worker(&mut self, name: &str) -> Result<(), String> {
+    pub fn stop_worker(&mut self, name: &str) -> Result<(), WorldError> {
         let w = self
             .workers
             .get_mut(name)
-            .ok_or_else(|| format!("no worker {name:?}"))?;
+            .ok_or_else(|| WorldError::NoWorker(name.to_owned()))?;
         match w.task.take() {
             Some(task) => {
                 task.abort();
                 Ok(())
             }
-            None => Err(format!("worker {name} is not running")),
+            None => Err(WorldError::WorkerNotRunning(name.to_owned())),
         }
     }
 
     /// A stopped instance answers no HTTP (connection refused) and refuses
     /// new worker connections; connections already open stay open.
-    pub fn set_instance_up(&mut self, name: &str, up: bool) -> Result<(), String> {
+    pub fn set_instance_up(&mut self, name: &str, up: bool) -> Result<(), WorldError> {
         let sim = self.sim_instance(name)?;
         sim.net.set_refusing(&sim.host, !up);
         Ok(())
@@ -319,21 +321,21 @@ impl World {
     /// old process writes nothing more and its connections end (as with
     /// `kill -9`), and a new one recovers from what was committed. Workers
     /// reconnect by themselves.
-    pub async fn restart_instance(&mut self, name: &str) -> Result<(), String> {
+    pub async fn restart_instance(&mut self, name: &str) -> Result<(), WorldError> {
         self.restart_node(name, 0).await
     }
 
     /// Crashes and restarts node `node` of an instance (0 for a single
     /// coordinator): a node rejoins the shared store under its id and
     /// recovers the jobs it still holds.
-    pub async fn restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
+    pub async fn restart_node(&mut self, name: &str, node: u32) -> Result<(), WorldError> {
         let sim = self.node(name, node)?;
         sim.crash();
         sim.rejoin().await
     }
 
     /// Node `node` of an instance: 0 is the driver's.
-    pub fn node(&self, name: &str, node: u32) -> Result<SimInstance, String> {
+    pub fn node(&self, name: &str, node: u32) -> Result<SimInstance, WorldError> {
         let first = self.instance_handle(name)?;
         match node {
             0 => Ok(first),
@@ -341,12 +343,15 @@ impl World {
                 .more_nodes
                 .get(n as usize - 1)
                 .cloned()
-                .ok_or_else(|| format!("instance {name} has no node {n}")),
+                .ok_or_else(|| WorldError::NoNode {
+                    name: name.to_owned(),
+                    node: n,
+                }),
         }
     }
 
     /// The base URL of node `node` of an instance.
-    pub fn node_url(&self, name: &str, node: u32) -> Result<String, String> {
+    pub fn node_url(&self, name: &str, node: u32) -> Result<String, WorldError> {
         match node {
             0 => self.base_url(name),
             n => Ok(format!("http://{}", self.node(name, n)?.host)),
@@ -356,7 +361,12 @@ impl World {
     /// Cuts node `node` from the instance's shared store for `duration_ms`
     /// (then heals it). The node's lease lapses, it fences itself, the
     /// harness crashes it, and it rejoins once the store answers again.
-    pub fn partition_node(&self, name: &str, node: u32, duration_ms: u64) -> Result<(), String> {
+    pub fn partition_node(
+        &self,
+        name: &str,
+        node: u32,
+        duration_ms: u64,
+    ) -> Result<(), WorldError> {
         let (shared, id) = self.shared_store_of(name, node)?;
         shared.cut(&id);
         tokio::spawn(async move {
@@ -368,7 +378,7 @@ impl World {
 
     /// Makes node `node`'s next write to the instance's shared store
     /// commit but answer as failed, so the node retries it.
-    pub fn lose_answer(&self, name: &str, node: u32) -> Result<(), String> {
+    pub fn lose_answer(&self, name: &str, node: u32) -> Result<(), WorldError> {
         let (shared, id) = self.shared_store_of(name, node)?;
         shared.lose_next_answer(&id);
         Ok(())
@@ -380,12 +390,12 @@ impl World {
         &self,
         name: &str,
         node: u32,
-    ) -> Result<(Arc<MemoryShared>, String), String> {
+    ) -> Result<(Arc<MemoryShared>, String), WorldError> {
         let sim = self.node(name, node)?;
         let shared = self.instances[name]
             .shared
             .clone()
-            .ok_or_else(|| format!("instance {name} is a single node"))?;
+            .ok_or_else(|| WorldError::SingleNode(name.to_owned()))?;
         let id = sim.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
         Ok((shared, id))
     }
@@ -393,7 +403,7 @@ impl World {
     /// Crashes node `node` of an instance; its supervisor starts it again
     /// `down_ms` later (the others take over its jobs if its lease lapses
     /// meanwhile).
-    pub fn crash_node(&self, name: &str, node: u32, down_ms: u64) -> Result<(), String> {
+    pub fn crash_node(&self, name: &str, node: u32, down_ms: u64) -> Result<(), WorldError> {
         let sim = self.node(name, node)?;
         sim.crash();
         tokio::spawn(async move {
@@ -432,12 +442,12 @@ impl World {
     /// session order, held polls answered, serving drained, what is pending
     /// committed), then the process exits and a new one starts on the same
     /// database. Workers reconnect by themselves.
-    pub async fn graceful_restart_instance(&mut self, name: &str) -> Result<(), String> {
+    pub async fn graceful_restart_instance(&mut self, name: &str) -> Result<(), WorldError> {
         self.graceful_restart_node(name, 0).await
     }
 
     /// A graceful restart of one node of an instance.
-    pub async fn graceful_restart_node(&mut self, name: &str, node: u32) -> Result<(), String> {
+    pub async fn graceful_restart_node(&mut self, name: &str, node: u32) -> Result<(), WorldError> {
         let sim = self.node(name, node)?;
         sim.shutdown().await;
         sim.rejoin().await
@@ -449,7 +459,7 @@ impl World {
     /// An instance a `reboot` fault holds down is waited for (up to
     /// [`DOWN_WAIT_MS`] of simulated time), as an operator's command would
     /// wait for the supervisor to bring it back.
-    pub async fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), String> {
+    pub async fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), WorldError> {
         let sim = self.sim_instance(name)?;
         let (net, host, crashed) = (sim.net.clone(), sim.host.clone(), sim.crashed.clone());
         sim.wait_running().await?;
@@ -464,7 +474,7 @@ impl World {
     }
 
     /// Restarts the instances whose armed crash has fired.
-    pub async fn restart_crashed(&mut self) -> Result<(), String> {
+    pub async fn restart_crashed(&mut self) -> Result<(), WorldError> {
         let names: Vec<String> = self
             .instances
             .iter()
@@ -504,11 +514,11 @@ impl World {
         instance: &str,
         count: u32,
         client: &str,
-    ) -> Result<(u32, u32), String> {
+    ) -> Result<(u32, u32), WorldError> {
         let net = self
             .net
             .clone()
-            .ok_or("idle sockets only in the simulation")?;
+            .ok_or(WorldError::SimulationOnly("idle sockets"))?;
         let url = format!("ws://{}/v1/workers/ws", sim_host(instance));
         let (mut opened, mut refused) = (0, 0);
         for _ in 0..count {
@@ -525,11 +535,11 @@ impl World {
     }
 
     /// Another handle on a simulated instance, for the fault injectors.
-    pub fn instance_handle(&self, name: &str) -> Result<SimInstance, String> {
+    pub fn instance_handle(&self, name: &str) -> Result<SimInstance, WorldError> {
         match self.instances.get(name).map(|i| &i.driver) {
             Some(Driver::Sim(sim)) => Ok((**sim).clone()),
-            Some(Driver::Live { .. }) => Err("faults run only in the simulation".into()),
-            None => Err(format!("no instance {name:?}")),
+            Some(Driver::Live { .. }) => Err(WorldError::SimulationOnly("faults run")),
+            None => Err(WorldError::NoInstance(name.to_owned())),
         }
     }
 
@@ -538,16 +548,16 @@ impl World {
         self.net.clone()
     }
 
-    fn sim_instance(&mut self, name: &str) -> Result<&mut SimInstance, String> {
+    fn sim_instance(&mut self, name: &str) -> Result<&mut SimInstance, WorldError> {
         let i = self
             .instances
             .get_mut(name)
-            .ok_or_else(|| format!("no instance {name:?}"))?;
+            .ok_or_else(|| WorldError::NoInstance(name.to_owned()))?;
         match &mut i.driver {
             Driver::Sim(sim) => Ok(sim),
-            Driver::Live { .. } => {
-                Err("instances can be stopped and restarted only in the simulation".into())
-            }
+            Driver::Live { .. } => Err(WorldError::SimulationOnly(
+                "instances can be stopped and restarted",
+            )),
         }
     }
 
@@ -560,19 +570,19 @@ impl World {
         }
     }
 
-    pub fn base_url(&self, instance: &str) -> Result<String, String> {
+    pub fn base_url(&self, instance: &str) -> Result<String, WorldError> {
         self.instances
             .get(instance)
             .map(|i| i.base_url.clone())
-            .ok_or_else(|| format!("no instance {instance:?}"))
+            .ok_or_else(|| WorldError::NoInstance(instance.to_owned()))
     }
 
     /// Where the harness polls a job's status (see [`InstanceHandle::poll_url`]).
-    pub fn poll_url(&self, instance: &str) -> Result<String, String> {
+    pub fn poll_url(&self, instance: &str) -> Result<String, WorldError> {
         self.instances
             .get(instance)
             .map(|i| i.poll_url.clone())
-            .ok_or_else(|| format!("no instance {instance:?}"))
+            .ok_or_else(|| WorldError::NoInstance(instance.to_owned()))
     }
 
     pub fn epoch_ms(&self) -> i64 {
