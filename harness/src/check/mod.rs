@@ -209,7 +209,7 @@ pub(crate) fn check_variables(
     problem: &mut impl FnMut(String),
 ) {
     match crate::expr::template::expressions(text) {
-        Err(e) => problem(e),
+        Err(e) => problem(e.to_string()),
         Ok(exprs) => {
             for e in exprs {
                 if !defined.contains(&e.var) {

@@ -1,12 +1,13 @@
 //! The one duration syntax of scenarios and template filters.
 
+use super::ExprError;
 use std::time::Duration;
 
 /// `500ms`, `10s`, `61m`, `2h`.
 /// One syntax in every duration field (`advance`, `within`, `interval`, and
 /// worker `latency`): a whole number with a unit `ms`, `s`, `m` or `h`; a bare
 /// number means milliseconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, ExprError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -14,13 +15,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (num, unit) = text.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration"))?;
+        .map_err(|_| ExprError::NotADuration(text.to_owned()))?;
     let ms = match unit {
         "" | "ms" => n,
         "s" => n * 1_000,
         "m" => n * 60_000,
         "h" => n * 3_600_000,
-        _ => return Err(format!("{text:?}: unit must be ms, s, m or h")),
+        _ => return Err(ExprError::DurationUnit(text.to_owned())),
     };
     Ok(Duration::from_millis(ms))
 }
