@@ -29,8 +29,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Scenario files (TOML).
+    #[arg(required = true)]
+    scenarios: Vec<PathBuf>,
     #[command(flatten)]
-    run: RunArgs,
+    options: RunOptions,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,18 +47,25 @@ enum Command {
     Swarm(SwarmArgs),
 }
 
+/// Under a subcommand no file is required: `harness check` with none
+/// checks none, `harness run` with none has no scenario to run (as when the
+/// subcommand was a first file name the harness skipped).
 #[derive(Debug, Args)]
 struct CheckArgs {
     /// Scenario files (TOML).
-    #[arg(required = true)]
     scenarios: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Scenario files (TOML).
-    #[arg(required = true)]
     scenarios: Vec<PathBuf>,
+    #[command(flatten)]
+    options: RunOptions,
+}
+
+#[derive(Debug, Args)]
+struct RunOptions {
     /// Override every scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -105,8 +115,8 @@ struct Row {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        None => run(cli.run),
-        Some(Command::Run(args)) => run(args),
+        None => run(&cli.scenarios, cli.options),
+        Some(Command::Run(args)) => run(&args.scenarios, args.options),
         Some(Command::Check(args)) => check(&args.scenarios),
         Some(Command::Swarm(args)) => harness::swarm::cli::main(args),
     }
@@ -133,11 +143,11 @@ fn check_all(paths: &[PathBuf]) -> Result<(), ExitCode> {
 
 /// `harness run`: checks every file, then runs the scenarios, simulated
 /// (twice each) or live.
-fn run(args: RunArgs) -> ExitCode {
-    if let Err(code) = check_all(&args.scenarios) {
+fn run(paths: &[PathBuf], args: RunOptions) -> ExitCode {
+    if let Err(code) = check_all(paths) {
         return code;
     }
-    let scenarios = match load(&args) {
+    let scenarios = match load(paths, args.filter.as_deref()) {
         Ok(s) => s,
         Err(message) => {
             eprintln!("error: {message}");
@@ -169,15 +179,11 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 /// The scenarios to run: every file loaded, those `--filter` leaves out dropped.
-fn load(args: &RunArgs) -> Result<Vec<Scenario>, String> {
+fn load(paths: &[PathBuf], filter: Option<&str>) -> Result<Vec<Scenario>, String> {
     let mut scenarios = Vec::new();
-    for path in &args.scenarios {
+    for path in paths {
         let s = Scenario::load(path).map_err(|e| e.to_string())?;
-        if args
-            .filter
-            .as_ref()
-            .is_none_or(|f| s.name.contains(f.as_str()))
-        {
+        if filter.is_none_or(|f| s.name.contains(f)) {
             scenarios.push(s);
         }
     }

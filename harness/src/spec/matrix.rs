@@ -221,15 +221,13 @@ fn v2_feature(scenario: &Scenario) -> Option<&'static str> {
         if step.each.is_some() {
             return Some("for_each");
         }
-        match &step.action {
-            Action::Group(_) => return Some("group"),
-            Action::ExpectFrames(_) => return Some("expect_frames"),
-            Action::ExpectCalls(_) => return Some("expect_calls"),
-            Action::SendFrame(_) => return Some("send_frame"),
-            Action::Http(call) if call.pay.as_ref().is_some_and(|p| p.version.is_some()) => {
-                return Some("pay version")
+        if step.action.version() >= 2 {
+            return Some(step.action.key().as_str());
+        }
+        if let Action::Http(call) = &step.action {
+            if call.pay.as_ref().is_some_and(|p| p.version.is_some()) {
+                return Some("pay version");
             }
-            _ => {}
         }
     }
     if !scenario.temporal.is_empty() {

@@ -27,7 +27,8 @@ pub struct Step {
 macro_rules! actions {
     ($(
         $(#[$meta:meta])*
-        $variant:ident($arg:ty) => $key:literal, answers: $answers:literal, simulation_only: $sim:literal;
+        $variant:ident($arg:ty) => $key:literal,
+            answers: $answers:literal, simulation_only: $sim:literal, version: $version:literal;
     )+) => {
         #[derive(Debug, Clone)]
         pub enum Action {
@@ -72,6 +73,17 @@ macro_rules! actions {
                 }
             }
 
+            /// The schema version that introduced the keyword (a version-1
+            /// file that uses a version-2 keyword is refused at load).
+            /// `wait_until = { workload }` is refused by
+            /// `Scenario::check_version_2` instead, under its own words.
+            pub fn version(&self) -> u32 {
+                match self {
+                    $(Action::$variant(_) => $version,)+
+                    Action::WaitWorkload(_) => 1,
+                }
+            }
+
             /// Reads the value of the action `key` names from the step table.
             fn next_value<'de, A: MapAccess<'de>>(
                 key: ActionKey,
@@ -97,21 +109,35 @@ macro_rules! actions {
 // `calls.rs`, its `run_*` in `run/steps.rs` and its references in
 // `check/refs.rs`.
 actions! {
-    Http(HttpCall) => "http", answers: true, simulation_only: false;
-    Router(RouterCall) => "router", answers: true, simulation_only: false;
-    Advance(SimDuration) => "advance", answers: false, simulation_only: true;
-    WaitUntil(WaitUntil) => "wait_until", answers: true, simulation_only: false;
-    Worker(Control<WorkerAction>) => "worker", answers: false, simulation_only: true;
-    Instance(InstanceControl) => "instance", answers: false, simulation_only: true;
-    Stub(StubControl) => "stub", answers: false, simulation_only: true;
-    CommitMany(CommitMany) => "commit_many", answers: true, simulation_only: false;
-    Facilitator(FacilitatorControl) => "facilitator", answers: false, simulation_only: true;
-    Sockets(Sockets) => "sockets", answers: true, simulation_only: true;
-    ExpectFrames(ExpectFrames) => "expect_frames", answers: false, simulation_only: true;
-    ExpectCalls(ExpectCalls) => "expect_calls", answers: false, simulation_only: true;
-    SendFrame(SendFrame) => "send_frame", answers: false, simulation_only: true;
+    Http(HttpCall) => "http",
+        answers: true, simulation_only: false, version: 1;
+    Router(RouterCall) => "router",
+        answers: true, simulation_only: false, version: 1;
+    Advance(SimDuration) => "advance",
+        answers: false, simulation_only: true, version: 1;
+    WaitUntil(WaitUntil) => "wait_until",
+        answers: true, simulation_only: false, version: 1;
+    Worker(Control<WorkerAction>) => "worker",
+        answers: false, simulation_only: true, version: 1;
+    Instance(InstanceControl) => "instance",
+        answers: false, simulation_only: true, version: 1;
+    Stub(StubControl) => "stub",
+        answers: false, simulation_only: true, version: 1;
+    CommitMany(CommitMany) => "commit_many",
+        answers: true, simulation_only: false, version: 1;
+    Facilitator(FacilitatorControl) => "facilitator",
+        answers: false, simulation_only: true, version: 1;
+    Sockets(Sockets) => "sockets",
+        answers: true, simulation_only: true, version: 1;
+    ExpectFrames(ExpectFrames) => "expect_frames",
+        answers: false, simulation_only: true, version: 2;
+    ExpectCalls(ExpectCalls) => "expect_calls",
+        answers: false, simulation_only: true, version: 2;
+    SendFrame(SendFrame) => "send_frame",
+        answers: false, simulation_only: true, version: 2;
     /// Steps run in order, repeated together (version 2); expanded at load.
-    Group(Vec<Step>) => "group", answers: false, simulation_only: false;
+    Group(Vec<Step>) => "group",
+        answers: false, simulation_only: false, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {
