@@ -3,15 +3,20 @@
 //! and proves each run replays byte for byte.
 //!
 //! Layers, each a folder; imports run one way, top to bottom
-//! (`main -> {swarm, report} -> run -> {world, verify, check} -> {spec, expr}`):
+//! (`main -> {swarm, report} -> run -> {world, verify, check} -> {spec, expr}`;
+//! within a layer, `verify` reads `world` and `spec` renders with `expr`, never
+//! back). A new step keyword is a row of `spec/step.rs`'s table, its arguments
+//! in `spec/calls.rs`, its `run_*` in `run/steps.rs`, its references in
+//! `check/refs.rs`.
 //! - `main.rs`: the binary, clap subcommands `run` (with `--live`), `check`, `swarm`.
 //! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
 //! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
 //! - [`run`]: executes a scenario's steps (one `run_*` per action), simulated
 //!   or live, with what runs beside them (`run::background`: workloads, faults).
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the
-//!   router; its transcript and its frame log.
-//! - [`verify`]: end-of-run invariants, safety properties and temporal properties.
+//!   router; its transcript (every peer writes it) and its frame log.
+//! - [`verify`]: end-of-run invariants, safety properties and temporal
+//!   properties; a broken one is a typed [`verify::Broken`].
 //! - [`check`]: `harness check`: every reference resolved before a run.
 //! - [`spec`]: the scenario file as data (`scenarios/README.md` documents it);
 //!   nothing of the runtime.
