@@ -2,44 +2,34 @@
 //! simulated workers and hosted-provider stubs, under a seeded clock and RNG,
 //! and proves each run replays byte for byte.
 //!
-//! Layout:
-//! - [`scenario`]: the TOML format (`scenarios/README.md` documents it).
-//! - [`check`]: `harness check`: every reference resolved before a run.
-//! - [`transcript`]: timestamped lines and their rolling SHA-256 digest.
-//! - [`matcher`]: expectations (`any_uuid`, `iso8601`, ...), captures and `{{var}}` templates.
-//! - [`template`]: `{{var | filter}}` expressions.
-//! - [`matrix`]: `repeat` and `for_each`, expanded at load.
-//! - [`frames`]: worker frames as data; frame and call-count steps, scripted frames.
-//! - [`temporal`]: `never`, `exactly_once`, `before` over the whole run.
-//! - [`terms`]: per-instance prices, payment asset, x402 version of a paying step.
-//! - [`world`]: the peers of a run: coordinators, workers, stubs and the router.
-//! - [`workload`], [`fault`], [`beside`]: commit streams and fault injectors
-//!   running beside the steps (schema version 2).
-//! - [`runner`]: executes a scenario's steps and invariants, simulated or live.
+//! Layers, each a folder; imports run one way, top to bottom
+//! (`main -> {swarm, report} -> run -> {world, verify, check} -> {spec, expr}`;
+//! within a layer, `verify` reads `world` and `spec` renders with `expr`, never
+//! back). A new step keyword is a row of `spec/step.rs`'s table, its arguments
+//! in `spec/calls.rs`, its `run_*` in `run/steps.rs`, its references in
+//! `check/refs.rs`.
+//! - `main.rs`: the binary, clap subcommands `run` (with `--live`), `check`, `swarm`.
 //! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
-//! - [`safety`]: properties every simulated run keeps, checked over transcript and stores.
 //! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
+//! - [`run`]: executes a scenario's steps (one `run_*` per action), simulated
+//!   or live, with what runs beside them (`run::background`: workloads, faults).
+//! - [`world`]: the peers of a run: coordinators, workers, stubs and the
+//!   router; its transcript (every peer writes it) and its frame log.
+//! - [`verify`]: end-of-run invariants, safety properties and temporal
+//!   properties; a broken one is a typed [`verify::Broken`].
+//! - [`check`]: `harness check`: every reference resolved before a run.
+//! - [`spec`]: the scenario file as data (`scenarios/README.md` documents it);
+//!   nothing of the runtime.
+//! - [`expr`]: `{{var | filter}}` templates, matchers, captures, durations.
 
-pub mod beside;
 pub mod check;
-mod check_beside;
-pub mod check_v2;
-pub mod fault;
-pub mod frames;
-pub mod live;
-pub mod matcher;
-pub mod matrix;
+pub mod expr;
 pub mod report;
-pub mod runner;
-pub mod safety;
-pub mod scenario;
+pub mod run;
+pub mod spec;
 pub mod swarm;
-pub mod template;
-pub mod temporal;
-pub mod terms;
-pub mod transcript;
-pub mod workload;
+pub mod verify;
 pub mod world;
 
-pub use runner::{run_simulated, run_simulated_with, Outcome, RunReport};
-pub use scenario::Scenario;
+pub use run::{run_simulated, run_simulated_with, Outcome, RunReport};
+pub use spec::Scenario;

@@ -4,25 +4,68 @@
 //! `harness check scenarios/*.toml`: resolves every reference of each file
 //! (variables, workers, instances, matchers, file name) without running.
 //! `harness swarm --seeds A..B` runs random worlds (see `harness::swarm`).
-//! `harness --live ...` runs the live-capable scenarios against real
+//! `harness [run] --live ...` runs the live-capable scenarios against real
 //! coordinator processes over real sockets.
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 use harness::report::{self, ScenarioReport};
-use harness::runner::{run_simulated_with, Outcome, RunReport};
-use harness::transcript::{first_difference, LineFilter};
+use harness::run::{run_simulated_with, Outcome, RunReport};
+use harness::swarm::cli::SwarmArgs;
+use harness::world::transcript::{first_difference, LineFilter};
 use harness::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `run` is the default: `harness FILES` is `harness run FILES` (the run
+/// arguments are flattened at the top level, and conflict with a subcommand).
 #[derive(Debug, Parser)]
-#[command(version, about = "Deterministic scenario runner for the coordinator")]
-struct Args {
-    /// Scenario files (TOML). A leading `run` is accepted and ignored; a
-    /// leading `check` checks the files without running them.
+#[command(
+    version,
+    about = "Deterministic scenario runner for the coordinator",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Scenario files (TOML).
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
+    #[command(flatten)]
+    options: RunOptions,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check, then run each scenario twice and compare the transcripts (the default).
+    Run(RunArgs),
+    /// Resolve every reference of each file without running it.
+    Check(CheckArgs),
+    /// Random worlds per seed: safety after every run, liveness after a heal,
+    /// failures shrunk to scenarios.
+    Swarm(SwarmArgs),
+}
+
+/// Under a subcommand no file is required: `harness check` with none
+/// checks none, `harness run` with none has no scenario to run (as when the
+/// subcommand was a first file name the harness skipped).
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// Scenario files (TOML).
+    scenarios: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Scenario files (TOML).
+    scenarios: Vec<PathBuf>,
+    #[command(flatten)]
+    options: RunOptions,
+}
+
+#[derive(Debug, Args)]
+struct RunOptions {
     /// Override every scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -42,6 +85,12 @@ struct Args {
     /// With -v: leave out lines containing any of these words (e.g. heartbeat).
     #[arg(long, value_name = "WORDS")]
     hide: Option<String>,
+    #[command(flatten)]
+    live: LiveArgs,
+}
+
+#[derive(Debug, Args)]
+struct LiveArgs {
     /// Run against live coordinator processes instead of the simulation.
     #[arg(long)]
     live: bool,
@@ -64,51 +113,47 @@ struct Row {
 }
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("swarm") {
-        let args = harness::swarm::cli::SwarmArgs::parse_from(std::env::args().skip(1));
-        return harness::swarm::cli::main(args);
+    let cli = Cli::parse();
+    match cli.command {
+        None => run(&cli.scenarios, cli.options),
+        Some(Command::Run(args)) => run(&args.scenarios, args.options),
+        Some(Command::Check(args)) => check(&args.scenarios),
+        Some(Command::Swarm(args)) => harness::swarm::cli::main(args),
     }
-    let mut args = Args::parse();
-    let command = args
-        .scenarios
-        .first()
-        .and_then(|p| p.to_str())
-        .map(str::to_owned);
-    let check_only = command.as_deref() == Some("check");
-    if matches!(command.as_deref(), Some("run" | "check")) {
-        args.scenarios.remove(0);
+}
+
+/// `harness check`: every file checked, nothing run.
+fn check(paths: &[PathBuf]) -> ExitCode {
+    if let Err(code) = check_all(paths) {
+        return code;
     }
-    let problems = check_files(&args.scenarios);
+    println!("{} scenario(s) checked: no problem", paths.len());
+    ExitCode::SUCCESS
+}
+
+/// Checks every file; on a problem, says nothing was run.
+fn check_all(paths: &[PathBuf]) -> Result<(), ExitCode> {
+    let problems = check_files(paths);
     if problems > 0 {
         eprintln!("{problems} problem(s) found; nothing was run");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
-    if check_only {
-        println!("{} scenario(s) checked: no problem", args.scenarios.len());
-        return ExitCode::SUCCESS;
+    Ok(())
+}
+
+/// `harness run`: checks every file, then runs the scenarios, simulated
+/// (twice each) or live.
+fn run(paths: &[PathBuf], args: RunOptions) -> ExitCode {
+    if let Err(code) = check_all(paths) {
+        return code;
     }
-    let mut scenarios = Vec::new();
-    for path in &args.scenarios {
-        match Scenario::load(path) {
-            Ok(s) => {
-                if args
-                    .filter
-                    .as_ref()
-                    .is_none_or(|f| s.name.contains(f.as_str()))
-                {
-                    scenarios.push(s);
-                }
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
+    let scenarios = match load(paths, args.filter.as_deref()) {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
         }
-    }
-    if scenarios.is_empty() {
-        eprintln!("error: no scenario to run");
-        return ExitCode::from(2);
-    }
+    };
     let filter = match LineFilter::parse(args.show.as_deref(), args.hide.as_deref()) {
         Ok(f) => args.verbose.then_some(f),
         Err(e) => {
@@ -116,38 +161,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.live {
-        let cluster = args.live_db.map(|db| harness::world::LiveCluster {
-            db,
-            nodes: args.live_nodes,
-        });
-        return harness::live::main(
-            &scenarios,
-            args.coordinator_bin.as_deref(),
-            filter.as_ref(),
-            cluster.as_ref(),
-        );
+    if args.live.live {
+        return run_live(&scenarios, args.live, filter.as_ref());
     }
-
-    let bar = ProgressBar::new(scenarios.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("static template"),
-    );
-    let mut rows = Vec::new();
-    for scenario in &scenarios {
-        bar.set_message(scenario.name.clone());
-        rows.push(run_twice(scenario, args.seed));
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-
+    let rows = run_all(&scenarios, args.seed);
     if let Some(filter) = &filter {
-        for row in &rows {
-            println!("--- {}", row.report.name);
-            for line in row.report.transcript.iter().filter(|l| filter.shows(l)) {
-                println!("{line}");
-            }
-        }
+        print_transcripts(&rows, filter);
     }
     print_table(&rows);
     if let Some(dir) = &args.out {
@@ -156,6 +175,64 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    print_failures(&rows)
+}
+
+/// The scenarios to run: every file loaded, those `--filter` leaves out dropped.
+fn load(paths: &[PathBuf], filter: Option<&str>) -> Result<Vec<Scenario>, String> {
+    let mut scenarios = Vec::new();
+    for path in paths {
+        let s = Scenario::load(path).map_err(|e| e.to_string())?;
+        if filter.is_none_or(|f| s.name.contains(f)) {
+            scenarios.push(s);
+        }
+    }
+    if scenarios.is_empty() {
+        return Err("no scenario to run".into());
+    }
+    Ok(scenarios)
+}
+
+fn run_live(scenarios: &[Scenario], live: LiveArgs, filter: Option<&LineFilter>) -> ExitCode {
+    let cluster = live.live_db.map(|db| harness::world::LiveCluster {
+        db,
+        nodes: live.live_nodes,
+    });
+    harness::run::live::main(
+        scenarios,
+        live.coordinator_bin.as_deref(),
+        filter,
+        cluster.as_ref(),
+    )
+}
+
+/// Runs every scenario twice, with a progress bar.
+fn run_all(scenarios: &[Scenario], seed: Option<u64>) -> Vec<Row> {
+    let bar = ProgressBar::new(scenarios.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("static template"),
+    );
+    let mut rows = Vec::new();
+    for scenario in scenarios {
+        bar.set_message(scenario.name.clone());
+        rows.push(run_twice(scenario, seed));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    rows
+}
+
+fn print_transcripts(rows: &[Row], filter: &LineFilter) {
+    for row in rows {
+        println!("--- {}", row.report.name);
+        for line in row.report.transcript.iter().filter(|l| filter.shows(l)) {
+            println!("{line}");
+        }
+    }
+}
+
+/// Each failure with its transcript's tail, then the counts.
+fn print_failures(rows: &[Row]) -> ExitCode {
     let failed: Vec<&Row> = rows.iter().filter(|r| r.failure.is_some()).collect();
     for row in &failed {
         println!(

@@ -35,7 +35,7 @@ fn run(tail: &str) -> (Outcome, Vec<String>) {
 
 fn invariant_message(outcome: Outcome) -> String {
     match outcome {
-        Outcome::InvariantBroken { message } => message,
+        Outcome::InvariantBroken { message, .. } => message,
         other => panic!("expected a broken property, got {other:?}"),
     }
 }

@@ -2,7 +2,7 @@
 //! a transcript is nondeterministic, so no redactions are needed; with
 //! `CI=true` a missing or changed snapshot fails.
 
-use harness::runner::{run_simulated, run_simulated_with, Outcome};
+use harness::run::{run_simulated, run_simulated_with, Outcome};
 use harness::Scenario;
 
 #[test]

@@ -182,7 +182,7 @@ impl Core {
     pub fn assert_invariants(&mut self, now_ms: i64) {
         if self.config.check_invariants {
             if let Err(v) = self.check_event(now_ms) {
-                panic!("core invariant broken after an event at {now_ms} ms: {v}");
+                broken(now_ms, v);
             }
         }
     }
@@ -807,4 +807,26 @@ fn queue_violation(
         position: job.and_then(|j| j.queue_pos),
         problem,
     }
+}
+
+thread_local! {
+    /// The violation `assert_invariants` last panicked with on this thread,
+    /// typed: a panic hook takes it (the harness keys failures by it) instead
+    /// of parsing the panic message, which stays a string for everyone else.
+    static LAST_BROKEN: std::cell::RefCell<Option<InvariantViolation>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl InvariantViolation {
+    /// The violation this thread's last invariant panic carried, once.
+    pub fn take_last_broken() -> Option<Self> {
+        LAST_BROKEN.with(|last| last.borrow_mut().take())
+    }
+}
+
+/// Panics with the violation, kept typed for [`InvariantViolation::take_last_broken`].
+#[track_caller]
+fn broken(now_ms: i64, v: InvariantViolation) -> ! {
+    LAST_BROKEN.with(|last| *last.borrow_mut() = Some(v.clone()));
+    panic!("core invariant broken after an event at {now_ms} ms: {v}");
 }

@@ -2,8 +2,7 @@
 //! summary with the coverage table, and each failure shrunk to a file.
 
 use super::{run_seed, shrink_and_write, SeedResult, Verdict};
-use crate::scenario::parse_duration;
-use clap::Parser;
+use crate::expr::duration::parse_duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,11 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "harness swarm",
-    about = "Random worlds per seed: safety after every run, liveness after a heal, failures shrunk to scenarios"
-)]
+/// `harness swarm`'s arguments (a subcommand of the `harness` binary).
+#[derive(Debug, clap::Args)]
 pub struct SwarmArgs {
     /// Seeds to run, `A..B` (B excluded).
     #[arg(long, default_value = "0..1000")]
@@ -74,7 +70,7 @@ pub fn main(args: SwarmArgs) -> ExitCode {
     let failures = first_failure_per_invariant(&results);
     // Shrinking runs worlds on this thread; their panics are failures
     // reported below, not output.
-    crate::runner::panics::set_quiet(true);
+    crate::run::panics::set_quiet(true);
     for (invariant, (seed, message)) in &failures {
         println!(
             "\nFAILED seed {seed}: {invariant}\n  {}",
@@ -131,7 +127,7 @@ fn run_all(
             let tx = tx.clone();
             let (next, out_of_time, end) = (&next, &out_of_time, seeds.end);
             scope.spawn(move || {
-                crate::runner::panics::set_quiet(true);
+                crate::run::panics::set_quiet(true);
                 loop {
                     if out_of_time.load(Ordering::Relaxed) {
                         return;
@@ -208,7 +204,7 @@ fn print_summary(results: &[SeedResult], asked: u64, wall: Duration) {
         }
     }
     println!("\ncoverage: fault kinds switched on (seeds)");
-    for k in super::world::Kind::ALL {
+    for k in super::spec::Kind::ALL {
         println!(
             "  {:<24} {:>7}",
             k.as_str(),

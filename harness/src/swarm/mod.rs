@@ -1,6 +1,6 @@
 //! `harness swarm`: random worlds per seed, checked after the run for every
 //! safety property (the core checks its own invariants after every event
-//! and panics on a breach; `crate::safety` checks the outside view), run
+//! and panics on a breach; `crate::verify::safety` checks the outside view), run
 //! twice under different tokio seeds (a transcript that depends on wake
 //! order fails), with liveness checked after a heal phase. A failing world
 //! is shrunk to a small scenario file that the ordinary `harness` command
@@ -16,17 +16,19 @@
 //! thread count.
 
 pub mod cli;
+pub mod draw;
 pub mod nodes;
+pub mod render;
 pub mod shrink;
+pub mod spec;
 #[cfg(test)]
 mod tests;
-pub mod world;
 
-use crate::runner::{self, Outcome, RunReport};
-use crate::scenario::Scenario;
+use crate::run::{self, Outcome, RunReport};
+use crate::spec::Scenario;
+use spec::{Kind, WorldSpec};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use world::{Kind, WorldSpec};
 
 /// Tokio's RNG seed of a world's second run (as the ordinary harness's).
 const SECOND_TOKIO_SEED: u64 = 0x5eed_0f70_c10c;
@@ -64,7 +66,7 @@ pub fn scenario_name(seed: u64, invariant: Option<&str>) -> String {
 
 /// Renders and parses a world as a scenario.
 pub fn scenario_of(world: &WorldSpec, name: &str, description: &str) -> Result<Scenario, String> {
-    let text = world::render(world, name, description);
+    let text = render::render(world, name, description);
     Scenario::parse(&text).map_err(|e| format!("the generator wrote an invalid scenario: {e}"))
 }
 
@@ -78,16 +80,15 @@ pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
             return (Verdict::Fail { invariant, message }, None);
         }
     };
-    let first = runner::run_simulated_with(&scenario, world.seed, world.seed);
+    let first = run::run_simulated_with(&scenario, world.seed, world.seed);
     if let Some((invariant, message)) = classify(&scenario, &first.outcome) {
         return (Verdict::Fail { invariant, message }, Some(first));
     }
     if twice {
-        let second =
-            runner::run_simulated_with(&scenario, world.seed, world.seed ^ SECOND_TOKIO_SEED);
+        let second = run::run_simulated_with(&scenario, world.seed, world.seed ^ SECOND_TOKIO_SEED);
         if second.digest != first.digest {
             let (line, a, b) =
-                crate::transcript::first_difference(&first.transcript, &second.transcript)
+                crate::world::transcript::first_difference(&first.transcript, &second.transcript)
                     .unwrap_or_default();
             let message = format!(
                 "the two runs differ first at transcript line {line}:\n  run 1: {a}\n  run 2: {b}"
@@ -99,11 +100,12 @@ pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
     (Verdict::Pass, Some(first))
 }
 
-/// The invariant a failed run broke, as a stable key, and its message.
+/// The invariant a failed run broke, as a stable key (typed where it
+/// broke: [`crate::verify::Broken`]), and its message.
 pub fn classify(scenario: &Scenario, outcome: &Outcome) -> Option<(String, String)> {
     let key = match outcome {
         Outcome::Passed => return None,
-        Outcome::InvariantBroken { message } => invariant_key(message),
+        Outcome::InvariantBroken { broken, .. } => broken.key(),
         Outcome::Failed { step, .. } => {
             let name = scenario
                 .steps
@@ -120,27 +122,25 @@ pub fn classify(scenario: &Scenario, outcome: &Outcome) -> Option<(String, Strin
     Some((key, outcome.failure().unwrap_or_default()))
 }
 
-/// `panic: core invariant broken after an event at N ms: slots: ...` ->
-/// `core_slots`; `safety X: ...` -> `X`; a liveness message -> its check.
-fn invariant_key(message: &str) -> String {
-    if let Some(rest) = message.strip_prefix("panic: core invariant broken") {
-        let kind = rest
-            .split_once("ms: ")
-            .map(|(_, v)| v.split(':').next().unwrap_or("").trim())
-            .unwrap_or("");
-        return format!("core_{}", kind.replace(' ', "_"));
-    }
-    if message.starts_with("panic: ") {
-        return "panic".into();
-    }
-    if let Some(rest) = message.strip_prefix("safety ") {
-        return rest.split(':').next().unwrap_or("safety").to_owned();
-    }
-    if message.contains(" is still ") {
-        return "all_jobs_terminal".into();
-    }
-    "invariants".into()
-}
+/// Transcript text that marks a coverage key.
+const MARKERS: &[(&str, &str)] = &[
+    (
+        "crashed at its armed store write",
+        "fault crash_after_write",
+    ),
+    ("pays with", "payment signed"),
+    ("replay the last payment", "fault payment_replay"),
+    ("\"type\":\"assign\"", "check assignments"),
+    (
+        "\"privacy_class\":\"PRIVATE\",\"payment_ref",
+        "check private_assignments",
+    ),
+    ("\"type\":\"result_accepted\"", "check results_accepted"),
+    ("< 201 {\"job_id\"", "check jobs_acknowledged"),
+    ("\"status\":\"completed\"}", "check completed_polls"),
+    ("router >", "router call"),
+    (": crash", "fault reboot"),
+];
 
 /// What the run exercised, counted from its transcript: each fault kind
 /// that fired and each safety property's observations.
@@ -153,25 +153,7 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
             let kind = &text[at + 9..];
             add(format!("fault {}", kind.split('"').next().unwrap_or("")));
         }
-        let markers: &[(&str, &str)] = &[
-            (
-                "crashed at its armed store write",
-                "fault crash_after_write",
-            ),
-            ("pays with", "payment signed"),
-            ("replay the last payment", "fault payment_replay"),
-            ("\"type\":\"assign\"", "check assignments"),
-            (
-                "\"privacy_class\":\"PRIVATE\",\"payment_ref",
-                "check private_assignments",
-            ),
-            ("\"type\":\"result_accepted\"", "check results_accepted"),
-            ("< 201 {\"job_id\"", "check jobs_acknowledged"),
-            ("\"status\":\"completed\"}", "check completed_polls"),
-            ("router >", "router call"),
-            (": crash", "fault reboot"),
-        ];
-        for (needle, key) in markers {
+        for (needle, key) in MARKERS {
             if text.contains(needle) {
                 add((*key).to_owned());
             }
@@ -274,7 +256,7 @@ pub fn shrink_and_write(
         small.events.len(),
         small.workers.len()
     );
-    let text = world::render(&small, &name, &description);
+    let text = render::render(&small, &name, &description);
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, &text)?;

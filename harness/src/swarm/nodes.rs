@@ -15,8 +15,8 @@
 //! restarts, graceful restarts and reboots on node 0, workloads and router
 //! calls through node 0, link faults on the worker's own node.
 
-use super::world::{Event, InstanceSpec, Kind, Timed, WorldSpec};
-use crate::scenario::NODES_MAX;
+use super::spec::{Event, InstanceSpec, Kind, Timed, WorldSpec};
+use crate::spec::NODES_MAX;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;

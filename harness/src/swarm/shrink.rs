@@ -4,7 +4,7 @@
 //! budget is spent; every candidate is normalized (so it renders as a
 //! consistent scenario) and must keep an honest worker per instance.
 
-use super::world::{Event, WorldSpec};
+use super::spec::{Event, WorldSpec};
 
 /// How many candidate worlds one shrink may run at most.
 pub const RUNS_MAX: usize = 600;
@@ -29,86 +29,100 @@ pub fn shrink(world: WorldSpec, mut fails: impl FnMut(&WorldSpec) -> bool) -> (W
     };
     loop {
         let before = best.clone();
-        // Cheap, large steps first: the heal, the second instance, chunks
-        // of events; then one part at a time.
-        if best.heal {
-            let mut c = best.clone();
-            c.heal = false;
-            try_candidate(&mut best, c, &mut runs);
-        }
-        for index in (0..best.instances.len()).rev() {
-            if best.instances.len() > 1 {
-                let mut c = best.clone();
-                c.instances.remove(index);
-                try_candidate(&mut best, c, &mut runs);
-            }
-        }
-        // Fewer nodes, a single coordinator first (normalizing drops the
-        // crashes and store cuts of the nodes that are gone).
-        for index in 0..best.instances.len() {
-            for fewer in 1..best.instances[index].nodes {
-                let mut c = best.clone();
-                c.instances[index].nodes = fewer;
-                if try_candidate(&mut best, c, &mut runs) {
-                    break;
-                }
-            }
-        }
-        remove_event_chunks(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
-        for_each_index(
-            &mut best,
-            |w| w.workers.len(),
-            |w, i| {
-                w.workers.remove(i);
-            },
-            &mut |b, c| try_candidate(b, c, &mut runs),
-        );
-        for_each_index(
-            &mut best,
-            |w| w.link_faults.len(),
-            |w, i| {
-                w.link_faults.remove(i);
-            },
-            &mut |b, c| try_candidate(b, c, &mut runs),
-        );
-        for_each_index(
-            &mut best,
-            |w| w.loads.len(),
-            |w, i| {
-                w.loads.remove(i);
-            },
-            &mut |b, c| try_candidate(b, c, &mut runs),
-        );
-        for_each_index(
-            &mut best,
-            |w| w.reboots.len(),
-            |w, i| {
-                w.reboots.remove(i);
-            },
-            &mut |b, c| try_candidate(b, c, &mut runs),
-        );
-        for_each_index(
-            &mut best,
-            |w| w.pairings.len(),
-            |w, i| {
-                w.pairings.remove(i);
-            },
-            &mut |b, c| try_candidate(b, c, &mut runs),
-        );
-        simplify_workers(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
-        simplify_instances(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
-        simplify_events(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
-        for fewer in [0, 1] {
-            if best.heal && best.heal_commits > fewer {
-                let mut c = best.clone();
-                c.heal_commits = fewer;
-                try_candidate(&mut best, c, &mut runs);
-            }
-        }
+        one_pass(&mut best, &mut |b, c| try_candidate(b, c, &mut runs));
         if best == before || runs >= RUNS_MAX {
             return (best, runs);
         }
     }
+}
+
+/// One pass of every simplification, in a fixed order.
+fn one_pass(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    remove_large_parts(best, attempt);
+    remove_parts(best, attempt);
+    simplify_workers(best, attempt);
+    simplify_instances(best, attempt);
+    simplify_events(best, attempt);
+    for fewer in [0, 1] {
+        if best.heal && best.heal_commits > fewer {
+            let mut c = best.clone();
+            c.heal_commits = fewer;
+            attempt(best, c);
+        }
+    }
+}
+
+/// Cheap, large steps first: the heal, the second instance, fewer nodes.
+fn remove_large_parts(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    if best.heal {
+        let mut c = best.clone();
+        c.heal = false;
+        attempt(best, c);
+    }
+    for index in (0..best.instances.len()).rev() {
+        if best.instances.len() > 1 {
+            let mut c = best.clone();
+            c.instances.remove(index);
+            attempt(best, c);
+        }
+    }
+    // Fewer nodes, a single coordinator first (normalizing drops the
+    // crashes and store cuts of the nodes that are gone).
+    for index in 0..best.instances.len() {
+        for fewer in 1..best.instances[index].nodes {
+            let mut c = best.clone();
+            c.instances[index].nodes = fewer;
+            if attempt(best, c) {
+                break;
+            }
+        }
+    }
+}
+
+/// Chunks of events, then one worker, link fault, load, reboot or pairing
+/// at a time.
+fn remove_parts(best: &mut WorldSpec, attempt: &mut Try<'_>) {
+    remove_event_chunks(best, attempt);
+    for_each_index(
+        best,
+        |w| w.workers.len(),
+        |w, i| {
+            w.workers.remove(i);
+        },
+        attempt,
+    );
+    for_each_index(
+        best,
+        |w| w.link_faults.len(),
+        |w, i| {
+            w.link_faults.remove(i);
+        },
+        attempt,
+    );
+    for_each_index(
+        best,
+        |w| w.loads.len(),
+        |w, i| {
+            w.loads.remove(i);
+        },
+        attempt,
+    );
+    for_each_index(
+        best,
+        |w| w.reboots.len(),
+        |w, i| {
+            w.reboots.remove(i);
+        },
+        attempt,
+    );
+    for_each_index(
+        best,
+        |w| w.pairings.len(),
+        |w, i| {
+            w.pairings.remove(i);
+        },
+        attempt,
+    );
 }
 
 type Try<'a> = dyn FnMut(&mut WorldSpec, WorldSpec) -> bool + 'a;

@@ -4,13 +4,13 @@
 //! failure needs.
 
 use super::shrink::shrink;
-use super::world::{Event, WorldSpec};
+use super::spec::{Event, WorldSpec};
 use super::*;
 use std::path::Path;
 
 fn checked(world: &WorldSpec) -> Vec<String> {
     let name = scenario_name(world.seed, None);
-    let text = world::render(world, &name, "test");
+    let text = render::render(world, &name, "test");
     let scenario = match Scenario::parse(&text) {
         Ok(s) => s,
         Err(e) => return vec![e],
@@ -104,7 +104,7 @@ fn the_shrinker_keeps_only_what_the_failure_needs() {
         "only the anchors stay"
     );
     assert!(runs <= shrink::RUNS_MAX);
-    let lines = world::render(&small, "x", "x")
+    let lines = render::render(&small, "x", "x")
         .lines()
         .filter(|l| !l.is_empty())
         .count();
@@ -112,18 +112,26 @@ fn the_shrinker_keeps_only_what_the_failure_needs() {
 }
 
 #[test]
-fn failures_are_classified_by_invariant() {
+fn failures_are_keyed_by_the_invariant_they_broke() {
+    use crate::verify::safety::SafetyKey;
+    use crate::verify::Broken;
+    use coordinator::core::InvariantViolation;
+    let slots = InvariantViolation::SessionCount {
+        keys: 1,
+        workers: 2,
+    };
     let cases = [
+        (Broken::Core(slots), "core_sessions"),
+        (Broken::Panic, "panic"),
         (
-            "panic: core invariant broken after an event at 5 ms: slots: worker 1 holds 2 jobs in 1 slots at x.rs:1",
-            "core_slots",
+            Broken::Safety(SafetyKey::AcknowledgedJobLost),
+            "acknowledged_job_lost",
         ),
-        ("panic: index out of bounds at x.rs:2", "panic"),
-        ("safety acknowledged_job_lost: chain_a answered 201", "acknowledged_job_lost"),
-        ("chain_a: job 1 is still pending after 0 attempt(s)", "all_jobs_terminal"),
+        (Broken::AllJobsTerminal, "all_jobs_terminal"),
+        (Broken::Invariants, "invariants"),
     ];
-    for (message, key) in cases {
-        assert_eq!(invariant_key(message), key, "{message}");
+    for (broken, key) in cases {
+        assert_eq!(broken.key(), key, "{broken:?}");
     }
 }
 
@@ -137,7 +145,7 @@ fn seed_ranges_parse() {
 /// Seeds whose world has the several-nodes kind, among the first `n`.
 fn several_node_seeds(n: u64) -> Vec<u64> {
     (0..n)
-        .filter(|&s| WorldSpec::generate(s).kinds.has(world::Kind::Nodes))
+        .filter(|&s| WorldSpec::generate(s).kinds.has(spec::Kind::Nodes))
         .collect()
 }
 
@@ -222,7 +230,7 @@ fn a_several_node_world_renders_nodes_and_node_steps_that_harness_check_accepts(
         })
         .expect("a three-node world with two node events");
     let w = WorldSpec::generate(seed);
-    let text = world::render(&w, "x", "x");
+    let text = render::render(&w, "x", "x");
     assert!(text.contains("nodes = 3\nnode_lease_ms = "), "{text}");
     assert!(text.contains(", node = "), "{text}");
     assert!(
@@ -288,7 +296,7 @@ fn the_shrinker_drops_nodes_the_failure_does_not_need() {
             .any(|t| matches!(t.event, Event::StorePartition { node: 2, .. }))
     };
     let mut world = world;
-    world.events.push(world::Timed {
+    world.events.push(spec::Timed {
         after_ms: 0,
         event: Event::StorePartition {
             instance: "chain_a",

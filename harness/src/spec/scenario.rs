@@ -1,52 +1,13 @@
-//! The scenario format. Every table rejects unknown keys, and a parse error
-//! names the key and the line. `scenarios/README.md` documents it with a
-//! complete example.
+//! The scenario's top level: its instances, workers, stubs, router, steps
+//! and invariants, and the checks `Scenario::parse` makes at load.
 
+use super::names::chain_a;
+use super::*;
 use protocol::api::JobStatus;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
-use std::time::Duration;
-
-/// The newest schema version; version 1 files keep running unchanged.
-/// Version 2 adds `[[workloads]]`, `[[faults]]`, `wait_until = { workload }`
-/// and the features listed in `crate::matrix::V2_FEATURES` (a version-1 file
-/// that uses one is refused).
-pub const SCHEMA_VERSION: u32 = 2;
-pub const SCHEMA_VERSIONS: [u32; 2] = [1, 2];
-
-/// A closed set of TOML spellings: a typo fails the load with an error that
-/// names the valid ones; `as_str` gives the spelling back for the transcript.
-macro_rules! choice {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-        pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            pub const NAMES: &'static [&'static str] = &[$($text),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            pub fn parse(text: &str) -> Option<Self> {
-                match text { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,17 +41,17 @@ pub struct Scenario {
     pub invariants: Invariants,
     /// Properties of the whole run, checked at the end (version 2).
     #[serde(default)]
-    pub temporal: Vec<crate::temporal::Temporal>,
+    pub temporal: Vec<crate::spec::temporal::Temporal>,
     /// For each step, the index of the `[[steps]]` table it came from
     /// (several steps come from one table with `repeat` or `for_each`).
     #[serde(skip)]
     pub step_sources: Vec<usize>,
-    /// Version 2: commit streams beside the steps (`crate::workload`).
+    /// Version 2: commit streams beside the steps (`crate::spec::workload`).
     #[serde(default)]
-    pub workloads: Vec<crate::workload::WorkloadSpec>,
-    /// Version 2: fault injectors beside the steps (`crate::fault`).
+    pub workloads: Vec<crate::spec::workload::WorkloadSpec>,
+    /// Version 2: fault injectors beside the steps (`crate::spec::fault`).
     #[serde(default)]
-    pub faults: Vec<crate::fault::FaultSpec>,
+    pub faults: Vec<crate::spec::fault::FaultSpec>,
 }
 
 fn default_epoch() -> String {
@@ -116,7 +77,7 @@ pub struct Instance {
     pub store: StoreKind,
     /// Prices per tier and job type (version 2); the others keep the defaults.
     #[serde(default)]
-    pub prices: crate::terms::PriceOverrides,
+    pub prices: crate::spec::pricing::PriceOverrides,
     /// Coordinator nodes sharing one in-memory shared store (1 to
     /// [`NODES_MAX`]); 1 is the single coordinator on its own store.
     #[serde(default = "one")]
@@ -300,8 +261,17 @@ pub struct WorkerSpec {
     pub node: Option<u32>,
 }
 
-fn chain_a() -> String {
-    "chain_a".into()
+impl WorkerSpec {
+    /// The names of the workers it declares: its name, or `name-0`,
+    /// `name-1`, ... with `count`.
+    pub fn names(&self) -> Vec<String> {
+        if self.count == 1 {
+            return vec![self.name.clone()];
+        }
+        (0..self.count)
+            .map(|i| format!("{}-{i}", self.name))
+            .collect()
+    }
 }
 
 fn one() -> u32 {
@@ -340,586 +310,6 @@ pub struct RouterSpec {
     /// Give the router an x402 payer on both chains (the scenario payer key).
     #[serde(default)]
     pub pay: bool,
-}
-
-/// One step: exactly one action, then optional expectations and captures.
-/// In TOML the action is a key of the step table (`http = { ... }`);
-/// `Deserialize` is written by hand to find it (see `StepVisitor`).
-#[derive(Debug, Clone)]
-pub struct Step {
-    pub name: Option<String>,
-    pub action: Action,
-    pub expect: Option<Expect>,
-    pub capture: BTreeMap<String, String>,
-    /// `repeat` / `for_each` (version 2), expanded at load.
-    pub each: Option<crate::matrix::Each>,
-}
-
-#[derive(Debug, Clone)]
-pub enum Action {
-    Http(HttpCall),
-    Router(RouterCall),
-    Advance(SimDuration),
-    WaitUntil(WaitUntil),
-    Worker(Control<WorkerAction>),
-    Instance(InstanceControl),
-    Stub(StubControl),
-    CommitMany(CommitMany),
-    Facilitator(FacilitatorControl),
-    Sockets(Sockets),
-    ExpectFrames(crate::frames::ExpectFrames),
-    ExpectCalls(crate::frames::ExpectCalls),
-    SendFrame(crate::frames::SendFrame),
-    /// Steps run in order, repeated together (version 2); expanded at load.
-    Group(Vec<Step>),
-    /// `wait_until = { workload }` (version 2).
-    WaitWorkload(crate::beside::WaitWorkload),
-}
-
-choice!(
-    /// The key that names an action in a step table.
-    ActionKey {
-        Http => "http",
-        Router => "router",
-        Advance => "advance",
-        WaitUntil => "wait_until",
-        Worker => "worker",
-        Instance => "instance",
-        Stub => "stub",
-        CommitMany => "commit_many",
-        Facilitator => "facilitator",
-        Sockets => "sockets",
-        ExpectFrames => "expect_frames",
-        ExpectCalls => "expect_calls",
-        SendFrame => "send_frame",
-        Group => "group",
-    }
-);
-
-/// Every key a step table may hold: `name`, the actions, `expect`, `capture`.
-const STEP_KEYS: &[&str] = &[
-    "name",
-    "http",
-    "router",
-    "advance",
-    "wait_until",
-    "worker",
-    "instance",
-    "stub",
-    "commit_many",
-    "facilitator",
-    "sockets",
-    "expect_frames",
-    "expect_calls",
-    "send_frame",
-    "group",
-    "expect",
-    "capture",
-    "repeat",
-    "for_each",
-];
-
-impl Action {
-    pub fn key(&self) -> ActionKey {
-        match self {
-            Action::Http(_) => ActionKey::Http,
-            Action::Router(_) => ActionKey::Router,
-            Action::Advance(_) => ActionKey::Advance,
-            Action::WaitUntil(_) | Action::WaitWorkload(_) => ActionKey::WaitUntil,
-            Action::Worker(_) => ActionKey::Worker,
-            Action::Instance(_) => ActionKey::Instance,
-            Action::Stub(_) => ActionKey::Stub,
-            Action::CommitMany(_) => ActionKey::CommitMany,
-            Action::Facilitator(_) => ActionKey::Facilitator,
-            Action::Sockets(_) => ActionKey::Sockets,
-            Action::ExpectFrames(_) => ActionKey::ExpectFrames,
-            Action::ExpectCalls(_) => ActionKey::ExpectCalls,
-            Action::SendFrame(_) => ActionKey::SendFrame,
-            Action::Group(_) => ActionKey::Group,
-        }
-    }
-
-    /// Whether the action gives an answer that `expect` and `capture` read.
-    pub fn answers(&self) -> bool {
-        matches!(
-            self,
-            Action::Http(_)
-                | Action::Router(_)
-                | Action::WaitUntil(_)
-                | Action::WaitWorkload(_)
-                | Action::CommitMany(_)
-                | Action::Sockets(_)
-        )
-    }
-
-    /// Whether the action advances simulated time or injects a fault, which
-    /// a live run cannot do.
-    pub fn simulation_only(&self) -> bool {
-        matches!(
-            self,
-            Action::Advance(_)
-                | Action::Worker(_)
-                | Action::Instance(_)
-                | Action::Stub(_)
-                | Action::Facilitator(_)
-                | Action::Sockets(_)
-                | Action::ExpectFrames(_)
-                | Action::ExpectCalls(_)
-                | Action::SendFrame(_)
-        )
-    }
-
-    /// Reads the value of the action `key` names from the step table.
-    fn next_value<'de, A: MapAccess<'de>>(key: ActionKey, map: &mut A) -> Result<Self, A::Error> {
-        Ok(match key {
-            ActionKey::Http => Action::Http(map.next_value()?),
-            ActionKey::Router => Action::Router(map.next_value()?),
-            ActionKey::Advance => Action::Advance(map.next_value()?),
-            ActionKey::WaitUntil => map
-                .next_value::<crate::beside::WaitSpec>()?
-                .into_action()
-                .map_err(de::Error::custom)?,
-            ActionKey::Worker => Action::Worker(map.next_value()?),
-            ActionKey::Instance => Action::Instance(map.next_value()?),
-            ActionKey::Stub => Action::Stub(map.next_value()?),
-            ActionKey::CommitMany => Action::CommitMany(map.next_value()?),
-            ActionKey::Facilitator => Action::Facilitator(map.next_value()?),
-            ActionKey::Sockets => Action::Sockets(map.next_value()?),
-            ActionKey::ExpectFrames => Action::ExpectFrames(map.next_value()?),
-            ActionKey::ExpectCalls => Action::ExpectCalls(map.next_value()?),
-            ActionKey::SendFrame => Action::SendFrame(map.next_value()?),
-            ActionKey::Group => Action::Group(map.next_value()?),
-        })
-    }
-}
-
-fn exactly_one_action(has: &str) -> String {
-    format!(
-        "a step needs exactly one action: {} (it has {has})",
-        ActionKey::NAMES.join(", ")
-    )
-}
-
-impl<'de> Deserialize<'de> for Step {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(StepVisitor)
-    }
-}
-
-struct StepVisitor;
-
-impl<'de> Visitor<'de> for StepVisitor {
-    type Value = Step;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a step table with exactly one action")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Step, A::Error> {
-        let (mut name, mut action, mut expect, mut capture) = (None, None, None, None);
-        let mut each = crate::matrix::Each::default();
-        let mut seed = StepKeySeed { action: None };
-        while let Some(key) = map.next_key_seed(seed)? {
-            match key {
-                StepKey::Name => name = Some(map.next_value()?),
-                StepKey::Expect => expect = Some(map.next_value()?),
-                StepKey::Capture => capture = Some(map.next_value()?),
-                StepKey::Repeat => each.repeat = Some(map.next_value()?),
-                StepKey::ForEach => each.for_each = Some(map.next_value()?),
-                StepKey::Action(key) => {
-                    action = Some(Action::next_value(key, &mut map)?);
-                    seed.action = Some(key);
-                }
-            }
-        }
-        let action = action.ok_or_else(|| de::Error::custom(exactly_one_action("none")))?;
-        let capture: BTreeMap<String, String> = capture.unwrap_or_default();
-        if !action.answers() && (expect.is_some() || !capture.is_empty()) {
-            return Err(de::Error::custom(format!(
-                "`{}` gives no answer to expect or capture from",
-                action.key()
-            )));
-        }
-        let each = each.check(&action).map_err(de::Error::custom)?;
-        Ok(Step {
-            name,
-            action,
-            expect,
-            capture,
-            each,
-        })
-    }
-}
-
-enum StepKey {
-    Name,
-    Action(ActionKey),
-    Expect,
-    Capture,
-    Repeat,
-    ForEach,
-}
-
-/// Reads one key of a step table. It refuses unknown keys and a second
-/// action here, so the error points at the offending key's line.
-#[derive(Clone, Copy)]
-struct StepKeySeed {
-    /// The action already read, if any.
-    action: Option<ActionKey>,
-}
-
-impl<'de> DeserializeSeed<'de> for StepKeySeed {
-    type Value = StepKey;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<StepKey, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let key = match text.as_str() {
-            "name" => StepKey::Name,
-            "expect" => StepKey::Expect,
-            "capture" => StepKey::Capture,
-            "repeat" => StepKey::Repeat,
-            "for_each" => StepKey::ForEach,
-            other => ActionKey::parse(other)
-                .map(StepKey::Action)
-                .ok_or_else(|| de::Error::unknown_field(other, STEP_KEYS))?,
-        };
-        match (self.action, &key) {
-            (Some(first), StepKey::Action(second)) => Err(de::Error::custom(exactly_one_action(
-                &format!("{first} and {second}"),
-            ))),
-            _ => Ok(key),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpCall {
-    #[serde(default = "chain_a")]
-    pub instance: String,
-    #[serde(default = "get")]
-    pub method: String,
-    pub path: String,
-    pub body: Option<Value>,
-    /// Sent instead of `body`, byte for byte (for malformed-input steps).
-    pub raw_body: Option<String>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Answer a 402 like a paying client: send, sign the requirements with
-    /// the scenario payer, send again with the payment header. The header
-    /// value is kept in `{{last_payment}}` (its name in `{{last_payment_header}}`).
-    pub pay: Option<Pay>,
-    /// The client sending it, with its own address (per-client limits
-    /// count it apart); by default the one shared scenario client.
-    pub client: Option<String>,
-    /// The node of a several-node instance it goes to (default 0).
-    pub node: Option<u32>,
-}
-
-/// How the payer treats the 402 answer.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Pay {
-    /// Absent for a valid payment.
-    #[serde(default)]
-    pub alter: Option<Alter>,
-    /// The x402 version to pay with (version 2 files): 1 reads the v1 body
-    /// and sends `X-PAYMENT`, 2 reads `PAYMENT-REQUIRED` and sends
-    /// `PAYMENT-SIGNATURE`. Absent: whatever the 402 answer offers first (2).
-    pub version: Option<crate::terms::PayVersion>,
-}
-
-choice!(
-    /// What a payment gets wrong on purpose.
-    Alter {
-        /// Nothing: a valid payment.
-        Unaltered => "none",
-        Recipient => "recipient",
-        /// Underpays.
-        Amount => "amount",
-        /// Expires too soon.
-        Window => "window",
-        /// Not valid yet.
-        Future => "future",
-        Network => "network",
-        Signature => "signature",
-    }
-);
-
-fn get() -> String {
-    "GET".into()
-}
-
-/// Changes an instance's facilitator script for the following payments.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FacilitatorControl {
-    #[serde(default = "chain_a")]
-    pub instance: String,
-    pub script: FacilitatorScript,
-}
-
-/// Commits `count` jobs (`{{i}}` in the body is the job's index), then waits
-/// until every one is completed or failed. Its answer is the count of jobs
-/// by final status, e.g. `{"completed": 998, "failed": 2}`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CommitMany {
-    #[serde(default = "chain_a")]
-    pub instance: String,
-    #[serde(default = "fast")]
-    pub tier: CommitTier,
-    pub count: u32,
-    pub body: Value,
-    /// Simulated time between two commits.
-    #[serde(default = "zero_ms")]
-    pub interval: SimDuration,
-    #[serde(default = "default_within")]
-    pub within: SimDuration,
-}
-
-choice!(
-    /// The commit endpoint, `/v1/jobs/commit/{tier}`.
-    CommitTier {
-        Fast => "fast",
-        Cheap => "cheap",
-    }
-);
-
-fn fast() -> CommitTier {
-    CommitTier::Fast
-}
-
-fn zero_ms() -> SimDuration {
-    SimDuration {
-        text: "0ms".into(),
-        duration: Duration::ZERO,
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouterCall {
-    pub call: RouterFn,
-    /// The request, as `router::LlmRequest` / `router::TaskRequest` fields.
-    pub request: Value,
-}
-
-choice!(
-    /// The router entry point a `router` step calls.
-    RouterFn {
-        RunLlm => "run_llm",
-        RunTask => "run_task",
-    }
-);
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitUntil {
-    #[serde(default = "chain_a")]
-    pub instance: String,
-    pub job: String,
-    pub status: JobStatus,
-    /// Longest wait, e.g. `30s`.
-    #[serde(default = "default_within")]
-    pub within: SimDuration,
-}
-
-pub fn default_within() -> SimDuration {
-    SimDuration {
-        text: "60s".into(),
-        duration: Duration::from_secs(60),
-    }
-}
-
-/// A duration as written (`500ms`, `10s`, `61m`, `2h`), checked at load; the
-/// transcript shows the text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SimDuration {
-    pub text: String,
-    pub duration: Duration,
-}
-
-impl<'de> Deserialize<'de> for SimDuration {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let duration = parse_duration(&text).map_err(de::Error::custom)?;
-        Ok(SimDuration { text, duration })
-    }
-}
-
-impl fmt::Display for SimDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-/// Stops or starts a worker or an instance by name.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Control<A> {
-    pub name: String,
-    pub action: A,
-}
-
-choice!(
-    WorkerAction {
-        Stop => "stop",
-        Start => "start",
-    }
-);
-
-choice!(
-    InstanceAction {
-        Stop => "stop",
-        Start => "start",
-        /// Crash and recover from the store.
-        Restart => "restart",
-        /// Stop gracefully (as on SIGTERM) and start again on the store.
-        GracefulRestart => "graceful_restart",
-        /// Arm a crash right after the instance's next store write of
-        /// kind `write`; the instance restarts at the next step.
-        CrashAfter => "crash_after",
-        /// Cut one node of a several-node instance from the shared store
-        /// for `duration_ms`: its lease lapses, it fences itself and
-        /// crashes, and it rejoins once the store is back.
-        Partition => "partition",
-        /// Crash one node of a several-node instance (`node`); its
-        /// supervisor starts it again after `duration_ms`.
-        Crash => "crash",
-        /// The next write of one node of a several-node instance to the
-        /// shared store commits, but its answer is lost (a connection
-        /// dropped after the commit): the node retries it.
-        LoseAnswer => "lose_answer",
-    }
-);
-
-/// An instance action; `write` goes with `crash_after` and only with it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InstanceControl {
-    pub name: String,
-    pub action: InstanceAction,
-    pub write: Option<StoreWriteKind>,
-    /// The node of a several-node instance it acts on (`restart`,
-    /// `graceful_restart`, `partition`, `crash`).
-    pub node: Option<u32>,
-    /// How long a `partition` lasts, or a `crash` stays down.
-    pub duration_ms: Option<u64>,
-}
-
-choice!(
-    /// A write of the coordinator's store (for `crash_after`).
-    StoreWriteKind {
-        NonceReserved => "nonce_reserved",
-        NonceSpent => "nonce_spent",
-        NonceReleased => "nonce_released",
-        /// A commit of jobs, pairings and trust.
-        Commit => "commit",
-    }
-);
-
-/// Opens WebSocket connections to an instance's worker endpoint that
-/// complete the HTTP upgrade and then say nothing (half-open handshakes,
-/// as a flood would hold them). They stay open until the run ends.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Sockets {
-    #[serde(default = "chain_a")]
-    pub instance: String,
-    pub count: u32,
-    /// The client opening them; each client has its own address.
-    #[serde(default = "idle_client")]
-    pub client: String,
-}
-
-impl InstanceControl {
-    /// `write` names the crash point of `crash_after` and means nothing
-    /// for the other actions.
-    fn check(&self, instances: &BTreeMap<String, Instance>) -> Result<(), String> {
-        let nodes = instances.get(&self.name).map_or(1, |i| i.nodes);
-        let node_action = matches!(
-            self.action,
-            InstanceAction::Restart
-                | InstanceAction::GracefulRestart
-                | InstanceAction::Partition
-                | InstanceAction::Crash
-                | InstanceAction::LoseAnswer
-        );
-        let timed = matches!(
-            self.action,
-            InstanceAction::Partition | InstanceAction::Crash
-        );
-        let shared = timed || self.action == InstanceAction::LoseAnswer;
-        match self.node {
-            Some(_) if !node_action => {
-                return Err(format!(
-                    "node goes with restart, graceful_restart, partition, crash or lose_answer, not with {}",
-                    self.action
-                ))
-            }
-            Some(n) if n >= nodes => {
-                return Err(format!(
-                    "node {n}: instance {} has {nodes} node(s)",
-                    self.name
-                ))
-            }
-            None if shared => return Err(format!("{} needs node", self.action)),
-            _ => {}
-        }
-        if shared && nodes < 2 {
-            return Err(format!(
-                "{} needs an instance with nodes > 1; {} has 1",
-                self.action, self.name
-            ));
-        }
-        if self.action == InstanceAction::CrashAfter && nodes > 1 {
-            return Err("crash_after needs a single-node instance (it arms a SQLite write)".into());
-        }
-        match self.duration_ms {
-            None if timed => return Err(format!("{} needs duration_ms", self.action)),
-            Some(ms) if timed && (ms == 0 || ms > 3_600_000) => {
-                return Err("duration_ms must be 1 to 3600000".into())
-            }
-            Some(_) if !timed => {
-                return Err(format!(
-                    "duration_ms goes with partition or crash, not with {}",
-                    self.action
-                ))
-            }
-            _ => {}
-        }
-        match (self.action, self.write) {
-            (InstanceAction::CrashAfter, None) => Err(format!(
-                "crash_after needs write = one of {}",
-                StoreWriteKind::NAMES.join(", ")
-            )),
-            (InstanceAction::CrashAfter, Some(_)) | (_, None) => Ok(()),
-            (action, Some(_)) => Err(format!("write goes with crash_after, not with {action}")),
-        }
-    }
-}
-
-fn idle_client() -> String {
-    "idle".into()
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StubControl {
-    pub name: String,
-    /// The fault for every following call; absent to heal the stub.
-    pub default_fault: Option<testkit::StubFault>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Expect {
-    pub status: Option<u16>,
-    /// Subset match with matchers (see `matcher`).
-    pub body: Option<Value>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
 }
 
 /// End-of-run checks. Safety checks (receipts verify; PRIVATE results come
@@ -968,7 +358,7 @@ impl Scenario {
                 scenario.schema_version
             ));
         }
-        crate::matrix::expand(text, &mut scenario)?;
+        crate::spec::matrix::expand(text, &mut scenario)?;
         scenario.check_version_2()?;
         scenario.epoch_ms()?;
         for (i, step) in scenario.steps.iter().enumerate() {
@@ -1047,41 +437,11 @@ impl Scenario {
     }
 }
 
-/// `500ms`, `10s`, `61m`, `2h`.
-/// One syntax in every duration field (`advance`, `within`, `interval`, and
-/// worker `latency`): a whole number with a unit `ms`, `s`, `m` or `h`; a bare
-/// number means milliseconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (num, unit) = text.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration"))?;
-    let ms = match unit {
-        "" | "ms" => n,
-        "s" => n * 1_000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return Err(format!("{text:?}: unit must be ms, s, m or h")),
-    };
-    Ok(Duration::from_millis(ms))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("61m").unwrap(), Duration::from_secs(3660));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("5").unwrap(), Duration::from_millis(5));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
+    use crate::spec::step::STEP_KEYS;
+    use std::time::Duration;
 
     const HEAD: &str = "schema_version = 1\nname = \"x\"\nlive = false\n\n[instances.chain_a]\nnetwork = \"n\"\n\n";
 

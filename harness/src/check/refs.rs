@@ -1,16 +1,15 @@
-//! The checks of `harness check` for the version-2 features: frame and
-//! call-count steps, scripted frames, `[[temporal]]` properties, `key_of`,
-//! and the expected values that must be matchers rather than literals.
-//! [`crate::check`] calls these; they report in the same `FILE:LINE` form.
+//! What each step action refers to, for `harness check`: the instance it
+//! addresses, the strings templates are rendered in, the workers and stubs
+//! it names; and the names `[[temporal]]` patterns and `key_of` refer to.
+//! Every per-action match of the checker is here, so a new step keyword
+//! touches this file and no other of `check/`.
 
 use crate::check::{check_variables, collect_strings, Problem};
-use crate::frames::FramePattern;
-use crate::scenario::{Action, Scenario, Step};
+use crate::spec::frames::FramePattern;
+use crate::spec::names::STUB_NAMES;
+use crate::spec::{Action, Scenario, Step};
 use serde_json::Value;
 use std::collections::BTreeSet;
-
-/// The stubs a scenario can name.
-pub const STUB_NAMES: [&str; 2] = ["provider_a", "provider_b"];
 
 /// The workers, stubs and the like a step names exist.
 pub fn check_step_refs(step: &Step, workers: &BTreeSet<String>, problem: &mut impl FnMut(String)) {
@@ -45,127 +44,53 @@ fn no_worker(name: &str, workers: &BTreeSet<String>) -> String {
     format!("no worker {name:?} (workers: {})", known.join(", "))
 }
 
-/// The keys of a `GET /v1/jobs/{id}` answer (`protocol::api::JobRecord`).
-pub const JOB_KEYS: [&str; 6] = [
-    "id",
-    "status",
-    "result",
-    "receipt",
-    "created_at",
-    "completed_at",
-];
-/// The keys of a receipt (`protocol::receipt::Receipt`).
-pub const RECEIPT_KEYS: [&str; 6] = [
-    "job_id",
-    "provider_pubkey",
-    "output_hash",
-    "completed_at",
-    "payment_ref",
-    "signature",
-];
-/// The keys of a `GET /v1/quote` answer (`protocol::api::Quote`).
-pub const QUOTE_KEYS: [&str; 5] = [
-    "price",
-    "endpoint",
-    "policy_resolved",
-    "network",
-    "expires_at",
-];
-
-/// A capture path that can never select anything; and, where the answer's
-/// shape is known (a job record, a quote), an expected
-/// key or a captured path that the answer never has: a misspelt key under
-/// `absent_or_null` would otherwise pass silently, and a capture would fail
-/// only when it runs.
-pub fn schema_problems(step: &Step) -> Vec<String> {
-    let mut out: Vec<String> = step
-        .capture
-        .values()
-        .filter_map(|path| crate::matcher::path_problem(path))
-        .collect();
-    let Some(keys) = answer_keys(step) else {
-        return out;
-    };
-    let mut key = |path: &str, name: &str, known: &[&str]| {
-        if !known.contains(&name) {
-            out.push(format!(
-                "{path}.{name}: the answer has no such key (keys: {})",
-                known.join(", ")
-            ));
-        }
-    };
-    if let Some(Value::Object(body)) = step.expect.as_ref().and_then(|e| e.body.as_ref()) {
-        for (name, value) in body {
-            key("expect.body $", name, keys);
-            if let (true, Value::Object(receipt)) = (name == "receipt", value) {
-                for sub in receipt.keys() {
-                    key("expect.body $.receipt", sub, &RECEIPT_KEYS);
-                }
-            }
-        }
-    }
-    for (var, path) in &step.capture {
-        let mut segments = path.strip_prefix("$.").unwrap_or("").split(['.', '[']);
-        let (Some(first), second) = (segments.next(), segments.next()) else {
-            continue;
-        };
-        if first.is_empty() {
-            continue;
-        }
-        key(&format!("capture {var} = \"{path}\": $"), first, keys);
-        if let (true, Some(second)) = (first == "receipt", second) {
-            key(
-                &format!("capture {var} = \"{path}\": $.receipt"),
-                second,
-                &RECEIPT_KEYS,
-            );
-        }
-    }
-    out
+/// The instance an action addresses, if it names one.
+pub(crate) fn instance_of(action: &Action) -> Option<&str> {
+    Some(match action {
+        Action::Http(c) => &c.instance,
+        Action::WaitUntil(w) => &w.instance,
+        Action::Instance(c) => &c.name,
+        Action::CommitMany(c) => &c.instance,
+        Action::Facilitator(c) => &c.instance,
+        Action::Sockets(s) => &s.instance,
+        Action::ExpectCalls(c) => return c.facilitator.as_deref(),
+        Action::Router(_)
+        | Action::Advance(_)
+        | Action::Worker(_)
+        | Action::Stub(_)
+        | Action::ExpectFrames(_)
+        | Action::SendFrame(_)
+        | Action::Group(_)
+        | Action::WaitWorkload(_) => return None,
+    })
 }
 
-/// The keys of the step's answer, when the step's shape makes them known:
-/// `wait_until` (a job record), and a `GET` of a job or a quote expected to
-/// answer 200.
-fn answer_keys(step: &Step) -> Option<&'static [&'static str]> {
-    match &step.action {
-        Action::WaitUntil(_) => Some(&JOB_KEYS),
-        Action::Http(call) if call.method.eq_ignore_ascii_case("GET") => {
-            if step.expect.as_ref().and_then(|e| e.status) != Some(200) {
-                return None;
-            }
-            let path = call.path.split('?').next().unwrap_or_default();
-            if path == "/v1/quote" {
-                Some(&QUOTE_KEYS)
-            } else if path.starts_with("/v1/jobs/")
-                && path.len() > "/v1/jobs/".len()
-                && !path[9..].contains('/')
-            {
-                Some(&JOB_KEYS)
-            } else {
-                None
-            }
-        }
-        _ => None,
-    }
-}
-
-/// The expected values of a step, each with where it is, for the matcher checks.
-pub fn expected_values(step: &Step) -> Vec<(String, Value)> {
+/// Every string of a step that templates are rendered in.
+pub(crate) fn strings_of(step: &Step) -> Vec<String> {
     let mut out = Vec::new();
+    let mut add = |v: &Value| collect_strings(v, &mut out);
+    match &step.action {
+        Action::Http(c) => {
+            add(&Value::String(c.path.clone()));
+            if let Some(body) = &c.body {
+                add(body);
+            }
+            for (k, v) in &c.headers {
+                add(&Value::String(k.clone()));
+                add(&Value::String(v.clone()));
+            }
+        }
+        Action::Router(c) => add(&c.request),
+        Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
+        Action::CommitMany(c) => add(&c.body),
+        Action::SendFrame(c) => add(&c.frame),
+        Action::ExpectFrames(c) => add(&c.frame),
+        _ => {}
+    }
     if let Some(expect) = &step.expect {
         if let Some(body) = &expect.body {
-            out.push(("expect.body $".to_owned(), body.clone()));
+            add(body);
         }
-        for (name, value) in &expect.headers {
-            out.push((
-                format!("expect.headers.{name}"),
-                Value::String(value.clone()),
-            ));
-        }
-    }
-    if let Action::ExpectFrames(expect) = &step.action {
-        out.push(("expect_frames.frame $".to_owned(), expect.frame.clone()));
     }
     out
 }
@@ -235,7 +160,7 @@ fn check_pattern(
             problem(format!("{key}: {}", no_worker(name, workers)));
         }
     }
-    for p in crate::matcher::problems(&pattern.frame, &format!("{key}.frame $")) {
+    for p in crate::expr::matcher::problems(&pattern.frame, &format!("{key}.frame $")) {
         problem(p);
     }
     let mut strings = Vec::new();
@@ -247,7 +172,7 @@ fn check_pattern(
 
 #[cfg(test)]
 mod tests {
-    use super::{JOB_KEYS, QUOTE_KEYS, RECEIPT_KEYS};
+    use crate::check::answers::{JOB_KEYS, QUOTE_KEYS, RECEIPT_KEYS};
     use crate::check::{check, Problem};
     use crate::Scenario;
     use std::path::Path;

@@ -26,7 +26,7 @@
 //! Each expanded step keeps the index of its table in
 //! [`Scenario::step_sources`], so `harness check` points at the table.
 
-use crate::scenario::{Action, Scenario, Step};
+use crate::spec::{Action, Scenario, Step};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -149,35 +149,7 @@ pub fn expand(text: &str, scenario: &mut Scenario) -> Result<(), String> {
             .each
             .as_ref()
             .map_or_else(|| vec![BTreeMap::new()], Each::cases);
-        let members: Vec<toml::Table> = match table.remove("group") {
-            Some(toml::Value::Array(items)) => items
-                .into_iter()
-                .map(|t| match t {
-                    toml::Value::Table(t) => Ok(t),
-                    _ => Err("group: not an array of tables".to_owned()),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err("group: not an array of tables".into()),
-            None => vec![table.clone()],
-        };
-        if let Action::Group(inner) = &typed.action {
-            if table.keys().any(|k| k != "name") {
-                return Err(format!(
-                    "step {}: a group step holds only name, repeat or for_each beside group",
-                    source + 1
-                ));
-            }
-            if let Some(s) = inner
-                .iter()
-                .find(|s| s.each.is_some() || matches!(s.action, Action::Group(_)))
-            {
-                let name = s.name.clone().unwrap_or_default();
-                return Err(format!(
-                    "step {} group member {name:?}: groups do not nest; repeat the outer step",
-                    source + 1
-                ));
-            }
-        }
+        let members = group_members(source, &mut table, typed)?;
         for case in &cases {
             for member in &members {
                 let lookup = |name: &str| case.get(name).cloned();
@@ -201,6 +173,45 @@ pub fn expand(text: &str, scenario: &mut Scenario) -> Result<(), String> {
     Ok(())
 }
 
+/// The tables one `[[steps]]` table runs per case: its `group`'s members,
+/// or itself.
+fn group_members(
+    source: usize,
+    table: &mut toml::Table,
+    typed: &Step,
+) -> Result<Vec<toml::Table>, String> {
+    let members: Vec<toml::Table> = match table.remove("group") {
+        Some(toml::Value::Array(items)) => items
+            .into_iter()
+            .map(|t| match t {
+                toml::Value::Table(t) => Ok(t),
+                _ => Err("group: not an array of tables".to_owned()),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("group: not an array of tables".into()),
+        None => vec![table.clone()],
+    };
+    if let Action::Group(inner) = &typed.action {
+        if table.keys().any(|k| k != "name") {
+            return Err(format!(
+                "step {}: a group step holds only name, repeat or for_each beside group",
+                source + 1
+            ));
+        }
+        if let Some(s) = inner
+            .iter()
+            .find(|s| s.each.is_some() || matches!(s.action, Action::Group(_)))
+        {
+            let name = s.name.clone().unwrap_or_default();
+            return Err(format!(
+                "step {} group member {name:?}: groups do not nest; repeat the outer step",
+                source + 1
+            ));
+        }
+    }
+    Ok(members)
+}
+
 /// The first version-2 feature a scenario uses, by its key.
 fn v2_feature(scenario: &Scenario) -> Option<&'static str> {
     for step in &scenario.steps {
@@ -210,15 +221,13 @@ fn v2_feature(scenario: &Scenario) -> Option<&'static str> {
         if step.each.is_some() {
             return Some("for_each");
         }
-        match &step.action {
-            Action::Group(_) => return Some("group"),
-            Action::ExpectFrames(_) => return Some("expect_frames"),
-            Action::ExpectCalls(_) => return Some("expect_calls"),
-            Action::SendFrame(_) => return Some("send_frame"),
-            Action::Http(call) if call.pay.as_ref().is_some_and(|p| p.version.is_some()) => {
-                return Some("pay version")
+        if step.action.version() >= 2 {
+            return Some(step.action.key().as_str());
+        }
+        if let Action::Http(call) = &step.action {
+            if call.pay.as_ref().is_some_and(|p| p.version.is_some()) {
+                return Some("pay version");
             }
-            _ => {}
         }
     }
     if !scenario.temporal.is_empty() {
@@ -250,7 +259,7 @@ fn substitute(
 ) -> Result<toml::Value, String> {
     Ok(match value {
         toml::Value::String(s) => {
-            let rendered = crate::template::render(s, lookup, true)?;
+            let rendered = crate::expr::template::render(s, lookup, true)?;
             toml::Value::try_from(rendered).map_err(|e| e.to_string())?
         }
         toml::Value::Array(items) => toml::Value::Array(
@@ -262,7 +271,7 @@ fn substitute(
         toml::Value::Table(map) => toml::Value::Table(
             map.iter()
                 .map(|(k, v)| {
-                    let key = match crate::template::render(k, lookup, true)? {
+                    let key = match crate::expr::template::render(k, lookup, true)? {
                         Value::String(k) => k,
                         other => other.to_string(),
                     };

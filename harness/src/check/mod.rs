@@ -15,14 +15,16 @@
 //! - a string that looks like a matcher (`any_…`) is one, since an unknown
 //!   one would silently compare as a literal.
 
-use crate::matcher;
-use crate::scenario::{Action, Scenario};
+pub mod answers;
+pub mod background;
+pub mod refs;
+
+use crate::expr::matcher;
+use crate::spec::names::INSTANCE_NAMES;
+use crate::spec::{Action, Scenario};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::Path;
-
-/// The instance names the router and the harness know.
-pub const INSTANCE_NAMES: [&str; 2] = ["chain_a", "chain_b"];
 
 /// One mistake, at a line of the file (1-based; 0 when the whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +49,14 @@ pub fn check(path: &Path, text: &str, scenario: &Scenario) -> Vec<Problem> {
     check_file(path, scenario, &lines, &mut problems);
     let workers = check_workers(scenario, &lines, &mut problems);
     let defined = check_steps(scenario, &workers, &lines, &mut problems);
-    crate::check_v2::check(
+    refs::check(
         scenario,
         &workers,
         &defined,
         &text_lines(text),
         &mut problems,
     );
-    crate::check_beside::check(scenario, &workers, &lines, &mut problems);
+    crate::check::background::check(scenario, &workers, &lines, &mut problems);
     problems.sort_by_key(|p| p.line);
     // Steps expanded from one `repeat`/`for_each` table share its line: say
     // each mistake once, for the first of them.
@@ -115,23 +117,13 @@ fn check_workers(
                 ),
             ));
         }
-        for name in worker_names(spec) {
+        for name in spec.names() {
             if !names.insert(name.clone()) {
                 problems.push(Problem::at(line, format!("two workers are named {name}")));
             }
         }
     }
     names
-}
-
-/// The names a worker declaration makes (`w`, or `w-0` ... with `count`).
-pub fn worker_names(spec: &crate::scenario::WorkerSpec) -> Vec<String> {
-    if spec.count == 1 {
-        return vec![spec.name.clone()];
-    }
-    (0..spec.count)
-        .map(|i| format!("{}-{i}", spec.name))
-        .collect()
 }
 
 pub(crate) fn declared(scenario: &Scenario) -> String {
@@ -165,7 +157,7 @@ fn check_steps(
         let mut problem = |message: String| {
             problems.push(Problem::at(line, format!("step {number}: {message}")));
         };
-        if let Some(instance) = instance_of(&step.action) {
+        if let Some(instance) = refs::instance_of(&step.action) {
             if !scenario.instances.contains_key(instance) {
                 problem(format!(
                     "instance {instance:?} is not declared ({})",
@@ -183,18 +175,18 @@ fn check_steps(
                 ));
             }
         }
-        crate::check_v2::check_step_refs(step, workers, &mut problem);
+        refs::check_step_refs(step, workers, &mut problem);
         let mut local = defined.clone();
         if matches!(step.action, Action::CommitMany(_)) {
             local.insert("i".into());
         }
-        for text in strings_of(step) {
+        for text in refs::strings_of(step) {
             check_variables(&text, &local, &mut problem);
         }
-        crate::check_v2::schema_problems(step)
+        answers::schema_problems(step)
             .into_iter()
             .for_each(&mut problem);
-        for (path, expected) in crate::check_v2::expected_values(step) {
+        for (path, expected) in answers::expected_values(step) {
             for p in matcher::problems(&expected, &path) {
                 problem(p);
             }
@@ -216,8 +208,8 @@ pub(crate) fn check_variables(
     defined: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
-    match crate::template::expressions(text) {
-        Err(e) => problem(e),
+    match crate::expr::template::expressions(text) {
+        Err(e) => problem(e.to_string()),
         Ok(exprs) => {
             for e in exprs {
                 if !defined.contains(&e.var) {
@@ -238,57 +230,6 @@ pub(crate) fn listing(names: &BTreeSet<String>) -> String {
     } else {
         names.iter().cloned().collect::<Vec<_>>().join(", ")
     }
-}
-
-/// The instance an action addresses, if it names one.
-fn instance_of(action: &Action) -> Option<&str> {
-    Some(match action {
-        Action::Http(c) => &c.instance,
-        Action::WaitUntil(w) => &w.instance,
-        Action::Instance(c) => &c.name,
-        Action::CommitMany(c) => &c.instance,
-        Action::Facilitator(c) => &c.instance,
-        Action::Sockets(s) => &s.instance,
-        Action::ExpectCalls(c) => return c.facilitator.as_deref(),
-        Action::Router(_)
-        | Action::Advance(_)
-        | Action::Worker(_)
-        | Action::Stub(_)
-        | Action::ExpectFrames(_)
-        | Action::SendFrame(_)
-        | Action::Group(_)
-        | Action::WaitWorkload(_) => return None,
-    })
-}
-
-/// Every string of a step that templates are rendered in.
-fn strings_of(step: &crate::scenario::Step) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut add = |v: &Value| collect_strings(v, &mut out);
-    match &step.action {
-        Action::Http(c) => {
-            add(&Value::String(c.path.clone()));
-            if let Some(body) = &c.body {
-                add(body);
-            }
-            for (k, v) in &c.headers {
-                add(&Value::String(k.clone()));
-                add(&Value::String(v.clone()));
-            }
-        }
-        Action::Router(c) => add(&c.request),
-        Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
-        Action::CommitMany(c) => add(&c.body),
-        Action::SendFrame(c) => add(&c.frame),
-        Action::ExpectFrames(c) => add(&c.frame),
-        _ => {}
-    }
-    if let Some(expect) = &step.expect {
-        if let Some(body) = &expect.body {
-            add(body);
-        }
-    }
-    out
 }
 
 pub(crate) fn collect_strings(value: &Value, out: &mut Vec<String>) {

@@ -3,7 +3,7 @@
 //! checking every expectation. Transcripts are not compared: real time and
 //! real scheduling differ from run to run.
 
-use crate::runner::{run_live, Outcome};
+use crate::run::{run_live, Outcome};
 use crate::Scenario;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,7 +31,7 @@ pub fn coordinator_bin(bin: Option<&Path>) -> Result<PathBuf, String> {
 pub fn main(
     scenarios: &[Scenario],
     bin: Option<&Path>,
-    verbose: Option<&crate::transcript::LineFilter>,
+    verbose: Option<&crate::world::transcript::LineFilter>,
     cluster: Option<&crate::world::LiveCluster>,
 ) -> ExitCode {
     let bin = match coordinator_bin(bin) {

@@ -8,22 +8,24 @@
 //! and stubs draw from. So adding, removing or reordering workloads and
 //! faults changes no other component's draws, and no existing transcript.
 
-use crate::fault::{self, FaultKind, FaultSpec, Target};
-use crate::scenario::{Scenario, SimDuration};
-use crate::workload;
+pub mod fault;
+pub mod workload;
+
+use crate::spec::fault::{FaultKind, FaultSpec};
+use crate::spec::{Scenario, WaitWorkload};
 use crate::world::{sim_host, World};
-use protocol::api::JobStatus;
+use fault::Target;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The workloads and injectors of a run.
+/// The workloads and injectors of a run, owned by the runner (not by the
+/// world: they act on the world, and the world knows nothing of them).
 #[derive(Default)]
-pub struct Beside {
+pub struct Background {
     workloads: BTreeMap<String, workload::Running>,
     faults: Vec<fault::Running>,
 }
@@ -43,9 +45,10 @@ fn fnv1a(text: &str) -> u64 {
 }
 
 /// Starts every workload and injector of `scenario`, in file order.
-pub fn start(scenario: &Scenario, world: &mut World, seed: u64) -> Result<(), String> {
+pub fn start(scenario: &Scenario, world: &World, seed: u64) -> Result<Background, String> {
+    let mut background = Background::default();
     if scenario.workloads.is_empty() && scenario.faults.is_empty() {
-        return Ok(());
+        return Ok(background);
     }
     let run_start = Instant::now()
         - Duration::from_millis(u64::try_from(world.transcript.elapsed_ms()).unwrap_or(0));
@@ -65,7 +68,7 @@ pub fn start(scenario: &Scenario, world: &mut World, seed: u64) -> Result<(), St
             epoch_ms: world.epoch_ms(),
             run_start,
         });
-        world.beside.workloads.insert(spec.name.clone(), running);
+        background.workloads.insert(spec.name.clone(), running);
     }
     for spec in &scenario.faults {
         let target = target(scenario, world, spec)?;
@@ -77,9 +80,9 @@ pub fn start(scenario: &Scenario, world: &mut World, seed: u64) -> Result<(), St
             world.transcript.clone(),
             run_start,
         );
-        world.beside.faults.push(running);
+        background.faults.push(running);
     }
-    Ok(())
+    Ok(background)
 }
 
 /// What the injector `spec` acts on.
@@ -93,7 +96,7 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
                 .iter()
                 .filter(|w| spec.workers.is_empty() || spec.workers.contains(&w.name))
             {
-                for name in crate::check::worker_names(w) {
+                for name in w.names() {
                     let host = world.worker_host(&name);
                     workers.insert(name, host.unwrap_or_else(|| sim_host(&w.instance)));
                 }
@@ -113,30 +116,7 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
             Target::Instance(Box::new(world.instance_handle(name)?))
         }
         FaultKind::Partition | FaultKind::Delay | FaultKind::Hold => {
-            let [a, b] = spec.between.clone().ok_or("between is required")?;
-            let is_host =
-                |n: &str| scenario.instances.contains_key(n) || world.stubs.contains_key(n);
-            let (peer, host) = if is_host(&b) { (a, b) } else { (b, a) };
-            let fault = match spec.kind {
-                FaultKind::Partition => simnet::LinkFault::Cut,
-                FaultKind::Hold => simnet::LinkFault::Hold,
-                _ => simnet::LinkFault::Delay(
-                    spec.delay.as_ref().map_or(Duration::ZERO, |d| d.duration),
-                ),
-            };
-            // A worker's link goes to the node it is connected to.
-            let dialled = world
-                .workers
-                .get(&peer)
-                .filter(|w| w.instance == host)
-                .and_then(|_| world.worker_host(&peer));
-            Target::Link {
-                net: net()?,
-                host: dialled.unwrap_or_else(|| sim_host(&host)),
-                peer,
-                label: host,
-                fault,
-            }
+            link_target(scenario, world, spec)?
         }
         FaultKind::ProviderErrors => {
             let name = spec.stub.as_deref().unwrap_or_default();
@@ -157,68 +137,49 @@ fn target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target
     })
 }
 
+/// A network fault's target: the link between the peer and the host of
+/// `between` (a worker's link goes to the node it is connected to).
+fn link_target(scenario: &Scenario, world: &World, spec: &FaultSpec) -> Result<Target, String> {
+    let [a, b] = spec.between.clone().ok_or("between is required")?;
+    let is_host = |n: &str| scenario.instances.contains_key(n) || world.stubs.contains_key(n);
+    let (peer, host) = if is_host(&b) { (a, b) } else { (b, a) };
+    let fault = match spec.kind {
+        FaultKind::Partition => simnet::LinkFault::Cut,
+        FaultKind::Hold => simnet::LinkFault::Hold,
+        _ => simnet::LinkFault::Delay(spec.delay.as_ref().map_or(Duration::ZERO, |d| d.duration)),
+    };
+    // A worker's link goes to the node it is connected to.
+    let dialled = world
+        .workers
+        .get(&peer)
+        .filter(|w| w.instance == host)
+        .and_then(|_| world.worker_host(&peer));
+    Ok(Target::Link {
+        net: world.net().ok_or("faults run only in the simulation")?,
+        host: dialled.unwrap_or_else(|| sim_host(&host)),
+        peer,
+        label: host,
+        fault,
+    })
+}
+
 /// When the steps end: every injector stops and repairs what it broke, in
 /// file order; workloads still running stop.
-pub async fn stop(world: &mut World) {
-    let beside = std::mem::take(&mut world.beside);
-    for running in beside.faults {
+pub async fn stop(background: Background) {
+    for running in background.faults {
         running.stop().await;
     }
-    for running in beside.workloads.values() {
+    for running in background.workloads.values() {
         running.abort();
     }
 }
 
 /// Waits for the workload `name` to finish; the answer counts its commits,
 /// answers and job ends.
-pub async fn wait(world: &mut World, wait: &WaitWorkload) -> Result<Value, String> {
-    let running = world
-        .beside
+pub async fn wait(background: &mut Background, wait: &WaitWorkload) -> Result<Value, String> {
+    let running = background
         .workloads
         .get_mut(&wait.workload)
         .ok_or_else(|| format!("no workload {:?}", wait.workload))?;
     running.wait(&wait.within).await
-}
-
-/// `wait_until = { workload = "load", within = "10m" }`.
-#[derive(Debug, Clone)]
-pub struct WaitWorkload {
-    pub workload: String,
-    pub within: SimDuration,
-}
-
-/// The keys of a `wait_until` table: a job and a status, or a workload.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitSpec {
-    instance: Option<String>,
-    job: Option<String>,
-    status: Option<JobStatus>,
-    within: Option<SimDuration>,
-    workload: Option<String>,
-}
-
-impl WaitSpec {
-    /// The step's action: waiting for a job's status, or for a workload.
-    pub fn into_action(self) -> Result<crate::scenario::Action, String> {
-        use crate::scenario::{Action, WaitUntil};
-        let within = self.within.unwrap_or_else(crate::scenario::default_within);
-        match (self.workload, self.job, self.status) {
-            (Some(workload), None, None) if self.instance.is_none() => {
-                Ok(Action::WaitWorkload(WaitWorkload { workload, within }))
-            }
-            (Some(_), _, _) => Err(
-                "wait_until takes a workload, or a job and a status (and an instance), not both"
-                    .into(),
-            ),
-            (None, Some(job), Some(status)) => Ok(Action::WaitUntil(WaitUntil {
-                instance: self.instance.unwrap_or_else(|| "chain_a".into()),
-                job,
-                status,
-                within,
-            })),
-            (None, None, _) => Err("wait_until needs job (and status) or workload".into()),
-            (None, Some(_), None) => Err("wait_until needs status with job".into()),
-        }
-    }
 }

@@ -15,9 +15,10 @@
 //! matcher of the wrong shape.
 //!
 //! Templates: `{{name}}` in any string of a step is replaced by a captured
-//! value, through the filters of [`crate::template`].
+//! value, through the filters of [`crate::expr::template`].
 //! Captures: `$.a.b[0]` paths into a JSON answer.
 
+use super::ExprError;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -284,7 +285,7 @@ pub fn select<'v>(value: &'v Value, path: &str) -> Option<&'v Value> {
 
 /// Replaces `{{name}}` in every string of `value`. A string that is exactly
 /// one template takes the captured value as is (it may be a number or object).
-pub fn render(value: &Value, vars: &Vars) -> Result<Value, String> {
+pub fn render(value: &Value, vars: &Vars) -> Result<Value, ExprError> {
     Ok(match value {
         Value::String(s) => render_str_value(s, vars)?,
         Value::Array(items) => Value::Array(
@@ -296,19 +297,19 @@ pub fn render(value: &Value, vars: &Vars) -> Result<Value, String> {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| Ok((render_str(k, vars)?, render(v, vars)?)))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, ExprError>>()?,
         ),
         other => other.clone(),
     })
 }
 
-fn render_str_value(s: &str, vars: &Vars) -> Result<Value, String> {
-    crate::template::render(s, &|name| vars.get(name).cloned(), false)
+fn render_str_value(s: &str, vars: &Vars) -> Result<Value, ExprError> {
+    crate::expr::template::render(s, &|name| vars.get(name).cloned(), false)
 }
 
 /// Replaces `{{name}}` (with its filters) inside a string; non-string
 /// values are inserted as JSON.
-pub fn render_str(s: &str, vars: &Vars) -> Result<String, String> {
+pub fn render_str(s: &str, vars: &Vars) -> Result<String, ExprError> {
     Ok(match render_str_value(s, vars)? {
         Value::String(text) => text,
         other => other.to_string(),

@@ -18,121 +18,16 @@
 //! When the steps end, every injector stops and repairs what it broke
 //! (lost workers come back, instances down restart, links and stubs heal).
 
-use crate::scenario::SimDuration;
-use crate::transcript::Transcript;
+use crate::spec::fault::{FaultKind, FaultSpec, EVENTS_MAX};
+use crate::world::transcript::Transcript;
 use crate::world::SimInstance;
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
-use serde::Deserialize;
 use simnet::LinkFault;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Events one injector applies at most (a bound on `count` and on
-/// attrition's losses).
-pub const EVENTS_MAX: u32 = 10_000;
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultSpec {
-    pub name: String,
-    pub kind: FaultKind,
-    /// When it starts (reboot, partition, delay, hold, provider_errors).
-    pub at: Option<SimDuration>,
-    /// `[from, to]`: random reboot times, or attrition's active time.
-    pub window: Option<[SimDuration; 2]>,
-    /// Random reboots inside `window`.
-    pub count: Option<u32>,
-    /// Attrition: mean time between two losses.
-    pub every: Option<SimDuration>,
-    /// How long each fault lasts (absent: a lost worker or a network fault
-    /// is never repaired; a reboot restarts at once).
-    #[serde(rename = "for")]
-    pub lasting: Option<SimDuration>,
-    /// Attrition: the workers that may be lost (a `count` group's name
-    /// stands for all of it); every worker by default.
-    #[serde(default)]
-    pub workers: Vec<String>,
-    /// Reboot: the instance.
-    pub instance: Option<String>,
-    /// Network faults: a peer (worker, workload, `router`) and a host
-    /// (instance or stub), in either order.
-    pub between: Option<[String; 2]>,
-    /// `delay`: added to every byte on the links.
-    pub delay: Option<SimDuration>,
-    /// `provider_errors`: the stub and its answer.
-    pub stub: Option<String>,
-    pub fault: Option<testkit::StubFault>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    Attrition,
-    Reboot,
-    Partition,
-    Delay,
-    Hold,
-    ProviderErrors,
-}
-
-impl FaultKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaultKind::Attrition => "attrition",
-            FaultKind::Reboot => "reboot",
-            FaultKind::Partition => "partition",
-            FaultKind::Delay => "delay",
-            FaultKind::Hold => "hold",
-            FaultKind::ProviderErrors => "provider_errors",
-        }
-    }
-
-    /// The keys a fault of this kind needs, and those it may have, beyond
-    /// `name` and `kind`.
-    pub fn keys(self) -> (&'static [&'static str], &'static [&'static str]) {
-        match self {
-            FaultKind::Attrition => (&["every"], &["window", "for", "workers"]),
-            FaultKind::Reboot => (&["instance"], &["at", "window", "count", "for"]),
-            FaultKind::Partition | FaultKind::Hold => (&["between", "at"], &["for"]),
-            FaultKind::Delay => (&["between", "at", "delay"], &["for"]),
-            FaultKind::ProviderErrors => (&["stub", "fault", "at"], &["for"]),
-        }
-    }
-}
-
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FaultSpec {
-    /// The optional keys this fault sets.
-    pub fn keys_set(&self) -> Vec<&'static str> {
-        let mut keys = Vec::new();
-        let mut add = |set: bool, key| {
-            if set {
-                keys.push(key)
-            }
-        };
-        add(self.at.is_some(), "at");
-        add(self.window.is_some(), "window");
-        add(self.count.is_some(), "count");
-        add(self.every.is_some(), "every");
-        add(self.lasting.is_some(), "for");
-        add(!self.workers.is_empty(), "workers");
-        add(self.instance.is_some(), "instance");
-        add(self.between.is_some(), "between");
-        add(self.delay.is_some(), "delay");
-        add(self.stub.is_some(), "stub");
-        add(self.fault.is_some(), "fault");
-        keys
-    }
-}
 
 /// What an injector acts on, handed over by the world.
 pub enum Target {
@@ -217,48 +112,11 @@ async fn run(
         down: BTreeSet::new(),
         broken: false,
     };
-    // Events by (time from the run start, sequence): a plan, in order.
-    let mut plan: BTreeMap<(Duration, u64), Event> = BTreeMap::new();
-    let mut seq = 0u64;
-    let mut push = |plan: &mut BTreeMap<(Duration, u64), Event>, at: Duration, e: Event| {
-        plan.insert((at, seq), e);
-        seq += 1;
-    };
     let lasting = spec.lasting.as_ref().map(|d| d.duration);
-    let at = spec.at.as_ref().map_or(Duration::ZERO, |d| d.duration);
     let window = spec.window.as_ref().map(|[a, b]| (a.duration, b.duration));
-    match spec.kind {
-        FaultKind::Attrition => {
-            let from = window.map_or(Duration::ZERO, |w| w.0);
-            push(&mut plan, from + gap(&spec, &mut rng), Event::Lose);
-        }
-        FaultKind::Reboot => {
-            let mut times = Vec::new();
-            match window {
-                Some((from, to)) => {
-                    for _ in 0..spec.count.unwrap_or(1).min(EVENTS_MAX) {
-                        let span =
-                            u64::try_from((to.saturating_sub(from)).as_millis()).unwrap_or(0);
-                        times.push(from + Duration::from_millis(rng.gen_range(0..=span)));
-                    }
-                }
-                None => times.push(at),
-            }
-            times.sort();
-            for t in times {
-                push(&mut plan, t, Event::Crash);
-                push(&mut plan, t + lasting.unwrap_or_default(), Event::Restart);
-            }
-        }
-        _ => {
-            push(&mut plan, at, Event::Break);
-            if let Some(lasting) = lasting {
-                push(&mut plan, at + lasting, Event::Repair);
-            }
-        }
-    }
+    let mut plan = Plan::of(&spec, &mut rng);
     let mut events = 0;
-    while let Some(((when, _), event)) = plan.pop_first() {
+    while let Some((when, event)) = plan.pop() {
         tokio::select! {
             biased;
             _ = stopped.wait_for(|s| *s) => break,
@@ -271,12 +129,12 @@ async fn run(
                 let until = window.map_or(Duration::MAX, |w| w.1);
                 if let Some(worker) = injector.lose(&mut rng) {
                     if let Some(lasting) = lasting {
-                        push(&mut plan, now + lasting, Event::Back(worker));
+                        plan.push(now + lasting, Event::Back(worker));
                     }
                 }
                 let next = now + gap(&spec, &mut rng);
                 if next <= until && events < EVENTS_MAX {
-                    push(&mut plan, next, Event::Lose);
+                    plan.push(next, Event::Lose);
                 }
             }
             event => injector.apply(event).await,
@@ -285,6 +143,65 @@ async fn run(
     // Wait for the stop, then repair.
     let _ = stopped.wait_for(|s| *s).await;
     injector.repair_all().await;
+}
+
+/// Events by (time from the run start, sequence): a plan, in order.
+#[derive(Default)]
+struct Plan {
+    events: BTreeMap<(Duration, u64), Event>,
+    seq: u64,
+}
+
+impl Plan {
+    /// The injector's first events (attrition's first loss, the reboots,
+    /// or the break and its repair), drawn from `rng` in that order.
+    fn of(spec: &FaultSpec, rng: &mut ChaCha20Rng) -> Self {
+        let mut plan = Plan::default();
+        let lasting = spec.lasting.as_ref().map(|d| d.duration);
+        let at = spec.at.as_ref().map_or(Duration::ZERO, |d| d.duration);
+        let window = spec.window.as_ref().map(|[a, b]| (a.duration, b.duration));
+        match spec.kind {
+            FaultKind::Attrition => {
+                let from = window.map_or(Duration::ZERO, |w| w.0);
+                plan.push(from + gap(spec, rng), Event::Lose);
+            }
+            FaultKind::Reboot => {
+                let mut times = Vec::new();
+                match window {
+                    Some((from, to)) => {
+                        for _ in 0..spec.count.unwrap_or(1).min(EVENTS_MAX) {
+                            let span =
+                                u64::try_from((to.saturating_sub(from)).as_millis()).unwrap_or(0);
+                            times.push(from + Duration::from_millis(rng.gen_range(0..=span)));
+                        }
+                    }
+                    None => times.push(at),
+                }
+                times.sort();
+                for t in times {
+                    plan.push(t, Event::Crash);
+                    plan.push(t + lasting.unwrap_or_default(), Event::Restart);
+                }
+            }
+            _ => {
+                plan.push(at, Event::Break);
+                if let Some(lasting) = lasting {
+                    plan.push(at + lasting, Event::Repair);
+                }
+            }
+        }
+        plan
+    }
+
+    fn push(&mut self, at: Duration, event: Event) {
+        self.events.insert((at, self.seq), event);
+        self.seq += 1;
+    }
+
+    /// The earliest event left, with its time.
+    fn pop(&mut self) -> Option<(Duration, Event)> {
+        self.events.pop_first().map(|((at, _), event)| (at, event))
+    }
 }
 
 /// Attrition's next gap: uniform between half and one and a half of `every`.

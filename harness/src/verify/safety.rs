@@ -17,8 +17,7 @@ use std::collections::BTreeMap;
 /// One broken safety property.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// Stable key, e.g. `acknowledged_job_lost`.
-    pub invariant: &'static str,
+    pub invariant: SafetyKey,
     pub message: String,
     /// The transcript line (0-based) that shows it, when one does.
     pub line: Option<usize>,
@@ -34,19 +33,58 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// Every safety key, for coverage tables and documentation.
-pub const INVARIANTS: &[&str] = &[
-    "acknowledged_job_lost",
-    "result_accepted_twice",
-    "completed_job_changed",
-    "receipt_invalid",
-    "receipt_key_not_holder",
-    "private_to_untrusted",
-    "private_before_auth",
-    "payment_bought_two_jobs",
-    "unpaid_job_dispatched",
-    "node_fenced_unprovoked",
-];
+/// A safety property, by its stable key (the swarm groups and shrinks
+/// failures by it; coverage tables and documentation list them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SafetyKey {
+    AcknowledgedJobLost,
+    ResultAcceptedTwice,
+    CompletedJobChanged,
+    ReceiptInvalid,
+    ReceiptKeyNotHolder,
+    PrivateToUntrusted,
+    PrivateBeforeAuth,
+    PaymentBoughtTwoJobs,
+    UnpaidJobDispatched,
+    NodeFencedUnprovoked,
+}
+
+impl SafetyKey {
+    /// Every safety property, in documentation order.
+    pub const ALL: [SafetyKey; 10] = [
+        SafetyKey::AcknowledgedJobLost,
+        SafetyKey::ResultAcceptedTwice,
+        SafetyKey::CompletedJobChanged,
+        SafetyKey::ReceiptInvalid,
+        SafetyKey::ReceiptKeyNotHolder,
+        SafetyKey::PrivateToUntrusted,
+        SafetyKey::PrivateBeforeAuth,
+        SafetyKey::PaymentBoughtTwoJobs,
+        SafetyKey::UnpaidJobDispatched,
+        SafetyKey::NodeFencedUnprovoked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SafetyKey::AcknowledgedJobLost => "acknowledged_job_lost",
+            SafetyKey::ResultAcceptedTwice => "result_accepted_twice",
+            SafetyKey::CompletedJobChanged => "completed_job_changed",
+            SafetyKey::ReceiptInvalid => "receipt_invalid",
+            SafetyKey::ReceiptKeyNotHolder => "receipt_key_not_holder",
+            SafetyKey::PrivateToUntrusted => "private_to_untrusted",
+            SafetyKey::PrivateBeforeAuth => "private_before_auth",
+            SafetyKey::PaymentBoughtTwoJobs => "payment_bought_two_jobs",
+            SafetyKey::UnpaidJobDispatched => "unpaid_job_dispatched",
+            SafetyKey::NodeFencedUnprovoked => "node_fenced_unprovoked",
+        }
+    }
+}
+
+impl std::fmt::Display for SafetyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What one simulated instance holds at the end of the run.
 pub struct InstanceState<'a> {
@@ -120,7 +158,7 @@ fn check_fences(lines: &[String]) -> Result<(), Violation> {
         }
         if rest.starts_with("fenced by the shared store") && !partitioned.contains(actor) {
             return Err(Violation {
-                invariant: "node_fenced_unprovoked",
+                invariant: SafetyKey::NodeFencedUnprovoked,
                 message: format!("node {actor} was fenced though never cut from the store"),
                 line: Some(n),
             });
@@ -196,7 +234,7 @@ fn check_lines<'a>(
     });
     match lost {
         Some((instance, id, line, _)) => Err(Violation {
-            invariant: "acknowledged_job_lost",
+            invariant: SafetyKey::AcknowledgedJobLost,
             message: format!(
                 "{instance} answered 201 for job {id}, which it no longer has (neither shown finished nor created before a retention cut)"
             ),
@@ -221,7 +259,7 @@ fn line_ms(line: &str) -> i64 {
     }
 }
 
-type Found = (&'static str, String);
+type Found = (SafetyKey, String);
 
 /// An instance's HTTP answer: a 201 names a job that must survive (until
 /// retention deletes it, once finished); a completed job's result and
@@ -242,7 +280,7 @@ fn check_answer<'a>(
                     return Ok(());
                 }
                 return Err((
-                    "acknowledged_job_lost",
+                    SafetyKey::AcknowledgedJobLost,
                     format!("{instance} answered 201 for job {id}, which it no longer has"),
                 ));
             }
@@ -263,7 +301,7 @@ fn check_answer<'a>(
         match seen.completed.get(&key) {
             Some((first, first_line)) if *first != outcome => {
                 return Err((
-                    "completed_job_changed",
+                    SafetyKey::CompletedJobChanged,
                     format!(
                         "{instance} job {id} was completed with {first} (line {}) and later with {outcome}",
                         first_line + 1
@@ -280,7 +318,7 @@ fn check_answer<'a>(
         let deleted = retention && still.is_none();
         if !deleted && still.is_none_or(|j| j.status != JobStatus::Completed) {
             return Err((
-                "completed_job_changed",
+                SafetyKey::CompletedJobChanged,
                 format!("{instance} showed job {id} completed; at the end it is not"),
             ));
         }
@@ -320,7 +358,7 @@ fn check_workload<'a>(
                 return Ok(());
             }
             return Err((
-                "acknowledged_job_lost",
+                SafetyKey::AcknowledgedJobLost,
                 format!("{instance} answered {workload}'s commit #{i} 201 for job {id}, which it no longer has"),
             ));
         }
@@ -363,7 +401,7 @@ fn check_frame<'a>(
             seen.ended.insert((view.instance, id.clone()));
             if *count > 1 {
                 return Err((
-                    "result_accepted_twice",
+                    SafetyKey::ResultAcceptedTwice,
                     format!("job {id} got result_accepted a second time, at {worker}"),
                 ));
             }
@@ -384,7 +422,7 @@ fn check_assign(
 ) -> Result<(), Found> {
     if state.paid && frame["payment_ref"].is_null() {
         return Err((
-            "unpaid_job_dispatched",
+            SafetyKey::UnpaidJobDispatched,
             format!("job {id} was assigned to {worker} without a payment on a paid instance"),
         ));
     }
@@ -393,7 +431,7 @@ fn check_assign(
     }
     if seen.authenticated.get(worker) != Some(&true) {
         return Err((
-            "private_before_auth",
+            SafetyKey::PrivateBeforeAuth,
             format!("PRIVATE job {id} reached {worker} before it was authenticated"),
         ));
     }
@@ -404,7 +442,7 @@ fn check_assign(
     // every pairing that existed at the assignment.
     if !user_trusts(state.trust, &job.submission.user_id, view.public_key) {
         return Err((
-            "private_to_untrusted",
+            SafetyKey::PrivateToUntrusted,
             format!(
                 "PRIVATE job {id} of {} reached {worker} ({}), whom the user never paired",
                 job.submission.user_id, view.public_key
@@ -428,7 +466,7 @@ fn check_holder_key(
         .eq_ignore_ascii_case(view.public_key)
     {
         return Err((
-            "receipt_key_not_holder",
+            SafetyKey::ReceiptKeyNotHolder,
             format!(
                 "job {id} was accepted from {worker} ({}) but its receipt names {}",
                 view.public_key, receipt.provider_pubkey
@@ -450,7 +488,7 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
         if let Some(r) = job.payment_ref.as_deref() {
             if let Some(other) = refs.insert(r, job.id.to_string()) {
                 return Err(violation(
-                    "payment_bought_two_jobs",
+                    SafetyKey::PaymentBoughtTwoJobs,
                     format!("{instance}: payment {r} bought jobs {other} and {}", job.id),
                 ));
             }
@@ -460,7 +498,7 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
         }
         let (Some(receipt), Some(output)) = (&job.receipt, &job.output) else {
             return Err(violation(
-                "receipt_invalid",
+                SafetyKey::ReceiptInvalid,
                 format!(
                     "{instance}: completed job {} lacks a receipt or output",
                     job.id
@@ -469,7 +507,7 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
         };
         receipt.verify(output).map_err(|e| {
             violation(
-                "receipt_invalid",
+                SafetyKey::ReceiptInvalid,
                 format!("{instance}: job {} receipt: {e}", job.id),
             )
         })?;
@@ -481,7 +519,7 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
             )
         {
             return Err(violation(
-                "private_to_untrusted",
+                SafetyKey::PrivateToUntrusted,
                 format!(
                     "{instance}: PRIVATE job {} was done by {}, whom {} never paired",
                     job.id, receipt.provider_pubkey, job.submission.user_id
@@ -535,7 +573,7 @@ mod tests {
         };
         assert_eq!(check_fences(&lines("2")), Ok(()));
         let v = check_fences(&lines("1")).unwrap_err();
-        assert_eq!(v.invariant, "node_fenced_unprovoked");
+        assert_eq!(v.invariant, SafetyKey::NodeFencedUnprovoked);
         assert_eq!(v.line, Some(1));
     }
 
@@ -594,7 +632,7 @@ mod tests {
         ]);
         check(&lines, &instances, &workers)
             .err()
-            .map(|v| v.invariant)
+            .map(|v| v.invariant.as_str())
     }
 
     fn assign(id: &str, privacy: &str, payment_ref: &str) -> String {
@@ -727,7 +765,7 @@ mod tests {
             &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
         );
         assert_eq!(
-            first.err().map(|v| v.invariant),
+            first.err().map(|v| v.invariant.as_str()),
             Some("completed_job_changed")
         );
         assert!(check_lines(

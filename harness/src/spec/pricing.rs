@@ -1,7 +1,7 @@
 //! Per-instance commercial terms (version 2): prices per tier and job type,
 //! the asset a payment is made in, and the x402 version a paying step uses.
 
-use crate::scenario::PaymentSpec;
+use crate::spec::PaymentSpec;
 use coordinator::config::PriceTable;
 use protocol::money::Price;
 use serde::{de, Deserialize, Deserializer};

@@ -2,14 +2,12 @@
 //! `[[workloads]]`, `[[faults]]` and `wait_until = { workload }` steps.
 //! Each problem is reported at its table's line, in the scenario's words.
 
-use crate::check::{declared, listing, worker_names, Lines, Problem};
-use crate::fault::{FaultKind, FaultSpec, EVENTS_MAX};
-use crate::scenario::{Action, Scenario};
-use crate::workload::{WorkloadSpec, COMMITS_MAX, RATE_MAX};
+use crate::check::{declared, listing, Lines, Problem};
+use crate::spec::fault::{FaultKind, FaultSpec, EVENTS_MAX};
+use crate::spec::names::STUB_NAMES;
+use crate::spec::workload::{WorkloadSpec, COMMITS_MAX, RATE_MAX};
+use crate::spec::{Action, Scenario};
 use std::collections::BTreeSet;
-
-/// The hosted-provider stubs a fault can name.
-const STUBS: [&str; 2] = ["provider_a", "provider_b"];
 
 pub(crate) fn check(
     scenario: &Scenario,
@@ -120,6 +118,58 @@ fn check_fault(
     workloads: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
+    check_fault_keys(spec, problem);
+    match spec.kind {
+        FaultKind::Attrition => {
+            let groups: BTreeSet<&str> = scenario.workers.iter().map(|w| w.name.as_str()).collect();
+            for w in &spec.workers {
+                if !workers.contains(w) && !groups.contains(w.as_str()) {
+                    problem(format!("no worker {w:?} (workers: {})", listing(workers)));
+                }
+            }
+            if scenario.workers.iter().all(|w| w.names().is_empty()) {
+                problem("the scenario has no worker to lose".into());
+            }
+        }
+        FaultKind::Reboot => {
+            if let Some(instance) = &spec.instance {
+                if !scenario.instances.contains_key(instance) {
+                    problem(format!(
+                        "instance {instance:?} is not declared ({})",
+                        declared(scenario)
+                    ));
+                }
+            }
+            match (&spec.at, &spec.window, spec.count) {
+                (None, None, _) => problem("give at (a time) or window (random times)".into()),
+                (Some(_), Some(_), _) => problem("give at or window, not both".into()),
+                (Some(_), None, Some(_)) => problem("count goes with window".into()),
+                (_, _, Some(n)) if n == 0 || n > EVENTS_MAX => {
+                    problem(format!("count = {n}: 1 to {EVENTS_MAX} reboots"))
+                }
+                _ => {}
+            }
+        }
+        FaultKind::Partition | FaultKind::Delay | FaultKind::Hold => {
+            if let Some(between) = &spec.between {
+                check_between(scenario, between, workers, workloads, problem);
+            }
+        }
+        FaultKind::ProviderErrors => {
+            if let Some(stub) = &spec.stub {
+                if !STUB_NAMES.contains(&stub.as_str()) {
+                    problem(format!(
+                        "no stub {stub:?} (stubs: {})",
+                        STUB_NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The keys a fault of its kind needs and takes, and its times.
+fn check_fault_keys(spec: &FaultSpec, problem: &mut impl FnMut(String)) {
     let (needs, may) = spec.kind.keys();
     let set = spec.keys_set();
     let missing: Vec<&str> = needs
@@ -161,50 +211,6 @@ fn check_fault(
             }
         }
     }
-    match spec.kind {
-        FaultKind::Attrition => {
-            let groups: BTreeSet<&str> = scenario.workers.iter().map(|w| w.name.as_str()).collect();
-            for w in &spec.workers {
-                if !workers.contains(w) && !groups.contains(w.as_str()) {
-                    problem(format!("no worker {w:?} (workers: {})", listing(workers)));
-                }
-            }
-            if scenario.workers.iter().all(|w| worker_names(w).is_empty()) {
-                problem("the scenario has no worker to lose".into());
-            }
-        }
-        FaultKind::Reboot => {
-            if let Some(instance) = &spec.instance {
-                if !scenario.instances.contains_key(instance) {
-                    problem(format!(
-                        "instance {instance:?} is not declared ({})",
-                        declared(scenario)
-                    ));
-                }
-            }
-            match (&spec.at, &spec.window, spec.count) {
-                (None, None, _) => problem("give at (a time) or window (random times)".into()),
-                (Some(_), Some(_), _) => problem("give at or window, not both".into()),
-                (Some(_), None, Some(_)) => problem("count goes with window".into()),
-                (_, _, Some(n)) if n == 0 || n > EVENTS_MAX => {
-                    problem(format!("count = {n}: 1 to {EVENTS_MAX} reboots"))
-                }
-                _ => {}
-            }
-        }
-        FaultKind::Partition | FaultKind::Delay | FaultKind::Hold => {
-            if let Some(between) = &spec.between {
-                check_between(scenario, between, workers, workloads, problem);
-            }
-        }
-        FaultKind::ProviderErrors => {
-            if let Some(stub) = &spec.stub {
-                if !STUBS.contains(&stub.as_str()) {
-                    problem(format!("no stub {stub:?} (stubs: {})", STUBS.join(", ")));
-                }
-            }
-        }
-    }
 }
 
 /// `between` names one host (an instance or a stub) and one peer (a
@@ -216,7 +222,7 @@ fn check_between(
     workloads: &BTreeSet<String>,
     problem: &mut impl FnMut(String),
 ) {
-    let is_host = |n: &str| scenario.instances.contains_key(n) || STUBS.contains(&n);
+    let is_host = |n: &str| scenario.instances.contains_key(n) || STUB_NAMES.contains(&n);
     let clients: BTreeSet<String> = scenario
         .steps
         .iter()
@@ -232,7 +238,7 @@ fn check_between(
     let hosts: Vec<&String> = between.iter().filter(|n| is_host(n)).collect();
     if hosts.len() != 1 {
         let mut instances: Vec<&str> = scenario.instances.keys().map(String::as_str).collect();
-        instances.extend(STUBS);
+        instances.extend(STUB_NAMES);
         problem(format!(
             "between = [{:?}, {:?}] needs exactly one host (an instance or a stub: {})",
             between[0],

@@ -13,6 +13,7 @@
 //! a literal. Evaluation fails only on a value of the wrong kind (`upper`
 //! on a number), naming the expression.
 
+use super::ExprError;
 use serde_json::Value;
 use std::fmt;
 
@@ -44,10 +45,14 @@ impl fmt::Display for Expr {
 
 impl Expr {
     /// Parses the text between `{{` and `}}`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ExprError> {
+        let wrong = |problem: String| ExprError::Template {
+            text: text.to_owned(),
+            problem,
+        };
         let (var, mut rest) = split_var(text.trim());
         if var.is_empty() {
-            return Err(format!("{{{{{text}}}}}: no variable name"));
+            return Err(wrong("no variable name".into()));
         }
         let mut filters = Vec::new();
         loop {
@@ -62,23 +67,23 @@ impl Expr {
                     "upper" => Filter::Upper,
                     "lower" => Filter::Lower,
                     other => {
-                        return Err(format!(
-                            "{{{{{text}}}}}: unknown filter {other:?} (filters: {FILTERS})"
-                        ))
+                        return Err(wrong(format!(
+                            "unknown filter {other:?} (filters: {FILTERS})"
+                        )))
                     }
                 },
                 '+' | '-' => {
-                    let ms = crate::scenario::parse_duration(word)
-                        .map_err(|e| format!("{{{{{text}}}}}: {e}"))?
+                    let ms = crate::expr::duration::parse_duration(word)
+                        .map_err(|e| wrong(e.to_string()))?
                         .as_millis();
-                    let ms = i64::try_from(ms).map_err(|_| format!("{{{{{text}}}}}: too long"))?;
+                    let ms = i64::try_from(ms).map_err(|_| wrong("too long".into()))?;
                     Filter::AddMs(if op == '-' { -ms } else { ms })
                 }
                 other => {
-                    return Err(format!(
-                        "{{{{{text}}}}}: expected | or + or - after the variable, found {other:?} \
+                    return Err(wrong(format!(
+                        "expected | or + or - after the variable, found {other:?} \
                          (filters: {FILTERS})"
-                    ))
+                    )))
                 }
             };
             filters.push(filter);
@@ -92,7 +97,11 @@ impl Expr {
     }
 
     /// Applies the filters to the variable's value.
-    pub fn apply(&self, value: &Value) -> Result<Value, String> {
+    pub fn apply(&self, value: &Value) -> Result<Value, ExprError> {
+        let wrong = |problem: String| ExprError::Filter {
+            expr: self.to_string(),
+            problem,
+        };
         let mut value = value.clone();
         for filter in &self.filters {
             value = match (filter, &value) {
@@ -101,16 +110,16 @@ impl Expr {
                 (Filter::AddMs(ms), Value::Number(n)) => {
                     let n = n
                         .as_i64()
-                        .ok_or_else(|| format!("{self}: {n} is not a whole number"))?;
+                        .ok_or_else(|| wrong(format!("{n} is not a whole number")))?;
                     Value::from(n + ms)
                 }
                 (Filter::AddMs(ms), Value::String(s)) => {
                     let at = protocol::time::parse_ms(s)
-                        .ok_or_else(|| format!("{self}: {s:?} is not a timestamp"))?;
+                        .ok_or_else(|| wrong(format!("{s:?} is not a timestamp")))?;
                     Value::String(protocol::time::format_ms(at + ms))
                 }
                 (_, other) => {
-                    return Err(format!("{self}: the filter does not apply to {other}"));
+                    return Err(wrong(format!("the filter does not apply to {other}")));
                 }
             };
         }
@@ -144,7 +153,7 @@ pub enum Part {
 
 /// Splits a string into text and expressions; an unclosed `{{` or a bad
 /// expression is an error.
-pub fn parts(s: &str) -> Result<Vec<Part>, String> {
+pub fn parts(s: &str) -> Result<Vec<Part>, ExprError> {
     let mut out = Vec::new();
     let mut rest = s;
     while let Some(start) = rest.find("{{") {
@@ -154,7 +163,7 @@ pub fn parts(s: &str) -> Result<Vec<Part>, String> {
         let after = &rest[start + 2..];
         let end = after
             .find("}}")
-            .ok_or_else(|| format!("unclosed {{{{ in {s:?}"))?;
+            .ok_or_else(|| ExprError::Unclosed(s.to_owned()))?;
         out.push(Part::Expr(Expr::parse(&after[..end])?));
         rest = &after[end + 2..];
     }
@@ -165,7 +174,7 @@ pub fn parts(s: &str) -> Result<Vec<Part>, String> {
 }
 
 /// Every expression of a string (for `harness check`).
-pub fn expressions(s: &str) -> Result<Vec<Expr>, String> {
+pub fn expressions(s: &str) -> Result<Vec<Expr>, ExprError> {
     Ok(parts(s)?
         .into_iter()
         .filter_map(|p| match p {
@@ -183,13 +192,13 @@ pub fn render(
     s: &str,
     lookup: &dyn Fn(&str) -> Option<Value>,
     keep_unknown: bool,
-) -> Result<Value, String> {
+) -> Result<Value, ExprError> {
     let parts = parts(s)?;
     if let [Part::Expr(e)] = parts.as_slice() {
         return match lookup(&e.var) {
             Some(v) => e.apply(&v),
             None if keep_unknown => Ok(Value::String(s.to_owned())),
-            None => Err(format!("unknown variable {e}")),
+            None => Err(ExprError::UnknownVariable(e.to_string())),
         };
     }
     let mut out = String::new();
@@ -202,7 +211,7 @@ pub fn render(
                     other => out.push_str(&other.to_string()),
                 },
                 None if keep_unknown => out.push_str(&e.to_string()),
-                None => return Err(format!("unknown variable {e}")),
+                None => return Err(ExprError::UnknownVariable(e.to_string())),
             },
         }
     }
@@ -222,7 +231,7 @@ mod tests {
             "pubkey.w-0" => Some(json!("0x02")),
             _ => None,
         };
-        render(s, &lookup, false)
+        render(s, &lookup, false).map_err(String::from)
     }
 
     #[test]
@@ -238,11 +247,17 @@ mod tests {
 
     #[test]
     fn unknown_filters_and_bad_values_are_errors() {
-        let err = Expr::parse("code | uper").unwrap_err();
+        let err = Expr::parse("code | uper").unwrap_err().to_string();
         assert!(err.contains("unknown filter \"uper\""), "{err}");
         assert!(err.contains("upper, lower"), "{err}");
-        assert!(Expr::parse("t + 5d").unwrap_err().contains("unit"));
-        assert!(Expr::parse("t * 2").unwrap_err().contains("expected |"));
+        assert!(Expr::parse("t + 5d")
+            .unwrap_err()
+            .to_string()
+            .contains("unit"));
+        assert!(Expr::parse("t * 2")
+            .unwrap_err()
+            .to_string()
+            .contains("expected |"));
         assert!(eval("{{n | upper}}")
             .unwrap_err()
             .contains("does not apply"));

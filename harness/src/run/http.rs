@@ -1,0 +1,230 @@
+//! The `http` step: one request to an instance, logged on both sides; with
+//! `pay`, a 402 answered like a paying client (signed, or altered on purpose).
+
+use super::steps::Answer;
+use crate::expr::matcher::{self, Vars};
+use crate::spec::{Alter, HttpCall, Pay};
+use crate::world::World;
+use router::HttpRequest;
+use serde_json::{json, Value};
+
+/// One HTTP step: builds the request, sends it, logs both sides; with
+/// `pay`, answers a 402 like a paying client and sends again.
+pub(super) async fn run_http(
+    call: &HttpCall,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
+    let path = matcher::render_str(&call.path, vars)?;
+    let base = world.node_url(&call.instance, call.node.unwrap_or(0))?;
+    let url = format!("{base}{path}");
+    let method: axum::http::Method = call
+        .method
+        .parse()
+        .map_err(|_| format!("bad method {:?}", call.method))?;
+    let mut request = HttpRequest {
+        method,
+        url,
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    let mut shown = String::new();
+    if let Some(body) = &call.body {
+        let body = matcher::render(body, vars)?;
+        request.body = protocol::canonical::to_vec(&body);
+        request
+            .headers
+            .push(("content-type".into(), "application/json".into()));
+        shown = String::from_utf8_lossy(&request.body).into_owned();
+    } else if let Some(raw) = &call.raw_body {
+        request.body = raw.as_bytes().to_vec();
+        shown = format!("raw:{raw:?}");
+    }
+    for (k, v) in &call.headers {
+        let k = matcher::render_str(k, vars)?;
+        let v = matcher::render_str(v, vars)?;
+        request
+            .headers
+            .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
+        request.headers.push((k.to_ascii_lowercase(), v));
+    }
+    let from = call.client.as_deref();
+    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    let Some(pay) = &call.pay else {
+        return Ok(answer);
+    };
+    if answer.status != Some(402) {
+        return Ok(answer);
+    }
+    let (name, value) = sign_payment(world, &answer, pay)?;
+    world.transcript.log(
+        "payer",
+        format!(
+            "pays with {name} ({})",
+            pay.alter.map_or("valid", Alter::as_str)
+        ),
+    );
+    vars.insert("last_payment".into(), json!(value));
+    vars.insert("last_payment_header".into(), json!(name));
+    request.headers.push((name.to_ascii_lowercase(), value));
+    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+}
+
+/// Sends one request and logs it and its answer.
+async fn exchange(
+    world: &World,
+    instance: &str,
+    client: Option<&str>,
+    request: HttpRequest,
+    path: &str,
+    shown: &str,
+) -> Answer {
+    let paid = request
+        .headers
+        .iter()
+        .any(|(k, _)| k == "x-payment" || k == "payment-signature");
+    let note = if paid { " [paid]" } else { "" };
+    let from = client.map_or(String::new(), |c| format!(" (from {c})"));
+    world.transcript.log(
+        instance,
+        format!("> {} {path}{note}{from} {shown}", request.method),
+    );
+    let transport = match client {
+        Some(name) => world.client(name),
+        None => world.http.clone(),
+    };
+    match transport.send(request).await {
+        Ok(r) => {
+            let body: Value = serde_json::from_slice(&r.body)
+                .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));
+            world.transcript.log(
+                instance,
+                format!(
+                    "< {} {}",
+                    r.status,
+                    String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+                ),
+            );
+            Answer {
+                status: Some(r.status),
+                headers: r.headers,
+                body,
+            }
+        }
+        Err(e) => {
+            world
+                .transcript
+                .log(instance, format!("< transport error: {e}"));
+            Answer::body(json!({"transport_error": e.to_string()}))
+        }
+    }
+}
+
+/// Signs a payment for a 402 answer with the scenario payer, altered as asked.
+fn sign_payment(world: &mut World, answer: &Answer, pay: &Pay) -> Result<(String, String), String> {
+    use base64::Engine;
+    use x402::PaymentSigner;
+    let header = answer
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("payment-required"))
+        .map(|(_, v)| v.as_bytes());
+    let body = serde_json::to_vec(&answer.body).map_err(|e| e.to_string())?;
+    // Paying v1 reads the v1 body and answers with `X-PAYMENT`.
+    let header = match pay.version {
+        Some(crate::spec::pricing::PayVersion::V1) => None,
+        Some(crate::spec::pricing::PayVersion::V2) => {
+            Some(header.ok_or("the 402 answer has no PAYMENT-REQUIRED header to pay v2")?)
+        }
+        None => header,
+    };
+    let mut required = x402::PaymentRequired::from_response(header, Some(&body))
+        .map_err(|e| format!("cannot read the 402 answer: {e}"))?;
+    let mut now_seconds =
+        u64::try_from((world.transcript.elapsed_ms() + world.epoch_ms()) / 1000).unwrap_or(0);
+    let alter = pay.alter.unwrap_or(Alter::Unaltered);
+    let entry = required
+        .accepts
+        .first_mut()
+        .ok_or("the 402 answer accepts nothing")?;
+    match alter {
+        // A forged signature is applied to the signed payment below.
+        Alter::Unaltered | Alter::Signature => {}
+        Alter::Recipient => entry["payTo"] = json!("0x0000000000000000000000000000000000000001"),
+        Alter::Amount => {
+            entry["amount"] = json!("1");
+            entry["maxAmountRequired"] = json!("1");
+        }
+        Alter::Window => entry["maxTimeoutSeconds"] = json!(3),
+        Alter::Future => now_seconds += 1_200,
+        Alter::Network => entry["network"] = json!("eip155:8453"),
+    }
+    let signed = world
+        .payer
+        .pay(&required, now_seconds, &mut world.payer_rng)
+        .map_err(|e| format!("signing the payment: {e}"))?;
+    let mut value = signed.value;
+    if alter == Alter::Signature {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut payload: Value =
+            serde_json::from_slice(&b64.decode(&value).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        let sig = payload["payload"]["signature"].as_str().unwrap_or_default();
+        let forged = forge_signature(sig)?;
+        payload["payload"]["signature"] = json!(forged);
+        value = b64.encode(payload.to_string());
+    }
+    Ok((signed.name.to_owned(), value))
+}
+
+/// A signature that differs from `sig` (a `0x`-prefixed 65-byte hex string)
+/// in one bit of the last byte of `s`, so it no longer verifies. Flipping a
+/// bit always changes it; setting the byte to a constant, as this once did,
+/// left one signature in 256 untouched, and live runs (whose signatures
+/// change with the wall clock) then paid with a valid one.
+fn forge_signature(sig: &str) -> Result<String, String> {
+    let digits = sig.strip_prefix("0x").unwrap_or(sig);
+    if digits.len() != 130 || !digits.is_ascii() {
+        return Err(format!(
+            "cannot forge a signature that is not 65 bytes of hex: {sig}"
+        ));
+    }
+    let at = digits.len() - 4;
+    let byte = u8::from_str_radix(&digits[at..at + 2], 16)
+        .map_err(|e| format!("cannot forge a signature that is not hex: {e}"))?;
+    Ok(format!(
+        "0x{}{:02x}{}",
+        &digits[..at],
+        byte ^ 0x01,
+        &digits[at + 2..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forge_signature;
+
+    /// A 65-byte signature whose `s` ends in `byte`, with `v` = 0x1b.
+    fn signature_ending(byte: &str) -> String {
+        format!("0x{}{byte}1b", "ab".repeat(63))
+    }
+
+    #[test]
+    fn a_forged_signature_always_differs() {
+        for byte in 0..=255u8 {
+            let sig = signature_ending(&format!("{byte:02x}"));
+            let forged = forge_signature(&sig).unwrap();
+            assert_ne!(forged, sig, "byte {byte:02x}");
+            assert_eq!(forged.len(), sig.len());
+            // Only the last byte of `s` changes; `r` and `v` are kept.
+            assert_eq!(forged[..sig.len() - 4], sig[..sig.len() - 4]);
+            assert_eq!(forged[sig.len() - 2..], sig[sig.len() - 2..]);
+        }
+    }
+
+    #[test]
+    fn a_signature_that_is_not_65_bytes_of_hex_is_not_forged() {
+        assert!(forge_signature("0x1234").is_err());
+        assert!(forge_signature(&signature_ending("zz")).is_err());
+    }
+}

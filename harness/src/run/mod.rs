@@ -1,0 +1,290 @@
+//! Runs a scenario: builds the world in a fresh current-thread runtime with
+//! paused time and no I/O driver, executes the steps in order, checks
+//! expectations and invariants, and returns the transcript and its digest.
+
+pub mod background;
+pub mod frames;
+mod http;
+pub mod live;
+pub mod panics;
+mod steps;
+
+use crate::expr::matcher::Vars;
+use crate::spec::Scenario;
+use crate::verify::invariants::{self, Failure};
+use crate::verify::Broken;
+use crate::world::World;
+use background::Background;
+use router::HttpRequest;
+use serde_json::{json, Value};
+use std::time::Duration;
+use steps::run_step;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    /// Step `step` (1-based; 0: before the first step) failed.
+    Failed {
+        step: usize,
+        message: String,
+    },
+    /// Every step passed and an end-of-run invariant did not hold, or the
+    /// world panicked (a core invariant breach panics by design).
+    InvariantBroken {
+        message: String,
+        /// Which one, typed (its stable key: [`Broken::key`]).
+        broken: Broken,
+    },
+}
+
+impl Outcome {
+    /// What failed, in the scenario's words; `None` when it passed.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Outcome::Passed => None,
+            Outcome::Failed { step: 0, message } => {
+                Some(format!("before the first step: {message}"))
+            }
+            Outcome::Failed { step, message } => Some(format!("step {step}: {message}")),
+            Outcome::InvariantBroken { message, .. } => Some(format!("invariants: {message}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub name: String,
+    pub seed: u64,
+    pub steps_run: usize,
+    pub sim_ms: i64,
+    pub transcript: Vec<String>,
+    pub digest: String,
+    pub outcome: Outcome,
+}
+
+impl RunReport {
+    /// A run whose world could not be built.
+    fn not_started(scenario: &Scenario, seed: u64, message: String) -> Self {
+        Self {
+            name: scenario.name.clone(),
+            seed,
+            steps_run: 0,
+            sim_ms: 0,
+            transcript: vec![],
+            digest: String::new(),
+            outcome: Outcome::Failed { step: 0, message },
+        }
+    }
+
+    fn finished(
+        scenario: &Scenario,
+        seed: u64,
+        world: &World,
+        steps_run: usize,
+        outcome: Outcome,
+    ) -> Self {
+        Self {
+            name: scenario.name.clone(),
+            seed,
+            steps_run,
+            sim_ms: world.transcript.elapsed_ms(),
+            transcript: world.transcript.lines(),
+            digest: world.transcript.digest(),
+            outcome,
+        }
+    }
+}
+
+/// Runs `scenario` in the simulation with `seed` (the scenario's unless
+/// overridden), tokio's own RNG seeded from the same seed.
+pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
+    let seed = seed.unwrap_or(scenario.seed);
+    run_simulated_with(scenario, seed, seed)
+}
+
+/// Runs `scenario` with `seed`, and tokio's internal RNG (unbiased
+/// `select!` branch order, among others) seeded from `tokio_seed`. Nothing
+/// observable may depend on that RNG: a transcript is the same under every
+/// `tokio_seed`, which the harness checks (the second of its two runs uses
+/// another one). Without `--cfg tokio_unstable` the tokio seed is not set.
+pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> RunReport {
+    // Time only: an accidental real socket or file wait fails loudly.
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
+        &tokio_seed.to_le_bytes(),
+    ));
+    #[cfg(not(tokio_unstable))]
+    let _ = tokio_seed;
+    let runtime = builder.build().expect("a current-thread runtime");
+    panics::start_recording();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let mut world = match World::build(scenario, seed).await {
+                Ok(w) => w,
+                Err(e) => return RunReport::not_started(scenario, seed, e.into()),
+            };
+            let mut background = match background::start(scenario, &world, seed) {
+                Ok(b) => b,
+                Err(message) => return RunReport::not_started(scenario, seed, message),
+            };
+            world
+                .transcript
+                .log("harness", format!("scenario {} seed {seed}", scenario.name));
+            let (steps_run, outcome) = run_steps(scenario, &mut world, &mut background).await;
+            RunReport::finished(scenario, seed, &world, steps_run, outcome)
+        })
+    }));
+    // Dropping the runtime cancels every task still running (workers, sessions, timers).
+    drop(runtime);
+    let panicked = panics::take();
+    let mut report = run.unwrap_or_else(|_| {
+        RunReport::not_started(scenario, seed, "the harness itself panicked".into())
+    });
+    // A panic anywhere in the world (a core invariant breach panics by
+    // design) is the run's failure, whatever the steps saw afterwards.
+    if let Some(first) = panicked.into_iter().next() {
+        report.outcome = Outcome::InvariantBroken {
+            message: format!("panic: {}", first.message),
+            broken: first.core.map_or(Broken::Panic, Broken::Core),
+        };
+    }
+    report
+}
+
+/// Runs `scenario` against live coordinator processes started from `bin`.
+/// Expectations are checked; transcripts are not compared (real time and
+/// real scheduling make them differ from run to run).
+/// With `cluster`, each instance is several nodes on one PostgreSQL.
+pub fn run_live(
+    scenario: &Scenario,
+    bin: &std::path::Path,
+    cluster: Option<&crate::world::LiveCluster>,
+) -> RunReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let report = runtime.block_on(async {
+        let failed = |message| RunReport::not_started(scenario, scenario.seed, message);
+        let mut world = match World::build_live(scenario, scenario.seed, bin, cluster).await {
+            Ok(w) => w,
+            Err(e) => return failed(e.into()),
+        };
+        // Let workers connect and authenticate over real sockets.
+        if let Err(message) = wait_for_workers(&world).await {
+            return failed(message);
+        }
+        let mut background = Background::default();
+        let (steps_run, outcome) = run_steps(scenario, &mut world, &mut background).await;
+        RunReport::finished(scenario, scenario.seed, &world, steps_run, outcome)
+    });
+    drop(runtime);
+    report
+}
+
+/// Waits until every instance reports the workers the scenario starts on it.
+async fn wait_for_workers(world: &World) -> Result<(), String> {
+    for (name, instance) in &world.instances {
+        let want = world
+            .workers
+            .values()
+            .filter(|w| w.instance == *name && w.starts())
+            .count();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = world
+                .http
+                .send(HttpRequest::get(format!("{}/v1/health", instance.base_url)))
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            let health: Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+            if health["workers_online"].as_u64() >= Some(want as u64) {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{name}: {want} workers did not connect within 10 s: {health}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn run_steps(
+    scenario: &Scenario,
+    world: &mut World,
+    background: &mut Background,
+) -> (usize, Outcome) {
+    // Let workers connect and authenticate before the first step.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut vars = Vars::new();
+    // Worker keys derive from the seed; scenarios name them as {{pubkey.NAME}}.
+    for (name, worker) in &world.workers {
+        vars.insert(format!("pubkey.{name}"), json!(worker.public_key));
+    }
+    for (i, step) in scenario.steps.iter().enumerate() {
+        let number = i + 1;
+        // A supervisor restarts an instance whose armed crash fired.
+        if let Err(e) = world.restart_crashed().await {
+            return (
+                number,
+                Outcome::Failed {
+                    step: number,
+                    message: e.to_string(),
+                },
+            );
+        }
+        if let Some(name) = &step.name {
+            world
+                .transcript
+                .log("harness", format!("step {number}: {name}"));
+        }
+        if let Err(message) = run_step(step, world, background, &mut vars).await {
+            world
+                .transcript
+                .log("harness", format!("FAILED step {number}: {message}"));
+            return (
+                number,
+                Outcome::Failed {
+                    step: number,
+                    message,
+                },
+            );
+        }
+    }
+    // Injectors repair what they broke; workloads still running stop.
+    background::stop(std::mem::take(background)).await;
+    // Let in-flight frames land and stores commit before the end-of-run checks.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    world.settle().await;
+    (scenario.steps.len(), judge(scenario, world, &vars))
+}
+
+/// The end-of-run checks: invariants (safety, the cores, liveness), then
+/// the temporal properties.
+fn judge(scenario: &Scenario, world: &World, vars: &Vars) -> Outcome {
+    let checked = invariants::check(scenario, world).and_then(|()| {
+        crate::verify::temporal::check(&scenario.temporal, world, vars).map_err(Failure::other)
+    });
+    let Err(Failure { broken, message }) = checked else {
+        world.transcript.log("harness", "invariants hold");
+        return Outcome::Passed;
+    };
+    world
+        .transcript
+        .log("harness", format!("FAILED invariant: {message}"));
+    let history = invariants::job_history(&message, &world.transcript.lines());
+    let message = if history.is_empty() {
+        message
+    } else {
+        format!(
+            "{message}\n  the job's history:\n    {}",
+            history.join("\n    ")
+        )
+    };
+    Outcome::InvariantBroken { message, broken }
+}

@@ -1,0 +1,352 @@
+//! The arguments of each step action (`http = { ... }`, `instance = { ... }`).
+
+use super::names::chain_a;
+use super::*;
+use protocol::api::JobStatus;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCall {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    #[serde(default = "get")]
+    pub method: String,
+    pub path: String,
+    pub body: Option<Value>,
+    /// Sent instead of `body`, byte for byte (for malformed-input steps).
+    pub raw_body: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Answer a 402 like a paying client: send, sign the requirements with
+    /// the scenario payer, send again with the payment header. The header
+    /// value is kept in `{{last_payment}}` (its name in `{{last_payment_header}}`).
+    pub pay: Option<Pay>,
+    /// The client sending it, with its own address (per-client limits
+    /// count it apart); by default the one shared scenario client.
+    pub client: Option<String>,
+    /// The node of a several-node instance it goes to (default 0).
+    pub node: Option<u32>,
+}
+
+/// How the payer treats the 402 answer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pay {
+    /// Absent for a valid payment.
+    #[serde(default)]
+    pub alter: Option<Alter>,
+    /// The x402 version to pay with (version 2 files): 1 reads the v1 body
+    /// and sends `X-PAYMENT`, 2 reads `PAYMENT-REQUIRED` and sends
+    /// `PAYMENT-SIGNATURE`. Absent: whatever the 402 answer offers first (2).
+    pub version: Option<crate::spec::pricing::PayVersion>,
+}
+
+choice!(
+    /// What a payment gets wrong on purpose.
+    Alter {
+        /// Nothing: a valid payment.
+        Unaltered => "none",
+        Recipient => "recipient",
+        /// Underpays.
+        Amount => "amount",
+        /// Expires too soon.
+        Window => "window",
+        /// Not valid yet.
+        Future => "future",
+        Network => "network",
+        Signature => "signature",
+    }
+);
+
+fn get() -> String {
+    "GET".into()
+}
+
+/// Changes an instance's facilitator script for the following payments.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FacilitatorControl {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub script: FacilitatorScript,
+}
+
+/// Commits `count` jobs (`{{i}}` in the body is the job's index), then waits
+/// until every one is completed or failed. Its answer is the count of jobs
+/// by final status, e.g. `{"completed": 998, "failed": 2}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitMany {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    #[serde(default = "fast")]
+    pub tier: CommitTier,
+    pub count: u32,
+    pub body: Value,
+    /// Simulated time between two commits.
+    #[serde(default = "zero_ms")]
+    pub interval: SimDuration,
+    #[serde(default = "default_within")]
+    pub within: SimDuration,
+}
+
+choice!(
+    /// The commit endpoint, `/v1/jobs/commit/{tier}`.
+    CommitTier {
+        Fast => "fast",
+        Cheap => "cheap",
+    }
+);
+
+fn fast() -> CommitTier {
+    CommitTier::Fast
+}
+
+fn zero_ms() -> SimDuration {
+    SimDuration {
+        text: "0ms".into(),
+        duration: Duration::ZERO,
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterCall {
+    pub call: RouterFn,
+    /// The request, as `router::LlmRequest` / `router::TaskRequest` fields.
+    pub request: Value,
+}
+
+choice!(
+    /// The router entry point a `router` step calls.
+    RouterFn {
+        RunLlm => "run_llm",
+        RunTask => "run_task",
+    }
+);
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitUntil {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub job: String,
+    pub status: JobStatus,
+    /// Longest wait, e.g. `30s`.
+    #[serde(default = "default_within")]
+    pub within: SimDuration,
+}
+
+/// Stops or starts a worker or an instance by name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Control<A> {
+    pub name: String,
+    pub action: A,
+}
+
+choice!(
+    WorkerAction {
+        Stop => "stop",
+        Start => "start",
+    }
+);
+
+choice!(
+    InstanceAction {
+        Stop => "stop",
+        Start => "start",
+        /// Crash and recover from the store.
+        Restart => "restart",
+        /// Stop gracefully (as on SIGTERM) and start again on the store.
+        GracefulRestart => "graceful_restart",
+        /// Arm a crash right after the instance's next store write of
+        /// kind `write`; the instance restarts at the next step.
+        CrashAfter => "crash_after",
+        /// Cut one node of a several-node instance from the shared store
+        /// for `duration_ms`: its lease lapses, it fences itself and
+        /// crashes, and it rejoins once the store is back.
+        Partition => "partition",
+        /// Crash one node of a several-node instance (`node`); its
+        /// supervisor starts it again after `duration_ms`.
+        Crash => "crash",
+        /// The next write of one node of a several-node instance to the
+        /// shared store commits, but its answer is lost (a connection
+        /// dropped after the commit): the node retries it.
+        LoseAnswer => "lose_answer",
+    }
+);
+
+/// An instance action; `write` goes with `crash_after` and only with it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceControl {
+    pub name: String,
+    pub action: InstanceAction,
+    pub write: Option<StoreWriteKind>,
+    /// The node of a several-node instance it acts on (`restart`,
+    /// `graceful_restart`, `partition`, `crash`).
+    pub node: Option<u32>,
+    /// How long a `partition` lasts, or a `crash` stays down.
+    pub duration_ms: Option<u64>,
+}
+
+choice!(
+    /// A write of the coordinator's store (for `crash_after`).
+    StoreWriteKind {
+        NonceReserved => "nonce_reserved",
+        NonceSpent => "nonce_spent",
+        NonceReleased => "nonce_released",
+        /// A commit of jobs, pairings and trust.
+        Commit => "commit",
+    }
+);
+
+/// Opens WebSocket connections to an instance's worker endpoint that
+/// complete the HTTP upgrade and then say nothing (half-open handshakes,
+/// as a flood would hold them). They stay open until the run ends.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sockets {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub count: u32,
+    /// The client opening them; each client has its own address.
+    #[serde(default = "idle_client")]
+    pub client: String,
+}
+
+impl InstanceControl {
+    /// `write` names the crash point of `crash_after` and means nothing
+    /// for the other actions.
+    pub(crate) fn check(&self, instances: &BTreeMap<String, Instance>) -> Result<(), String> {
+        let nodes = instances.get(&self.name).map_or(1, |i| i.nodes);
+        let node_action = matches!(
+            self.action,
+            InstanceAction::Restart
+                | InstanceAction::GracefulRestart
+                | InstanceAction::Partition
+                | InstanceAction::Crash
+                | InstanceAction::LoseAnswer
+        );
+        let timed = matches!(
+            self.action,
+            InstanceAction::Partition | InstanceAction::Crash
+        );
+        let shared = timed || self.action == InstanceAction::LoseAnswer;
+        match self.node {
+            Some(_) if !node_action => {
+                return Err(format!(
+                    "node goes with restart, graceful_restart, partition, crash or lose_answer, not with {}",
+                    self.action
+                ))
+            }
+            Some(n) if n >= nodes => {
+                return Err(format!(
+                    "node {n}: instance {} has {nodes} node(s)",
+                    self.name
+                ))
+            }
+            None if shared => return Err(format!("{} needs node", self.action)),
+            _ => {}
+        }
+        if shared && nodes < 2 {
+            return Err(format!(
+                "{} needs an instance with nodes > 1; {} has 1",
+                self.action, self.name
+            ));
+        }
+        if self.action == InstanceAction::CrashAfter && nodes > 1 {
+            return Err("crash_after needs a single-node instance (it arms a SQLite write)".into());
+        }
+        match self.duration_ms {
+            None if timed => return Err(format!("{} needs duration_ms", self.action)),
+            Some(ms) if timed && (ms == 0 || ms > 3_600_000) => {
+                return Err("duration_ms must be 1 to 3600000".into())
+            }
+            Some(_) if !timed => {
+                return Err(format!(
+                    "duration_ms goes with partition or crash, not with {}",
+                    self.action
+                ))
+            }
+            _ => {}
+        }
+        match (self.action, self.write) {
+            (InstanceAction::CrashAfter, None) => Err(format!(
+                "crash_after needs write = one of {}",
+                StoreWriteKind::NAMES.join(", ")
+            )),
+            (InstanceAction::CrashAfter, Some(_)) | (_, None) => Ok(()),
+            (action, Some(_)) => Err(format!("write goes with crash_after, not with {action}")),
+        }
+    }
+}
+
+fn idle_client() -> String {
+    "idle".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StubControl {
+    pub name: String,
+    /// The fault for every following call; absent to heal the stub.
+    pub default_fault: Option<testkit::StubFault>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub status: Option<u16>,
+    /// Subset match with matchers (see `matcher`).
+    pub body: Option<Value>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `wait_until = { workload = "load", within = "10m" }`.
+#[derive(Debug, Clone)]
+pub struct WaitWorkload {
+    pub workload: String,
+    pub within: SimDuration,
+}
+
+/// The keys of a `wait_until` table: a job and a status, or a workload.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitSpec {
+    instance: Option<String>,
+    job: Option<String>,
+    status: Option<JobStatus>,
+    within: Option<SimDuration>,
+    workload: Option<String>,
+}
+
+impl WaitSpec {
+    /// The step's action: waiting for a job's status, or for a workload.
+    pub fn into_action(self) -> Result<Action, String> {
+        let within = self.within.unwrap_or_else(default_within);
+        match (self.workload, self.job, self.status) {
+            (Some(workload), None, None) if self.instance.is_none() => {
+                Ok(Action::WaitWorkload(WaitWorkload { workload, within }))
+            }
+            (Some(_), _, _) => Err(
+                "wait_until takes a workload, or a job and a status (and an instance), not both"
+                    .into(),
+            ),
+            (None, Some(job), Some(status)) => Ok(Action::WaitUntil(WaitUntil {
+                instance: self.instance.unwrap_or_else(chain_a),
+                job,
+                status,
+                within,
+            })),
+            (None, None, _) => Err("wait_until needs job (and status) or workload".into()),
+            (None, Some(_), None) => Err("wait_until needs status with job".into()),
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! A swarm world rendered as an ordinary scenario file (TOML), so a world
+//! the swarm found broken replays with `harness`.
+
+use super::spec::*;
+use crate::spec::names::INSTANCE_NAMES;
+use std::fmt::Write as _;
+
+/// Renders the world as a scenario file that the ordinary `harness`
+/// command replays (`name` must be the file's stem).
+pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let version = if world.link_faults.is_empty()
+        && world.loads.is_empty()
+        && world.reboots.is_empty()
+        && world.workers.iter().all(|w| w.key_of.is_none())
+    {
+        1
+    } else {
+        2
+    };
+    let _ = writeln!(w, "schema_version = {version}");
+    let _ = writeln!(w, "name = {name:?}");
+    let _ = writeln!(w, "description = {description:?}");
+    let _ = writeln!(w, "seed = {}", world.seed);
+    let _ = writeln!(w, "live = false");
+    for i in &world.instances {
+        render_instance(w, i);
+    }
+    for worker in &world.workers {
+        render_worker(w, worker);
+    }
+    for (k, f) in world.link_faults.iter().enumerate() {
+        render_link_fault(w, k, f);
+    }
+    for (k, r) in world.reboots.iter().enumerate() {
+        let _ = writeln!(
+            w,
+            "\n[[faults]]\nname = \"reboot{k}\"\nkind = \"reboot\"\ninstance = {:?}\nwindow = [\"{}ms\", \"{}ms\"]\nfor = \"{}ms\"",
+            r.instance, r.from_ms, r.to_ms, r.down_ms
+        );
+    }
+    for (k, l) in world.loads.iter().enumerate() {
+        render_load(w, k, l);
+    }
+    if world
+        .events
+        .iter()
+        .any(|e| matches!(e.event, Event::ProviderFault(_) | Event::Router { .. }))
+    {
+        let _ = writeln!(w, "\n[router]\nallow_private_hosted = false");
+    }
+    for (k, p) in world.pairings.iter().enumerate() {
+        render_pairing(w, k, p);
+    }
+    for t in &world.events {
+        if t.after_ms > 0 {
+            let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", t.after_ms);
+        }
+        render_event(w, &t.event);
+    }
+    if world.heal {
+        render_heal(w, world);
+        let _ = writeln!(w, "\n[invariants]\nall_jobs_terminal = true");
+    }
+    out
+}
+
+fn render_instance(w: &mut String, i: &InstanceSpec) {
+    let _ = writeln!(w, "\n[instances.{}]\nnetwork = {:?}", i.name, i.network);
+    if i.nodes > 1 {
+        let _ = writeln!(
+            w,
+            "nodes = {}\nnode_lease_ms = {}",
+            i.nodes, i.node_lease_ms
+        );
+    }
+    let heartbeat = i.heartbeat_timeout_ms.map_or(String::new(), |ms| {
+        format!(
+            ", heartbeat_interval_ms = {}, heartbeat_timeout_ms = {ms}",
+            ms / 4
+        )
+    });
+    let _ = writeln!(
+        w,
+        "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat} }}",
+        i.lease_ms, i.pending_timeout_ms, i.attempts_max
+    );
+    if let Some(script) = i.payment {
+        let _ = writeln!(w, "payment = {{ facilitator = {script:?} }}");
+    }
+    let mut limits = Vec::new();
+    if let Some(n) = i.finished_jobs_cached_max {
+        limits.push(format!("finished_jobs_cached_max = {n}"));
+    }
+    if let Some(bytes) = i.retention_kept_bytes_max {
+        limits.push(format!("kept_bytes_max = {bytes}"));
+        let _ = writeln!(w, "retention_hours = 24");
+    }
+    if !limits.is_empty() {
+        let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
+    }
+}
+
+fn render_worker(w: &mut String, spec: &WorkerSpec) {
+    let _ = writeln!(w, "\n[[workers]]\nname = {:?}", spec.name);
+    if let Some(original) = &spec.key_of {
+        let _ = writeln!(w, "key_of = {original:?}");
+    }
+    if spec.instance != INSTANCE_NAMES[0] {
+        let _ = writeln!(w, "instance = {:?}", spec.instance);
+    }
+    if let Some(node) = spec.node {
+        let _ = writeln!(w, "node = {node}");
+    }
+    if !spec.capabilities.is_empty() {
+        let _ = writeln!(w, "capabilities = {:?}", spec.capabilities);
+    }
+    if spec.slots != 1 {
+        let _ = writeln!(w, "slots = {}", spec.slots);
+    }
+    let _ = writeln!(w, "latency = {:?}", spec.latency);
+    let mut faults = Vec::new();
+    if !spec.faults.is_empty() {
+        let random: Vec<String> = spec
+            .faults
+            .iter()
+            .map(|f| format!("{{ probability = 0.{:02}, {} }}", f.percent, f.toml))
+            .collect();
+        faults.push(format!("random = [{}]", random.join(", ")));
+    }
+    if let Some(h) = &spec.heartbeat {
+        faults.push(format!("heartbeat = {h}"));
+    }
+    if !faults.is_empty() {
+        let _ = writeln!(w, "faults = {{ {} }}", faults.join(", "));
+    }
+}
+
+fn render_link_fault(w: &mut String, k: usize, f: &LinkFault) {
+    let delay = if f.kind == "delay" {
+        format!(", delay = \"{}ms\"", f.delay_ms)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        w,
+        "\n[[faults]]\nname = \"link{k}\"\nkind = {:?}\nbetween = [{:?}, {:?}]\nat = \"{}ms\"\nfor = \"{}ms\"{}",
+        f.kind,
+        f.worker,
+        f.instance,
+        f.at_ms,
+        f.for_ms,
+        if delay.is_empty() { String::new() } else { format!("\n{}", &delay[2..]) }
+    );
+}
+
+fn render_load(w: &mut String, k: usize, l: &Load) {
+    let (privacy, user) = match &l.private_user {
+        Some(user) => ("{ PRIVATE = 1 }", format!("\nuser = {user:?}")),
+        None => ("{ PUBLIC = 1 }", String::new()),
+    };
+    let payers = if l.paid {
+        "{ paid = 1 }"
+    } else {
+        "{ unpaid = 1 }"
+    };
+    let _ = writeln!(
+        w,
+        "\n[[workloads]]\nname = \"load{k}\"\ninstances = [{:?}]\ncount = {}\nstart = \"{}ms\"\nover = \"{}ms\"\ntiers = {{ fast = 1, cheap = 1 }}\njob_types = {{ LLM_INFER = 1, TASK = 1 }}\nprivacy = {privacy}\npayers = {payers}{user}\nuntil = \"answered\"",
+        l.instance, l.count, l.start_ms, l.over_ms
+    );
+}
+
+fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nname = \"pair {user} with {worker}\"\nhttp = {{ instance = {instance:?}, method = \"POST\", path = \"/v1/trust/create\", body = {{ user_id = {user:?} }} }}\ncapture = {{ code{k} = \"$.pairing_code\" }}",
+        user = p.user,
+        worker = p.worker,
+        instance = p.instance,
+    );
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nhttp = {{ instance = {instance:?}{node}, method = \"POST\", path = \"/v1/trust/claim\", body = {{ pairing_code = \"{{{{code{k}}}}}\", provider_pubkey = \"{{{{pubkey.{worker}}}}}\" }} }}\nexpect = {{ status = 200 }}",
+        instance = p.instance,
+        node = node_key(p.claim_node),
+        worker = p.worker,
+    );
+}
+
+fn commit_body(c: &Commit) -> String {
+    let privacy = if c.private {
+        ", privacy_class = \"PRIVATE\""
+    } else {
+        ""
+    };
+    let payload = if c.job_type == "TASK" {
+        format!(
+            "{{ task_type = \"classify\", input = \"job {}\" }}",
+            c.index
+        )
+    } else {
+        format!("{{ prompt = \"job {}\", max_tokens = 8 }}", c.index)
+    };
+    format!(
+        "{{ job_type = {:?}, user_id = {:?}{privacy}, payload = {payload} }}",
+        c.job_type, c.user
+    )
+}
+
+fn render_event(w: &mut String, event: &Event) {
+    let _ = match event {
+        Event::Commit(c) => render_commit(w, c),
+        Event::Replay { instance, node, index } => render_replay(w, instance, *node, *index),
+        Event::StopWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"stop\" }}"),
+        Event::StartWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"start\" }}"),
+        Event::Restart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"restart\" }}"),
+        Event::GracefulRestart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"graceful_restart\" }}"),
+        Event::CrashAfter { instance, write } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"crash_after\", write = {write:?} }}"
+        ),
+        Event::Facilitator { instance, script } => {
+            writeln!(w, "\n[[steps]]\nfacilitator = {{ instance = {instance:?}, script = {script:?} }}")
+        }
+        Event::ProviderFault(fault) => {
+            let fault = provider_fault(fault);
+            writeln!(
+                w,
+                "\n[[steps]]\nstub = {{ name = \"provider_a\"{fault} }}\n\n[[steps]]\nstub = {{ name = \"provider_b\"{fault} }}"
+            )
+        }
+        Event::Router { index, private } => {
+            let privacy = if *private { ", privacy_class = \"PRIVATE\"" } else { "" };
+            writeln!(
+                w,
+                "\n[[steps]]\nrouter = {{ call = \"run_llm\", request = {{ prompt = \"routed {index}\", max_tokens = 8, user_id = \"u0\"{privacy} }} }}"
+            )
+        }
+        Event::NodeCrash { instance, node, down_ms } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"crash\", node = {node}, duration_ms = {down_ms} }}"
+        ),
+        Event::StorePartition { instance, node, for_ms } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"partition\", node = {node}, duration_ms = {for_ms} }}"
+        ),
+        Event::LostAnswer { instance, node } => writeln!(
+            w,
+            "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"
+        ),
+    };
+}
+
+/// A commit: an `http` POST to the commit endpoint of its tier.
+fn render_commit(w: &mut String, c: &Commit) -> std::fmt::Result {
+    let pay = match c.pay {
+        None => String::new(),
+        Some("none") => ", pay = {}".into(),
+        Some(alter) => format!(", pay = {{ alter = {alter:?} }}"),
+    };
+    writeln!(
+        w,
+        "\n[[steps]]\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}{pay} }}",
+        c.instance,
+        node_key(c.node),
+        c.tier,
+        commit_body(c)
+    )
+}
+
+/// A replay of the last payment header on a new commit.
+fn render_replay(
+    w: &mut String,
+    instance: &'static str,
+    node: u32,
+    index: u32,
+) -> std::fmt::Result {
+    let c = Commit {
+        instance,
+        tier: "cheap",
+        job_type: "TASK",
+        user: "replayer".into(),
+        private: false,
+        pay: None,
+        index,
+        node,
+    };
+    writeln!(
+        w,
+        "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}{}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
+        node_key(node),
+        commit_body(&c)
+    )
+}
+
+/// `, node = N` for an `http` step to node N > 0 (node 0 is the default).
+fn node_key(node: u32) -> String {
+    match node {
+        0 => String::new(),
+        n => format!(", node = {n}"),
+    }
+}
+
+fn provider_fault(fault: &str) -> String {
+    match fault {
+        "none" => String::new(),
+        f => format!(", default_fault = {{ kind = {f:?} }}"),
+    }
+}
+
+/// The heal: every fault stops (faulty workers leave, honest ones come
+/// back, an armed crash is cleared by a restart, facilitator and stubs
+/// heal), then enough simulated time for every job to end, then a few new
+/// jobs that must complete.
+fn render_heal(w: &mut String, world: &WorldSpec) {
+    render_heal_faults(w, world);
+    let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", world.heal_ms());
+    if world.heal_commits == 0 {
+        return;
+    }
+    for i in &world.instances {
+        let honest = world
+            .workers
+            .iter()
+            .filter(|w| w.instance == i.name && w.honest())
+            .count();
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"heal: workers_online: every honest worker is back, no other\"\nhttp = {{ instance = {:?}, path = \"/v1/health\" }}\nexpect = {{ status = 200, body = {{ workers_online = {honest} }} }}",
+            i.name
+        );
+    }
+    for (k, i) in world.instances.iter().enumerate() {
+        for n in 0..world.heal_commits {
+            render_heal_commit(w, i, k as u32 * 100 + n);
+        }
+    }
+}
+
+/// The heal's first steps: every fault stops (faulty workers leave,
+/// honest ones come back, an armed crash is cleared by a restart,
+/// facilitator and stubs heal), and every workload is answered.
+fn render_heal_faults(w: &mut String, world: &WorldSpec) {
+    let stopped = world.stopped_at_end();
+    let _ = writeln!(w, "\n[[steps]]\nname = \"heal\"\nadvance = \"1ms\"");
+    for worker in &world.workers {
+        let action = match (stopped.contains(&worker.name.as_str()), worker.honest()) {
+            (true, true) => "start",
+            (false, false) => "stop",
+            _ => continue,
+        };
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nworker = {{ name = {:?}, action = \"{action}\" }}",
+            worker.name
+        );
+    }
+    for i in &world.instances {
+        let armed = world
+            .events
+            .iter()
+            .any(|t| matches!(t.event, Event::CrashAfter { instance, .. } if instance == i.name));
+        if armed {
+            let _ = writeln!(
+                w,
+                "\n[[steps]]\ninstance = {{ name = {:?}, action = \"restart\" }}",
+                i.name
+            );
+        }
+        let scripted = world
+            .events
+            .iter()
+            .any(|t| matches!(t.event, Event::Facilitator { instance, .. } if instance == i.name));
+        if scripted {
+            let _ = writeln!(
+                w,
+                "\n[[steps]]\nfacilitator = {{ instance = {:?}, script = \"success\" }}",
+                i.name
+            );
+        }
+    }
+    if world
+        .events
+        .iter()
+        .any(|t| matches!(t.event, Event::ProviderFault(_)))
+    {
+        let _ = writeln!(w, "\n[[steps]]\nstub = {{ name = \"provider_a\" }}\n\n[[steps]]\nstub = {{ name = \"provider_b\" }}");
+    }
+    for (k, l) in world.loads.iter().enumerate() {
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"heal: workload_answered: every commit of load{k} is answered\"\nwait_until = {{ workload = \"load{k}\", within = \"{}ms\" }}",
+            l.start_ms + l.over_ms + 60_000
+        );
+    }
+}
+
+/// A PUBLIC job committed after the heal: an honest worker of every job
+/// type is online, so it must complete.
+fn render_heal_commit(w: &mut String, i: &InstanceSpec, n: u32) {
+    let pay = if i.payment.is_some() {
+        ", pay = {}"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nname = \"heal: heal_job_not_completed: a new job completes\"\nhttp = {{ instance = {:?}, method = \"POST\", path = \"/v1/jobs/commit/fast\", body = {{ job_type = \"TASK\", user_id = \"healer\", payload = {{ task_type = \"classify\", input = \"heal {n}\" }} }}{pay} }}\nexpect = {{ status = 201 }}\ncapture = {{ heal{n} = \"$.job_id\" }}",
+        i.name
+    );
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nname = \"heal: heal_job_not_completed: a new job completes\"\nwait_until = {{ instance = {:?}, job = \"{{{{heal{n}}}}}\", status = \"completed\", within = \"30s\" }}",
+        i.name
+    );
+}

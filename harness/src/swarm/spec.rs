@@ -1,0 +1,510 @@
+//! A swarm world: what one seed draws (instances, workers, pairings and a
+//! timeline of commits and faults), and its rendering as an ordinary
+//! scenario file, so a world the swarm found broken replays with `harness`.
+//!
+//! Swarm-style generation: each seed first switches whole fault kinds on or
+//! off ([`Kinds`]), then draws the world with only the enabled kinds, so
+//! rare combinations (payments and restarts and PRIVATE jobs, nothing else)
+//! get room instead of drowning in an average of everything.
+
+/// Fault and feature kinds a seed switches on or off as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Payments,
+    PaymentTamper,
+    PaymentReplay,
+    FacilitatorFailure,
+    Private,
+    WorkerCrash,
+    WorkerDisconnect,
+    WorkerSilent,
+    WorkerReject,
+    WorkerSlow,
+    WrongOutput,
+    ForgedReceipt,
+    DuplicateResult,
+    MalformedFrames,
+    HeartbeatLoss,
+    LinkFaults,
+    DuplicateSessions,
+    WorkerChurn,
+    CoordinatorRestart,
+    GracefulRestart,
+    CrashBetweenWrites,
+    Router,
+    ProviderErrors,
+    ConcurrentClients,
+    RebootInFlight,
+    /// Instances of 2 or 3 coordinator nodes on one shared store, with node
+    /// crashes and store partitions (drawn by [`super::nodes`]).
+    Nodes,
+}
+
+impl Kind {
+    /// The kinds switched on or off by one coin each from the seed's main
+    /// stream, in this order. Fixed: a kind added here would move every
+    /// later draw and so change the world of every existing seed; newer
+    /// kinds draw from streams of their own ([`Kind::Nodes`]).
+    pub const MAIN_STREAM: &'static [Kind] = &[
+        Kind::Payments,
+        Kind::PaymentTamper,
+        Kind::PaymentReplay,
+        Kind::FacilitatorFailure,
+        Kind::Private,
+        Kind::WorkerCrash,
+        Kind::WorkerDisconnect,
+        Kind::WorkerSilent,
+        Kind::WorkerReject,
+        Kind::WorkerSlow,
+        Kind::WrongOutput,
+        Kind::ForgedReceipt,
+        Kind::DuplicateResult,
+        Kind::MalformedFrames,
+        Kind::HeartbeatLoss,
+        Kind::LinkFaults,
+        Kind::DuplicateSessions,
+        Kind::WorkerChurn,
+        Kind::CoordinatorRestart,
+        Kind::GracefulRestart,
+        Kind::CrashBetweenWrites,
+        Kind::Router,
+        Kind::ProviderErrors,
+        Kind::ConcurrentClients,
+        Kind::RebootInFlight,
+    ];
+
+    /// Every kind, in the order of the coverage table: the main stream's,
+    /// then [`Kind::Nodes`].
+    pub const ALL: &'static [Kind] = &{
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 1];
+        let mut i = 0;
+        while i < Self::MAIN_STREAM.len() {
+            all[i] = Self::MAIN_STREAM[i];
+            i += 1;
+        }
+        all
+    };
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Payments => "payments",
+            Kind::PaymentTamper => "payment_tamper",
+            Kind::PaymentReplay => "payment_replay",
+            Kind::FacilitatorFailure => "facilitator_failure",
+            Kind::Private => "private_jobs",
+            Kind::WorkerCrash => "worker_crash",
+            Kind::WorkerDisconnect => "worker_disconnect",
+            Kind::WorkerSilent => "worker_silent",
+            Kind::WorkerReject => "worker_reject",
+            Kind::WorkerSlow => "worker_slow",
+            Kind::WrongOutput => "wrong_output",
+            Kind::ForgedReceipt => "forged_receipt",
+            Kind::DuplicateResult => "duplicate_result",
+            Kind::MalformedFrames => "malformed_frames",
+            Kind::HeartbeatLoss => "heartbeat_loss",
+            Kind::LinkFaults => "partitions_delays_holds",
+            Kind::DuplicateSessions => "duplicate_sessions",
+            Kind::WorkerChurn => "worker_churn",
+            Kind::CoordinatorRestart => "coordinator_restart",
+            Kind::GracefulRestart => "graceful_restart",
+            Kind::CrashBetweenWrites => "crash_between_writes",
+            Kind::Router => "router_calls",
+            Kind::ProviderErrors => "provider_errors",
+            Kind::ConcurrentClients => "concurrent_clients",
+            Kind::RebootInFlight => "reboot_in_flight",
+            Kind::Nodes => "several_nodes",
+        }
+    }
+}
+
+/// The kinds one seed switched on, in [`Kind::ALL`] order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kinds(pub Vec<Kind>);
+
+impl Kinds {
+    pub fn has(&self, kind: Kind) -> bool {
+        self.0.contains(&kind)
+    }
+}
+
+pub const NETWORKS: [&str; 2] = ["eip155:84532", "eip155:8453"];
+/// At most this many workers in one world (the bound).
+pub const WORKERS_MAX: usize = 64;
+/// At most this many timeline events in one world.
+pub const EVENTS_MAX: usize = 80;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSpec {
+    pub name: &'static str,
+    pub network: &'static str,
+    /// `None`: payments off; `Some("local")` or a facilitator script.
+    pub payment: Option<&'static str>,
+    pub lease_ms: u64,
+    pub pending_timeout_ms: u64,
+    pub attempts_max: u32,
+    pub heartbeat_timeout_ms: Option<u64>,
+    /// Coordinator nodes on one shared store; 1 is the single coordinator.
+    pub nodes: u32,
+    /// How long a node's lease lasts (rendered only with `nodes > 1`).
+    pub node_lease_ms: u64,
+    /// Finished jobs the coordinator keeps in memory (`limits`); `None`
+    /// renders nothing (the default, 256). Drawn by [`draw_caches`].
+    pub finished_jobs_cached_max: Option<usize>,
+    /// Retention on (`retention_hours = 24`) with this small kept budget
+    /// (`limits.kept_bytes_max`), so the oldest finished jobs are deleted
+    /// while the world runs; `None` renders neither. Drawn by
+    /// [`draw_retention`].
+    pub retention_kept_bytes_max: Option<usize>,
+}
+
+/// One worker fault drawn with a probability per job, in percent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFaultSpec {
+    /// The TOML of the fault's kind and fields, e.g. `kind = "silent"`.
+    pub toml: String,
+    pub percent: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSpec {
+    pub name: String,
+    pub instance: &'static str,
+    /// Empty means both job types (the default).
+    pub capabilities: Vec<&'static str>,
+    pub slots: u32,
+    pub latency: String,
+    pub faults: Vec<JobFaultSpec>,
+    /// `heartbeat = { ... }` fault, when drawn.
+    pub heartbeat: Option<String>,
+    /// A second session with this (earlier) worker's key.
+    pub key_of: Option<String>,
+    /// The node it connects to, on an instance of several nodes.
+    pub node: Option<u32>,
+}
+
+impl WorkerSpec {
+    pub fn honest(&self) -> bool {
+        self.faults.is_empty() && self.heartbeat.is_none() && self.key_of.is_none()
+    }
+}
+
+/// A network fault between a worker and its instance (a version-2
+/// `[[faults]]` table), repaired before the timeline ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkFault {
+    /// `partition`, `delay` or `hold`.
+    pub kind: &'static str,
+    pub worker: String,
+    pub instance: &'static str,
+    pub at_ms: u64,
+    pub for_ms: u64,
+    /// For `delay`.
+    pub delay_ms: u64,
+}
+
+/// A client committing beside the timeline (a version-2 `[[workloads]]`
+/// table): its commits race the timeline's own, and a reboot can catch
+/// them in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Load {
+    pub instance: &'static str,
+    pub count: u32,
+    pub start_ms: u64,
+    pub over_ms: u64,
+    pub paid: bool,
+    /// A user paired on the instance, whose commits are then PRIVATE.
+    pub private_user: Option<String>,
+}
+
+/// A crash and restart at a random time in a window (a version-2
+/// `[[faults]]` reboot), beside the timeline: it can fall in the middle of
+/// a request, a dispatch or a group commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reboot {
+    pub instance: &'static str,
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub down_ms: u64,
+}
+
+/// A user paired with a worker during set-up (before any fault).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pairing {
+    pub user: String,
+    pub instance: &'static str,
+    pub worker: String,
+    /// The node the code is claimed on (it is created on node 0).
+    pub claim_node: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Commit(Commit),
+    /// The last payment header again, with another body: must buy nothing.
+    Replay {
+        instance: &'static str,
+        /// The node it goes to: a payment spent on one node must buy
+        /// nothing on another.
+        node: u32,
+        index: u32,
+    },
+    StopWorker(String),
+    StartWorker(String),
+    Restart(&'static str),
+    /// Stop gracefully (as on SIGTERM) and start again.
+    GracefulRestart(&'static str),
+    /// Crash right after the instance's next store write of this kind.
+    CrashAfter {
+        instance: &'static str,
+        write: &'static str,
+    },
+    Facilitator {
+        instance: &'static str,
+        script: &'static str,
+    },
+    /// The hosted stubs fail every call until the heal (`None` heals).
+    ProviderFault(&'static str),
+    Router {
+        index: u32,
+        private: bool,
+    },
+    /// Node `node` crashes; its supervisor starts it again `down_ms` later.
+    NodeCrash {
+        instance: &'static str,
+        node: u32,
+        down_ms: u64,
+    },
+    /// Node `node` is cut from the shared store for `for_ms`, then healed.
+    StorePartition {
+        instance: &'static str,
+        node: u32,
+        for_ms: u64,
+    },
+    /// Node `node`'s next write to the shared store commits but its answer
+    /// is lost; the node retries it.
+    LostAnswer {
+        instance: &'static str,
+        node: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub instance: &'static str,
+    pub tier: &'static str,
+    pub job_type: &'static str,
+    pub user: String,
+    pub private: bool,
+    /// `None`: no payment; `Some("none")` valid; else the `pay.alter`.
+    pub pay: Option<&'static str>,
+    pub index: u32,
+    /// The node of the instance it goes to.
+    pub node: u32,
+}
+
+/// An event `after_ms` after the one before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    pub after_ms: u64,
+    pub event: Event,
+}
+
+/// Everything one seed drew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorldSpec {
+    pub seed: u64,
+    pub kinds: Kinds,
+    pub instances: Vec<InstanceSpec>,
+    pub workers: Vec<WorkerSpec>,
+    pub pairings: Vec<Pairing>,
+    pub events: Vec<Timed>,
+    pub link_faults: Vec<LinkFault>,
+    pub loads: Vec<Load>,
+    pub reboots: Vec<Reboot>,
+    /// Jobs committed after the heal that must complete (liveness), with
+    /// a health check before them; 0 leaves both out (the shrinker does,
+    /// when the failure is a job that never ends).
+    pub heal_commits: u32,
+    /// Whether the run ends with the heal and its liveness checks (the
+    /// shrinker drops it when a safety failure does not need it).
+    pub heal: bool,
+}
+
+impl WorldSpec {
+    /// How many nodes instance `name` has (1 when it is not declared).
+    pub fn nodes_of(&self, name: &str) -> u32 {
+        self.instances
+            .iter()
+            .find(|i| i.name == name)
+            .map_or(1, |i| i.nodes)
+    }
+
+    /// The workers stopped when the timeline ends.
+    pub fn stopped_at_end(&self) -> Vec<&str> {
+        let mut stopped: Vec<&str> = Vec::new();
+        for t in &self.events {
+            match &t.event {
+                Event::StopWorker(n) => stopped.push(n),
+                Event::StartWorker(n) => stopped.retain(|s| s != n),
+                _ => {}
+            }
+        }
+        stopped
+    }
+
+    /// Makes a world whose parts were removed (by shrinking) consistent
+    /// again: events and pairings name only existing instances and workers,
+    /// a worker is stopped only when running and started only when
+    /// stopped, a replay follows a payment, payments go only to paid
+    /// instances, and every instance keeps an honest worker of both types.
+    pub fn normalize(&mut self) {
+        let instances: Vec<&'static str> = self.instances.iter().map(|i| i.name).collect();
+        self.workers.retain(|w| instances.contains(&w.instance));
+        let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        self.workers
+            .retain(|w| w.key_of.as_ref().is_none_or(|k| names.contains(k)));
+        let workers: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        let end_ms = timeline_ms(&self.events);
+        self.link_faults.retain(|f| {
+            workers.contains(&f.worker)
+                && instances.contains(&f.instance)
+                && f.at_ms + f.for_ms <= end_ms
+        });
+        self.pairings
+            .retain(|p| instances.contains(&p.instance) && workers.contains(&p.worker));
+        let paid: Vec<&'static str> = self
+            .instances
+            .iter()
+            .filter(|i| i.payment.is_some())
+            .map(|i| i.name)
+            .collect();
+        let facilitated: Vec<&'static str> = self
+            .instances
+            .iter()
+            .filter(|i| i.payment == Some("success"))
+            .map(|i| i.name)
+            .collect();
+        self.normalize_events(&instances, &workers, &paid, &facilitated);
+        self.normalize_beside(&instances, &paid);
+        super::nodes::normalize(self);
+    }
+
+    /// Keeps the timeline's events that still make sense: on instances and
+    /// workers still there, a worker started only after it stopped, a
+    /// replay only after a payment, node events only on several nodes.
+    fn normalize_events(
+        &mut self,
+        instances: &[&'static str],
+        workers: &[String],
+        paid: &[&'static str],
+        facilitated: &[&'static str],
+    ) {
+        let mut stopped: Vec<String> = Vec::new();
+        let mut paid_once = false;
+        let mut kept = Vec::with_capacity(self.events.len());
+        for mut t in std::mem::take(&mut self.events) {
+            let keep = match &mut t.event {
+                Event::Commit(c) => {
+                    if !instances.contains(&c.instance) {
+                        false
+                    } else {
+                        if !paid.contains(&c.instance) {
+                            c.pay = None;
+                        } else if c.pay.is_none() {
+                            c.pay = Some("none");
+                        }
+                        paid_once |= c.pay.is_some();
+                        true
+                    }
+                }
+                Event::Replay { instance, .. } => paid_once && paid.contains(instance),
+                Event::StopWorker(n) => {
+                    let ok = workers.contains(n) && !stopped.contains(n);
+                    if ok {
+                        stopped.push(n.clone());
+                    }
+                    ok
+                }
+                Event::StartWorker(n) => {
+                    let ok = stopped.contains(n);
+                    stopped.retain(|s| s != n);
+                    ok
+                }
+                Event::Restart(i) | Event::GracefulRestart(i) => instances.contains(i),
+                // An armed SQLite write needs a single node.
+                Event::CrashAfter { instance: i, .. } => {
+                    instances.contains(i) && self.nodes_of(i) == 1
+                }
+                Event::NodeCrash { instance, node, .. }
+                | Event::StorePartition { instance, node, .. }
+                | Event::LostAnswer { instance, node } => {
+                    let nodes = self.nodes_of(instance);
+                    instances.contains(instance) && nodes > 1 && *node < nodes
+                }
+                Event::Facilitator { instance, .. } => facilitated.contains(instance),
+                Event::ProviderFault(_) | Event::Router { .. } => true,
+            };
+            if keep {
+                kept.push(t);
+            }
+        }
+        self.events = kept;
+    }
+
+    /// Keeps the link faults, loads and reboots inside the (new) timeline
+    /// and on instances still there.
+    fn normalize_beside(&mut self, instances: &[&'static str], paid: &[&'static str]) {
+        let end_ms = timeline_ms(&self.events);
+        self.link_faults.retain(|f| f.at_ms + f.for_ms <= end_ms);
+        let pairings = &self.pairings;
+        self.loads.retain(|l| instances.contains(&l.instance));
+        for load in &mut self.loads {
+            load.paid &= paid.contains(&load.instance);
+            let paired = |u: &String| {
+                pairings
+                    .iter()
+                    .any(|p| p.instance == load.instance && p.user == *u)
+            };
+            if !load.private_user.as_ref().is_some_and(paired) {
+                load.private_user = None;
+            }
+        }
+        self.reboots
+            .retain(|r| instances.contains(&r.instance) && r.from_ms < end_ms);
+        for reboot in &mut self.reboots {
+            reboot.to_ms = reboot.to_ms.min(end_ms);
+        }
+    }
+
+    /// Whether every instance keeps an honest worker of both job types
+    /// (the heal's liveness checks need one).
+    pub fn has_anchors(&self) -> bool {
+        self.instances.iter().all(|i| {
+            self.workers
+                .iter()
+                .any(|w| w.instance == i.name && w.honest() && w.capabilities.is_empty())
+        })
+    }
+
+    /// Simulated time the heal phase waits for every job to end: the
+    /// longest a job can live (pending timeout, then every attempt's lease,
+    /// with room for reconnects), plus a margin.
+    pub fn heal_ms(&self) -> u64 {
+        self.instances
+            .iter()
+            .map(|i| {
+                let heartbeat_ms = i.heartbeat_timeout_ms.unwrap_or(30_000);
+                i.pending_timeout_ms
+                    + u64::from(i.attempts_max) * (i.lease_ms + heartbeat_ms + 6_000)
+                    + super::nodes::heal_extra_ms(self, i)
+            })
+            .max()
+            .unwrap_or(0)
+            + 10_000
+    }
+}
+
+/// Simulated time the timeline's events take (their gaps added up).
+pub fn timeline_ms(events: &[Timed]) -> u64 {
+    events.iter().map(|t| t.after_ms).sum()
+}

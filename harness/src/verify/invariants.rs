@@ -1,0 +1,192 @@
+//! The end-of-run invariants of a simulated run: safety always (what
+//! clients and workers saw agrees with what the instances hold, and each
+//! core's own invariants), liveness when the scenario asks for it.
+
+use super::{safety, Broken};
+use crate::spec::Scenario;
+use crate::world::{Driver, World};
+use protocol::api::JobStatus;
+use std::collections::BTreeMap;
+
+/// A broken end-of-run invariant: which one, and what broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub broken: Broken,
+    pub message: String,
+}
+
+impl Failure {
+    /// A check without a key of its own (`invariants`).
+    pub fn other(message: impl Into<String>) -> Self {
+        Self {
+            broken: Broken::Invariants,
+            message: message.into(),
+        }
+    }
+}
+
+/// Safety (always, `safety`): what clients and workers saw agrees with what
+/// the instances hold. Liveness (when asked): all jobs terminal / completed,
+/// exact counts.
+pub fn check(scenario: &Scenario, world: &World) -> Result<(), Failure> {
+    for (name, want) in &scenario.invariants.stub_calls {
+        let got = world
+            .stubs
+            .get(name)
+            .ok_or_else(|| Failure::other(format!("stub_calls: no stub {name:?}")))?
+            .calls()
+            .len();
+        if got != *want {
+            return Err(Failure::other(format!(
+                "stub {name} got {got} calls, expected {want}"
+            )));
+        }
+    }
+    let mut snapshots = BTreeMap::new();
+    for (name, instance) in &world.instances {
+        // A live instance's state is in another process; live runs check expectations only.
+        let Driver::Sim(sim) = &instance.driver else {
+            continue;
+        };
+        if let Some(snapshot) = world.cluster_snapshot(name) {
+            // Several nodes: what every running node holds is checked, and
+            // the shared store holds every job whoever owns it.
+            for node in world.nodes(name) {
+                node.check_core().map_err(Failure::other)?;
+            }
+            snapshots.insert(name.clone(), snapshot);
+            continue;
+        }
+        let Some(store) = sim.store() else {
+            return Err(Failure::other(format!(
+                "{name} is not running at the end of the run"
+            )));
+        };
+        sim.check_core().map_err(Failure::other)?;
+        let snapshot =
+            coordinator::store::Store::load(&*store).map_err(|e| Failure::other(e.to_string()))?;
+        snapshots.insert(name.clone(), snapshot);
+    }
+    check_safety(scenario, world, &snapshots)?;
+    for (name, snapshot) in &snapshots {
+        let mut counts = BTreeMap::<JobStatus, usize>::new();
+        for job in &snapshot.jobs {
+            *counts.entry(job.status).or_default() += 1;
+            check_job(scenario, name, job)?;
+        }
+        if let Some(want) = scenario.invariants.job_counts.get(name) {
+            let (got, want) = (by_name(&counts), by_name(want));
+            if got != want {
+                return Err(Failure::other(format!(
+                    "{name}: job counts {got:?}, expected {want:?}"
+                )));
+            }
+        }
+        world.transcript.log(
+            "harness",
+            format!(
+                "{name} jobs {}",
+                serde_json::to_string(&by_name(&counts)).unwrap_or_default()
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// The safety properties of `crate::verify::safety` over the transcript and stores.
+fn check_safety(
+    scenario: &Scenario,
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), Failure> {
+    if snapshots.is_empty() {
+        return Ok(());
+    }
+    let instances = snapshots
+        .iter()
+        .map(|(name, s)| {
+            let spec = scenario.instances.get(name);
+            let state = safety::InstanceState {
+                jobs: &s.jobs,
+                trust: &s.trust,
+                paid: spec.is_some_and(|i| i.payment.is_some()),
+                retention: spec.is_some_and(|i| i.retention_hours.is_some()),
+                retention_cut_ms: world
+                    .nodes(name)
+                    .iter()
+                    .filter_map(|node| node.retention_cut_ms())
+                    .max()
+                    .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
+            };
+            (name.clone(), state)
+        })
+        .collect();
+    let workers = world
+        .workers
+        .iter()
+        .map(|(name, w)| {
+            let view = safety::WorkerView {
+                instance: &w.instance,
+                public_key: &w.public_key,
+            };
+            (name.clone(), view)
+        })
+        .collect();
+    let lines = world.transcript.lines();
+    safety::check(&lines, &instances, &workers).map_err(|v| Failure {
+        broken: Broken::Safety(v.invariant),
+        message: v.to_string(),
+    })
+}
+
+/// Counts keyed by status name, in name order, without zero counts (a
+/// scenario may list a status with 0 or leave it out).
+fn by_name(counts: &BTreeMap<JobStatus, usize>) -> BTreeMap<&'static str, usize> {
+    counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(status, n)| (status.as_str(), *n))
+        .collect()
+}
+
+/// The per-job liveness invariants of instance `name`.
+fn check_job(scenario: &Scenario, name: &str, job: &coordinator::core::Job) -> Result<(), Failure> {
+    let error = job
+        .error
+        .map_or(String::new(), |e| format!(" (result.error {})", e.as_str()));
+    if scenario.invariants.all_jobs_terminal && !job.status.is_terminal() {
+        return Err(Failure {
+            broken: Broken::AllJobsTerminal,
+            message: format!(
+                "{name}: job {} is still {} after {} attempt(s){error}",
+                job.id, job.status, job.attempts
+            ),
+        });
+    }
+    if scenario.invariants.all_jobs_completed && job.status != JobStatus::Completed {
+        return Err(Failure::other(format!(
+            "{name}: job {} is {}, not completed, after {} attempt(s){error}",
+            job.id, job.status, job.attempts
+        )));
+    }
+    Ok(())
+}
+
+/// The transcript lines that mention the first job id in `message`, for an
+/// invariant failure: the job's history as the run saw it.
+pub fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
+    const HISTORY_LINES_MAX: usize = 12;
+    let Some(id) = message
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .find(|w| w.len() == 36 && uuid::Uuid::parse_str(w).is_ok())
+    else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = transcript
+        .iter()
+        .filter(|l| l.contains(id))
+        .map(|l| l.chars().take(240).collect())
+        .collect();
+    let skip = lines.len().saturating_sub(HISTORY_LINES_MAX);
+    lines.into_iter().skip(skip).collect()
+}

@@ -1,0 +1,63 @@
+//! What a finished run is judged by: the scenario's end-of-run invariants,
+//! the safety properties every simulated run keeps, and the temporal
+//! properties over its frames. A broken one is named by [`Broken`], typed
+//! from where it broke to the swarm, the shrinker and the report.
+
+pub mod invariants;
+pub mod safety;
+pub mod temporal;
+
+use coordinator::core::InvariantViolation;
+use safety::SafetyKey;
+
+/// Which invariant a run broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Broken {
+    /// The core's own check after an event (a breach panics by design).
+    Core(InvariantViolation),
+    /// Any other panic in the world.
+    Panic,
+    /// A safety property (`safety`).
+    Safety(SafetyKey),
+    /// `all_jobs_terminal`: a job still not terminal at the end.
+    AllJobsTerminal,
+    /// Every other end-of-run check: liveness counts, stub calls, temporal
+    /// properties, a core found broken at the end of the run.
+    Invariants,
+}
+
+impl Broken {
+    /// The stable key the swarm groups and shrinks failures by, e.g.
+    /// `core_slots`, `acknowledged_job_lost`.
+    pub fn key(&self) -> String {
+        match self {
+            Broken::Core(v) => format!("core_{}", core_key(v)),
+            Broken::Panic => "panic".into(),
+            Broken::Safety(key) => key.as_str().into(),
+            Broken::AllJobsTerminal => "all_jobs_terminal".into(),
+            Broken::Invariants => "invariants".into(),
+        }
+    }
+}
+
+/// The core invariant's name: the label its message starts with.
+fn core_key(v: &InvariantViolation) -> &'static str {
+    use InvariantViolation as V;
+    match v {
+        V::JobBytes { .. } => "byte_budgets",
+        V::PendingWithFreeWorker { .. } => "dispatch",
+        V::Deadline { .. } | V::StrayTimers { .. } | V::DeadlineTooFar { .. } => "deadline",
+        V::Overloaded { .. } => "slots",
+        V::IdleSet { .. } => "idle_set",
+        V::Holder { .. } => "holder",
+        V::UntrustedHolder { .. } => "trust",
+        V::Attempts { .. } => "attempts",
+        V::Queue { .. } => "queue",
+        V::EmptyQueue { .. } => "empty_queue",
+        V::PendingCount { .. } => "pending_count",
+        V::TierOrder { .. } => "tier_order",
+        V::IdleCount { .. } => "idle_count",
+        V::Ended { .. } => "finished_jobs",
+        V::SessionCount { .. } | V::SessionIndex { .. } => "sessions",
+    }
+}

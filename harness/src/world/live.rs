@@ -1,0 +1,262 @@
+//! A live world (`harness --live`): one `coordinator` process per instance
+//! (or per node, with `--live-db`) on loopback, stubs served on loopback
+//! ports, real HTTP and real WebSockets.
+
+use super::*;
+use crate::spec::names::STUB_NAMES;
+
+impl World {
+    /// Builds a live run: one `coordinator` process per instance on
+    /// loopback (from `bin`), stubs served on loopback ports, real HTTP and
+    /// real WebSockets. Must run in a runtime with I/O enabled.
+    pub async fn build_live(
+        scenario: &Scenario,
+        seed: u64,
+        bin: &std::path::Path,
+        cluster: Option<&LiveCluster>,
+    ) -> Result<Self, WorldError> {
+        let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
+        let (_, transcript, worker_clock) = clocks(epoch_ms);
+        let mut master = ChaCha20Rng::seed_from_u64(seed);
+        let mut instances = BTreeMap::new();
+        for (name, spec) in &scenario.instances {
+            let instance_seed: u64 = master.gen();
+            let handle =
+                live_instance(name, spec, instance_seed, bin, cluster, &transcript).await?;
+            instances.insert(name.clone(), handle);
+        }
+        // Stubs get ports before the world exists; `expose` hands out their URLs.
+        let mut stub_urls = BTreeMap::new();
+        for name in STUB_NAMES {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            stub_urls.insert(name.to_owned(), listener);
+        }
+        let http: Arc<dyn HttpTransport> = Arc::new(router::ReqwestTransport::new(30_000));
+        let expose = |name: &str, router: axum::Router| {
+            let listener = stub_urls
+                .remove(name)
+                .ok_or_else(|| format!("no port for {name}"))?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            });
+            Ok(format!("http://{addr}"))
+        };
+        let mut world = assemble(
+            scenario,
+            Parts {
+                master,
+                transcript,
+                http,
+                instances,
+                epoch_ms,
+                worker_clock,
+            },
+            expose,
+        )?;
+        world.start_workers()?;
+        Ok(world)
+    }
+}
+
+/// Starts the coordinator process(es) of live instance `name`.
+async fn live_instance(
+    name: &str,
+    spec: &Instance,
+    instance_seed: u64,
+    bin: &std::path::Path,
+    cluster: Option<&LiveCluster>,
+    transcript: &Transcript,
+) -> Result<InstanceHandle, String> {
+    let mut args = live_args(spec);
+    let mut facilitator = None;
+    if let Some(payment) = &spec.payment {
+        args.extend([
+            "--payment-required".into(),
+            "--pay-to".into(),
+            payment.pay_to.clone(),
+        ]);
+        if let Some(script) = payment.facilitator.script() {
+            let stub = testkit::FacilitatorStub::new(&spec.network);
+            stub.set_script(facilitator_script(script));
+            let url = serve_on_loopback(stub.router()).await?;
+            args.extend(["--facilitator-url".into(), url]);
+            facilitator = Some(stub);
+        }
+    }
+    let schema = cluster.map(|_| live_schema(name));
+    let mut processes = Vec::new();
+    let mut addrs = Vec::new();
+    for node in 0..cluster.map_or(1, |c| c.nodes.max(1)) {
+        let mut args = args.clone();
+        // Nodes draw their ids from seeds of their own.
+        let seed = instance_seed.wrapping_add(node as u64).to_string();
+        args.extend(["--seed".into(), seed]);
+        match (cluster, &schema) {
+            (Some(c), Some(schema)) => args.extend([
+                "--db".into(),
+                c.db.clone(),
+                "--db-schema".into(),
+                schema.clone(),
+                "--node-id".into(),
+                format!("{name}-{node}"),
+            ]),
+            _ => args.extend(["--db".into(), ":memory:".into()]),
+        }
+        let (process, addr) = start_coordinator(bin, &args).await?;
+        let node_name = match cluster {
+            Some(_) => format!("{name} node {node}"),
+            None => name.to_owned(),
+        };
+        transcript.log(
+            "harness",
+            format!("started coordinator {node_name} on {addr}"),
+        );
+        processes.push(process);
+        addrs.push(addr);
+    }
+    Ok(InstanceHandle {
+        base_url: format!("http://{}", addrs[0]),
+        poll_url: format!("http://{}", addrs[addrs.len() - 1]),
+        facilitator,
+        driver: Driver::Live {
+            ws_urls: addrs
+                .iter()
+                .map(|addr| format!("ws://{addr}/v1/workers/ws"))
+                .collect(),
+            _processes: processes,
+        },
+        more_nodes: Vec::new(),
+        shared: None,
+    })
+}
+
+/// The command line of an instance's coordinator process, before its
+/// payment, node and store arguments.
+fn live_args(spec: &Instance) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--network".into(),
+        spec.network.clone(),
+    ];
+    let t = &spec.timing;
+    let flags: [(&str, Option<String>); 10] = [
+        (
+            "--pending-timeout-ms",
+            t.pending_timeout_ms.map(|v| v.to_string()),
+        ),
+        ("--lease-ms", t.lease_ms.map(|v| v.to_string())),
+        ("--attempts-max", t.attempts_max.map(|v| v.to_string())),
+        (
+            "--heartbeat-interval-ms",
+            t.heartbeat_interval_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--heartbeat-timeout-ms",
+            t.heartbeat_timeout_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--queue-len-max",
+            spec.limits.queue_len_max.map(|v| v.to_string()),
+        ),
+        (
+            "--claims-per-minute-max",
+            spec.limits.claims_per_minute_max.map(|v| v.to_string()),
+        ),
+        (
+            "--finished-jobs-cached-max",
+            spec.limits.finished_jobs_cached_max.map(|v| v.to_string()),
+        ),
+        (
+            "--kept-bytes-max",
+            spec.limits.kept_bytes_max.map(|v| v.to_string()),
+        ),
+        (
+            "--retention-hours",
+            spec.retention_hours.map(|v| v.to_string()),
+        ),
+    ];
+    for (flag, value) in flags {
+        if let Some(v) = value {
+            args.push(flag.into());
+            args.push(v);
+        }
+    }
+    args
+}
+
+/// `harness --live --live-db postgres://… --live-nodes N`: each instance is
+/// N coordinator nodes on that PostgreSQL (a schema of its own per
+/// instance and run), one coordinator in cluster mode. HTTP steps go to
+/// the first node, and the harness's own polls of a job's status
+/// (`wait_until`, `commit_many`) to the last; workers are spread over the
+/// nodes in name order, so jobs, pairings, payments and reads cross nodes.
+#[derive(Debug, Clone)]
+pub struct LiveCluster {
+    pub db: String,
+    pub nodes: usize,
+}
+
+/// A PostgreSQL schema no other instance of any run uses.
+pub(super) fn live_schema(instance: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let instance: String = instance
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(24)
+        .collect();
+    format!("h{}_{n}_{instance}", std::process::id())
+}
+
+/// Serves `router` on a free loopback port; returns its base URL.
+pub(super) async fn serve_on_loopback(router: axum::Router) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+/// Starts a coordinator process and reads the address it listens on from
+/// its first log line; the process is killed when the handle drops.
+pub(super) async fn start_coordinator(
+    bin: &std::path::Path,
+    args: &[String],
+) -> Result<(tokio::process::Child, String), String> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "warn,coordinator=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let wait = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                return Some(addr);
+            }
+        }
+        None
+    };
+    let addr = tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+        .await
+        .map_err(|_| "the coordinator did not start within 20 s".to_owned())?
+        .ok_or("the coordinator exited before listening")?;
+    // Keep draining its log so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, addr))
+}
