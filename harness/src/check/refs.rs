@@ -53,6 +53,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::CommitMany(c) => &c.instance,
         Action::Facilitator(c) => &c.instance,
         Action::Sockets(s) => &s.instance,
+        Action::ExpectStore(s) => &s.instance,
         Action::ExpectCalls(c) => return c.facilitator.as_deref(),
         Action::Router(_)
         | Action::Advance(_)
@@ -82,6 +83,7 @@ pub(crate) fn strings_of(step: &Step) -> Vec<String> {
         }
         Action::Router(c) => add(&c.request),
         Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
+        Action::ExpectStore(s) => add(&Value::String(s.job.clone())),
         Action::CommitMany(c) => add(&c.body),
         Action::SendFrame(c) => add(&c.frame),
         Action::ExpectFrames(c) => add(&c.frame),

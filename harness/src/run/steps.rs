@@ -6,8 +6,8 @@ use super::frames;
 use crate::expr::matcher::{self, Vars};
 use crate::spec::{
     Action, CommitMany, Control, Expect, FacilitatorControl, InstanceAction, InstanceControl,
-    RouterCall, RouterFn, SimDuration, Sockets, Step, StoreWriteKind, StubControl, WaitUntil,
-    WorkerAction,
+    RouterCall, RouterFn, SimDuration, Sockets, Step, StoreRead, StoreWriteKind, StubControl,
+    WaitUntil, WorkerAction,
 };
 use crate::world::{World, WorldError};
 use coordinator::sqlite::StoreWrite;
@@ -66,6 +66,7 @@ pub(super) async fn run_step(
             None
         }
         Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
+        Action::ExpectStore(read) => Some(run_expect_store(read, world, vars)?),
         Action::ExpectFrames(expect) => {
             frames::run_expect_frames(expect, world, vars)?;
             None
@@ -259,6 +260,52 @@ async fn run_sockets(sockets: &Sockets, world: &mut World) -> Result<Answer, Str
         ),
     );
     Ok(Answer::body(json!({"opened": opened, "refused": refused})))
+}
+
+/// `expect_store`: the job as the instance's store holds it (its latest
+/// version, committed or waiting in the writer's batch; for several nodes,
+/// the shared store), answered as the API shows a job record (200), or 404
+/// when the store has no such job. It sees what a crash would leave, which
+/// a poll (answered from the core's memory) does not.
+fn run_expect_store(read: &StoreRead, world: &World, vars: &Vars) -> Result<Answer, String> {
+    let job = matcher::render_str(&read.job, vars)?;
+    let id = uuid::Uuid::parse_str(&job)
+        .map_err(|e| format!("expect_store: {job:?} is not a job id: {e}"))?;
+    let stored = if let Some(snapshot) = world.cluster_snapshot(&read.instance) {
+        snapshot
+            .jobs
+            .into_iter()
+            .find(|j| j.id == id)
+            .map(|j| j.record())
+    } else {
+        let store = world
+            .nodes(&read.instance)
+            .first()
+            .and_then(|node| node.store())
+            .ok_or_else(|| format!("expect_store: {} is not running", read.instance))?;
+        coordinator::store::Store::job(&*store, &id)
+            .map_err(|e| format!("expect_store: {e}"))?
+            .map(|j| j.record())
+    };
+    let (status, body) = match &stored {
+        Some(record) => (
+            200,
+            serde_json::to_value(record).map_err(|e| e.to_string())?,
+        ),
+        None => (404, json!({ "error": "job not in the store" })),
+    };
+    world.transcript.log(
+        &read.instance,
+        format!(
+            "store holds job {job}: {}",
+            stored.map_or("none".into(), |r| r.status.to_string())
+        ),
+    );
+    Ok(Answer {
+        status: Some(status),
+        headers: Vec::new(),
+        body,
+    })
 }
 
 fn run_stub_control(control: &StubControl, world: &World) -> Result<(), String> {

@@ -220,6 +220,16 @@ pub struct Sockets {
     pub client: String,
 }
 
+/// `expect_store`: the job `job` (a template) as instance `instance`'s store
+/// holds it, read inside the simulation rather than through the API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreRead {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub job: String,
+}
+
 impl InstanceControl {
     /// `write` names the crash point of `crash_after` and means nothing
     /// for the other actions.

@@ -135,6 +135,8 @@ actions! {
         answers: false, simulation_only: true, version: 2;
     SendFrame(SendFrame) => "send_frame",
         answers: false, simulation_only: true, version: 2;
+    ExpectStore(StoreRead) => "expect_store",
+        answers: true, simulation_only: true, version: 2;
     /// Steps run in order, repeated together (version 2); expanded at load.
     Group(Vec<Step>) => "group",
         answers: false, simulation_only: false, version: 2;
