@@ -17,9 +17,9 @@
 
 use crate::clock::Clock;
 use crate::config::{is_caip2, Config};
-use crate::coordinator::Coordinator;
 use crate::retention::Retention;
-use crate::sqlite::{SqliteError, SqliteStore, WriterRuntime};
+use crate::shell::Coordinator;
+use crate::store::sqlite::{SqliteError, SqliteStore, WriterRuntime};
 use crate::store::{MemoryStore, Store, StoreError};
 use rand_chacha::ChaCha20Rng;
 use std::net::SocketAddr;
@@ -41,7 +41,7 @@ pub struct Settings {
     pub db: String,
     /// x402 payment gating of the commit endpoints; `None` means off.
     pub payment: Option<x402::PaymentConfig>,
-    /// Retention (`crate::retention`): completed and failed jobs older
+    /// Retention (`retention.rs`): completed and failed jobs older
     /// than this many hours (0: no age limit) or the oldest of them beyond
     /// the kept budget's high-water mark are deleted. `None`: no retention
     /// task (tests, the simulation); the kept budget then refuses commits
@@ -204,9 +204,10 @@ pub struct Server {
 pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartError> {
     let settings = settings.validate()?;
     if let Some(cluster) = settings.cluster.clone() {
-        let shared = crate::pg::PgShared::connect(&cluster.url, cluster.schema.as_deref())
-            .await
-            .map_err(|e| StartError::Cluster(e.to_string()))?;
+        let shared =
+            crate::cluster::postgres::PgShared::connect(&cluster.url, cluster.schema.as_deref())
+                .await
+                .map_err(|e| StartError::Cluster(e.to_string()))?;
         return start_node(settings, parts, cluster, shared).await;
     }
     let writer = match parts.runtime {
@@ -262,9 +263,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
             .enable_payments(gate)
             .expect("a new coordinator has no payment gate yet");
     }
-    let mut tasks = vec![tokio::spawn(crate::coordinator::run_timers(
-        coordinator.clone(),
-    ))];
+    let mut tasks = vec![tokio::spawn(crate::shell::run_timers(coordinator.clone()))];
     if let (Some(hours), Some(store)) = (settings.retention_hours, &store) {
         tasks.push(tokio::spawn(apply_retention(
             coordinator.clone(),
@@ -312,7 +311,7 @@ fn node_rng(rng: ChaCha20Rng, restores_state: bool) -> ChaCha20Rng {
 /// Starts a node of a cluster on `shared` (PostgreSQL in a process; the
 /// in-memory store can stand in for it): joins, recovers what the node id
 /// still held, gates payments on the shared nonce rows, and starts the
-/// timer, lease and claim tasks. See `crate::node`.
+/// timer, lease and claim tasks. See the `node` module.
 pub async fn start_node(
     settings: Settings,
     parts: Parts,
@@ -379,7 +378,7 @@ pub async fn start_node(
     }
     tracing::info!(node = %cluster.node_id, "joined the cluster");
     let mut tasks = vec![
-        tokio::spawn(crate::coordinator::run_timers(coordinator.clone())),
+        tokio::spawn(crate::shell::run_timers(coordinator.clone())),
         tokio::spawn(crate::node::run_lease(
             coordinator.clone(),
             link.clone(),
@@ -451,7 +450,7 @@ impl Server {
 
     /// The whole API as an axum router, for tests that call it directly.
     pub fn app(&self) -> axum::Router {
-        crate::http::app(self.coordinator.clone())
+        crate::api::app(self.coordinator.clone())
     }
 
     /// Serves the API on a TCP socket, with `TCP_NODELAY` on every
@@ -482,7 +481,7 @@ impl Server {
         }
         let app = match self.metrics_at {
             MetricsAt::Api => self.app(),
-            MetricsAt::Apart => crate::http::api(self.coordinator.clone()),
+            MetricsAt::Apart => crate::api::api(self.coordinator.clone()),
         };
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
@@ -502,7 +501,7 @@ impl Server {
     /// until the server ends.
     pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
         assert_eq!(self.metrics_at, MetricsAt::Apart, "metrics are on the API");
-        let app = crate::http::metrics_only(self.coordinator.clone());
+        let app = crate::api::metrics_only(self.coordinator.clone());
         let stopped = self.coordinator.stopped();
         self.tasks.push(tokio::spawn(async move {
             let served = axum::serve(listener, app)

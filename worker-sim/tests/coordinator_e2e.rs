@@ -62,7 +62,7 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
     let (connector, mut acceptor) = channel_connector();
     tokio::spawn(async move {
         while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::session::run(c.clone(), peer));
+            tokio::spawn(coordinator::worker::session::run(c.clone(), peer));
         }
     });
     let log = EventLog::new();

@@ -3,8 +3,8 @@
 
 use super::{ClusterLink, NodeStore, CLAIM_BATCH_MAX, CLAIM_INTERVAL_MS};
 use crate::cluster::ClusterError;
-use crate::coordinator::Coordinator;
 use crate::retention::Retention;
+use crate::shell::Coordinator;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;

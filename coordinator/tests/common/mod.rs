@@ -137,7 +137,10 @@ impl Wire {
     pub fn channel(c: &Coordinator) -> Self {
         c.default_worker_origins(vec![worker_origin(CHANNEL_URL).unwrap()]);
         let (worker_end, coordinator_end) = channel_pair();
-        tokio::spawn(coordinator::session::run(c.clone(), coordinator_end));
+        tokio::spawn(coordinator::worker::session::run(
+            c.clone(),
+            coordinator_end,
+        ));
         Wire::Channel(worker_end)
     }
 

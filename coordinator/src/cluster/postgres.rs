@@ -18,9 +18,9 @@
 //! so several clusters (or test runs) can share one database.
 
 use crate::cluster::{owner_after_write, tier_rank, Call, ClusterError, SharedStore, Want};
+use crate::core::trust::{Pairing, TrustEntry};
+use crate::core::Snapshot;
 use crate::core::{Change, Job};
-use crate::store::Snapshot;
-use crate::trust::{Pairing, TrustEntry};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use protocol::api::JobType;
 use std::collections::{BTreeMap, BTreeSet};

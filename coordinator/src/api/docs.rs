@@ -1,5 +1,5 @@
 //! The API contract: an OpenAPI 3.1 document generated from the handlers'
-//! `#[utoipa::path]` annotations (in `http.rs` and `session.rs`) and the body
+//! `#[utoipa::path]` annotations (in `api/`) and the body
 //! types of `protocol::api`, so it cannot drift from the code. Served at
 //! `GET /v1/openapi.json`; `docs/openapi.json` is a copy a test keeps equal.
 //!
@@ -29,17 +29,17 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
         license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
     ),
     paths(
-        crate::http::health,
-        crate::http::quote,
-        crate::http::commit_fast,
-        crate::http::commit_cheap,
-        crate::http::poll,
-        crate::http::trust_create,
-        crate::http::trust_claim,
-        crate::http::trust_list,
-        crate::http::openapi_json,
-        crate::http::metrics,
-        crate::session::upgrade,
+        crate::api::service::health,
+        crate::api::jobs::quote,
+        crate::api::jobs::commit_fast,
+        crate::api::jobs::commit_cheap,
+        crate::api::jobs::poll,
+        crate::api::trust::trust_create,
+        crate::api::trust::trust_claim,
+        crate::api::trust::trust_list,
+        crate::api::service::openapi_json,
+        crate::api::service::metrics,
+        crate::api::worker_ws::upgrade,
     ),
     components(
         schemas(

@@ -12,15 +12,9 @@
 //! channels. Receipts are verified here, outside the core's lock, because
 //! signature recovery is the most expensive step of a job.
 
-use crate::coordinator::{Coordinator, OutboxRx};
+use super::result::{check_result, Held, OutputShape};
 use crate::core::{FailureReason, Outbound, SessionId};
-use crate::error::ApiError;
-use crate::http::ClientAddr;
-use crate::validate::OutputShape;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use crate::shell::{Coordinator, OutboxRx};
 use protocol::api::JobType;
 use protocol::connection::{FrameConnection, Incoming, SendError};
 use protocol::signing;
@@ -32,75 +26,6 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
-/// `GET /v1/workers/ws`.
-#[utoipa::path(get, path = "/v1/workers/ws", tag = "service",
-    description = "The worker protocol over WebSocket (docs/worker-protocol.md): send the upgrade \
-        request, then `hello` and `auth` frames.",
-    responses(
-        (status = 101, description = "Switched to the WebSocket worker protocol"),
-        (status = 400, description = "Not a WebSocket upgrade request", body = protocol::api::ErrorBody),
-        (status = 503, response = crate::openapi::Unavailable),
-    ))]
-pub async fn upgrade(
-    State(c): State<Coordinator>,
-    ClientAddr(client): ClientAddr,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    // axum's own rejection is plain text; every error answer is JSON.
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(rejection) => return ApiError::BadRequest(rejection.body_text()).into_response(),
-    };
-    // Unauthenticated connections each hold a session for up to the auth
-    // timeout; past the limit in total or for this client, refuse before
-    // upgrading, so one client cannot lock every worker out.
-    let Some(permit) = c.handshake_permit(&client) else {
-        return ApiError::Unavailable("too many workers are connecting; retry later".into())
-            .into_response();
-    };
-    // Frames up to `frame_bytes_max` get a normal answer; beyond four times
-    // that the WebSocket layer refuses the message and the connection ends,
-    // so no worker can make the coordinator buffer unbounded input.
-    let hard_limit = c.config().limits.frame_bytes_max.saturating_mul(4);
-    // Most frames are well under 1 KiB; tungstenite's default 128 KiB read
-    // buffer per connection (zeroed per read) would dominate the memory and
-    // heartbeat CPU of many idle workers. Larger messages still assemble.
-    ws.read_buffer_size(1024)
-        .write_buffer_size(1024)
-        .max_message_size(hard_limit)
-        .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run_admitted(c, AxumConnection(socket), Some(permit)))
-}
-
-/// An axum WebSocket as a [`FrameConnection`].
-struct AxumConnection(WebSocket);
-
-impl FrameConnection for AxumConnection {
-    async fn recv(&mut self) -> Incoming {
-        loop {
-            // `WebSocket::recv` is a stream poll, so cancel-safe.
-            return match self.0.recv().await {
-                Some(Ok(Message::Text(text))) => Incoming::Text(text.as_str().to_owned()),
-                Some(Ok(Message::Binary(bytes))) => Incoming::Binary(bytes.len()),
-                // Pings are answered by the WebSocket layer itself.
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_)) | Err(_)) | None => Incoming::Closed,
-            };
-        }
-    }
-
-    async fn send(&mut self, text: String) -> Result<(), SendError> {
-        self.0
-            .send(Message::Text(text.into()))
-            .await
-            .map_err(|e| SendError::Failed(e.into()))
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.send(Message::Close(None)).await;
-    }
-}
-
 /// An authenticated worker.
 struct Peer {
     session: SessionId,
@@ -110,25 +35,16 @@ struct Peer {
     outbox: OutboxRx,
 }
 
-/// A job this session holds: what its result is checked against. Not the
-/// whole assignment: the payload text stays with the core's job, so the
-/// session keeps no second copy of it while the worker runs the job.
-struct Held {
-    shape: OutputShape,
-    /// Goes into the receipt verbatim.
-    payment_ref: Option<String>,
-}
-
 /// Runs a worker session to its end.
 pub async fn run(c: Coordinator, conn: impl FrameConnection) {
     run_admitted(c, conn, None).await;
 }
 
 /// Runs a session whose handshake holds `permit` until it completes.
-async fn run_admitted<C: FrameConnection>(
+pub async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
     mut conn: C,
-    permit: Option<crate::coordinator::HandshakePermit>,
+    permit: Option<crate::shell::HandshakePermit>,
 ) {
     let handshaken = handshake(&c, &mut conn).await;
     drop(permit);
@@ -472,7 +388,7 @@ async fn handle<C: FrameConnection>(
                     Some((e.code(), e.to_string(), Some(job_id)))
                 }
                 Some(job) => {
-                    match check_result(peer, job_id, &job, &output, &receipt) {
+                    match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
                         Ok(()) => {
                             let completed = c.with(|core, now_ms| {
                                 core.complete(session, job_id, output, receipt, now_ms)
@@ -505,56 +421,4 @@ async fn handle<C: FrameConnection>(
         Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
         None => Ok(()),
     }
-}
-
-/// Checks the result of job `job_id` against what it was assigned with:
-/// output shape, and a receipt for this job, this worker's key and this
-/// payment that verifies.
-fn check_result(
-    peer: &Peer,
-    job_id: Uuid,
-    job: &Held,
-    output: &serde_json::Value,
-    receipt: &protocol::receipt::Receipt,
-) -> Result<(), (FailureReason, ErrorCode, String)> {
-    if !job.shape.fits(output) {
-        return Err((
-            FailureReason::InvalidOutput,
-            ErrorCode::InvalidOutput,
-            "output must be a string for LLM_INFER, summarize and classify, and an object or array for extract_json".into(),
-        ));
-    }
-    let invalid = |message: String| {
-        (
-            FailureReason::InvalidReceipt,
-            ErrorCode::InvalidReceipt,
-            message,
-        )
-    };
-    if receipt.job_id != job_id {
-        return Err(invalid("receipt.job_id is not this job".into()));
-    }
-    if receipt.provider_pubkey.to_ascii_lowercase() != peer.pubkey {
-        return Err(invalid(
-            "receipt.provider_pubkey is not this worker's key".into(),
-        ));
-    }
-    if receipt.payment_ref != job.payment_ref {
-        return Err(invalid(
-            "receipt.payment_ref is not the job's payment_ref".into(),
-        ));
-    }
-    if protocol::time::parse_ms(&receipt.completed_at).is_none() {
-        return Err(invalid(
-            "receipt.completed_at is not an ISO 8601 timestamp".into(),
-        ));
-    }
-    // `pubkey` is the canonical text of `key`, so a receipt naming exactly
-    // it needs no parse; any other spelling goes the long way, as before.
-    let verified = if receipt.provider_pubkey == peer.pubkey {
-        receipt.verify_with_key(&peer.key, output)
-    } else {
-        receipt.verify(output)
-    };
-    verified.map_err(|e| invalid(e.to_string()))
 }

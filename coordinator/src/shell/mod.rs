@@ -82,9 +82,9 @@ struct Inner {
     /// Origins a worker's login may name (`protocol::origin`): those of the
     /// configured public URLs, else those of the address served.
     worker_origins: std::sync::OnceLock<Vec<String>>,
-    /// Set once in cluster mode (`crate::node`): the core then keeps no
+    /// Set once in cluster mode (the `node` layer above): the core then keeps no
     /// pending job, and idle workers wake the claim loop.
-    cluster: std::sync::OnceLock<Arc<crate::node::ClusterLink>>,
+    cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterLink>>,
     /// Called when the state lock is found poisoned, before this panics:
     /// a real process exits there (see [`Coordinator::on_poisoned`]).
     on_poisoned: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -171,7 +171,7 @@ impl Drop for HeldSlot {
 
 impl Coordinator {
     /// A coordinator over `core` (fresh, or restored by [`Self::open`]);
-    /// the composition root (`crate::server`) starts its timer task.
+    /// the composition root (`server.rs`) starts its timer task.
     fn new(core: Core, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Self {
         let config = core.config().clone();
         let handshakes_max = config.limits.handshakes_max;
@@ -283,14 +283,14 @@ impl Coordinator {
 
     /// Makes this coordinator a node of a cluster; once, before serving.
     /// Its queued jobs (those restored at start too) go to the pool now.
-    pub fn join_cluster(&self, link: Arc<crate::node::ClusterLink>) -> bool {
+    pub fn join_cluster(&self, link: Arc<crate::cluster::ClusterLink>) -> bool {
         let joined = self.inner.cluster.set(link).is_ok();
         self.with(|_, _| ());
         joined
     }
 
     /// The cluster this coordinator is a node of, in cluster mode.
-    pub fn cluster(&self) -> Option<&Arc<crate::node::ClusterLink>> {
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::ClusterLink>> {
         self.inner.cluster.get()
     }
 
@@ -308,7 +308,7 @@ impl Coordinator {
         let (text, pool_jobs) =
             self.read(|core| (self.inner.metrics.render(core), core.pool_len()));
         match self.cluster() {
-            Some(link) => crate::node::with_node_info(text, &link.node, pool_jobs),
+            Some(link) => crate::cluster::with_node_info(text, &link.node, pool_jobs),
             None => text,
         }
     }
