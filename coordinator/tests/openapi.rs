@@ -5,7 +5,7 @@ mod common;
 
 use axum::http::StatusCode;
 use common::*;
-use coordinator::api::docs::document_json;
+use coordinator::api::document_json;
 use coordinator::config::Config;
 use coordinator::{app, ManualClock};
 use serde_json::Value;

@@ -1,5 +1,12 @@
 //! The HTTP API of spec section 4: routes, extractors and handlers. Handlers
 //! only translate between HTTP and core events; decisions live in the core.
+//!
+//! Each route is registered once, in [`routes`], with the handler's
+//! `#[utoipa::path]` operation (utoipa-axum's `OpenApiRouter`): the router
+//! and the OpenAPI document ([`document_json`]) both come from that list.
+//! Files: `jobs.rs`, `trust.rs`, `service.rs`, `worker_ws.rs` (the route
+//! groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
+//! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`.
 
 pub mod docs;
 pub mod error;
@@ -17,15 +24,57 @@ pub use extract::{client_ip, rate_limit_key, ClientAddr, CommitRequest, JsonBody
 use crate::shell::Coordinator;
 use axum::http::{Method, Uri};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
-use jobs::{commit_cheap, commit_fast, poll, quote};
 use layers::{drop_malformed_request_id, request_span, CountRequests, RequestIds};
-use service::{health, metrics, openapi_json};
+use std::sync::LazyLock;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
-use trust::{trust_claim, trust_create, trust_list};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// Every route but `GET /metrics`, each once, with its OpenAPI operation.
+fn routes() -> OpenApiRouter<Coordinator> {
+    OpenApiRouter::new()
+        .routes(routes!(service::health))
+        .routes(routes!(jobs::quote))
+        .routes(routes!(jobs::commit_fast))
+        .routes(routes!(jobs::commit_cheap))
+        .routes(routes!(jobs::poll))
+        .routes(routes!(trust::trust_create))
+        .routes(routes!(trust::trust_claim))
+        .routes(routes!(trust::trust_list))
+        .routes(routes!(worker_ws::upgrade))
+        .routes(routes!(service::openapi_json))
+}
+
+/// `GET /metrics`: on the API, or on a listener of its own.
+fn metrics_routes() -> OpenApiRouter<Coordinator> {
+    OpenApiRouter::new().routes(routes!(service::metrics))
+}
+
+/// The API contract: [`docs::ApiDoc`] (info, shared types, tags) with the
+/// operations of every route.
+pub fn document() -> utoipa::openapi::OpenApi {
+    OpenApiRouter::<Coordinator>::with_openapi(docs::ApiDoc::openapi())
+        .merge(routes())
+        .merge(metrics_routes())
+        .into_openapi()
+}
+
+/// The contract as pretty JSON with a final newline, built once. Served at
+/// `GET /v1/openapi.json`; `docs/openapi.json` is a copy a test keeps equal.
+pub fn document_json() -> &'static str {
+    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+        let mut json = document()
+            .to_pretty_json()
+            .expect("the OpenAPI document serializes");
+        json.push('\n');
+        json
+    });
+    &DOCUMENT
+}
 
 /// The whole API as an axum router; tests drive it with `oneshot`, the binary serves it.
 pub fn app(coordinator: Coordinator) -> Router {
@@ -34,8 +83,8 @@ pub fn app(coordinator: Coordinator) -> Router {
 
 /// `GET /metrics` alone, for a listener of its own (`--metrics-listen`).
 pub fn metrics_only(coordinator: Coordinator) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
+    let (routes, _) = metrics_routes().split_for_parts();
+    routes
         .fallback(no_route)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(CountRequests(coordinator.clone()))
@@ -49,22 +98,12 @@ pub fn api(coordinator: Coordinator) -> Router {
 
 fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
     let body_limit = coordinator.config().limits.body_bytes_max;
-    let routes = Router::new()
-        .route("/v1/health", get(health))
-        .route("/v1/quote", get(quote))
-        .route("/v1/jobs/commit/fast", post(commit_fast))
-        .route("/v1/jobs/commit/cheap", post(commit_cheap))
-        .route("/v1/jobs/{id}", get(poll))
-        .route("/v1/trust/create", post(trust_create))
-        .route("/v1/trust/claim", post(trust_claim))
-        .route("/v1/trust/list", get(trust_list))
-        .route("/v1/workers/ws", get(worker_ws::upgrade))
-        .route("/v1/openapi.json", get(openapi_json));
     let routes = if with_metrics {
-        routes.route("/metrics", get(metrics))
+        routes().merge(metrics_routes())
     } else {
-        routes
+        routes()
     };
+    let (routes, _) = routes.split_for_parts();
     // One `layer` call for the whole stack: each `Router::layer` boxes the
     // routes once more, and a request clones every box at every level (seven
     // separate calls cost 49 more allocations per request than one).

@@ -39,7 +39,7 @@ pub(super) async fn metrics(State(c): State<Coordinator>) -> Response {
 pub(super) async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        crate::api::docs::document_json(),
+        super::document_json(),
     )
         .into_response()
 }
