@@ -53,11 +53,10 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
         config,
         ..Settings::default()
     };
-    let c = server::start(settings, parts)
-        .await
-        .unwrap()
-        .coordinator()
-        .clone();
+    let server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    // Runs to the end of the test: a dropped `Server` stops its tasks.
+    std::mem::forget(server);
     let app = coordinator::app(c.clone());
     let (connector, mut acceptor) = channel_connector();
     tokio::spawn(async move {

@@ -88,6 +88,18 @@ struct Inner {
     /// Called when the state lock is found poisoned, before this panics:
     /// a real process exits there (see [`Coordinator::on_poisoned`]).
     on_poisoned: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Cloned by every running worker session ([`SessionRunning`]) and let
+    /// go by [`Coordinator::sessions_ended`], whose receiver then sees the
+    /// channel close once the last session has ended (mini-redis's
+    /// `shutdown_complete`).
+    sessions: Mutex<Option<mpsc::Sender<()>>>,
+    sessions_done: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+/// Held by a worker session while it runs: shutdown waits until every one
+/// is dropped.
+pub struct SessionRunning {
+    _held: mpsc::Sender<()>,
 }
 
 /// The receiving end of a worker session's outbox (see [`State::outboxes`]).
@@ -182,6 +194,7 @@ impl Coordinator {
             let origins = origins.filter_map(|url| protocol::origin::worker_origin(url).ok());
             let _ = worker_origins.set(origins.collect());
         }
+        let (sessions, sessions_done) = mpsc::channel(1);
         let inner = Arc::new(Inner {
             config: config.clone(),
             clock,
@@ -201,6 +214,8 @@ impl Coordinator {
             worker_origins,
             cluster: std::sync::OnceLock::new(),
             on_poisoned: std::sync::OnceLock::new(),
+            sessions: Mutex::new(Some(sessions)),
+            sessions_done: Mutex::new(Some(sessions_done)),
         });
         Self { inner }
     }
@@ -618,6 +633,30 @@ impl Coordinator {
         }
         drop(state);
         self.inner.stop.notify_waiters();
+    }
+
+    /// Marks a worker session running until the mark is dropped; `None`
+    /// once [`Coordinator::sessions_ended`] was called.
+    pub fn session_running(&self) -> Option<SessionRunning> {
+        let sessions = self.inner.sessions.lock();
+        let sessions = sessions.unwrap_or_else(|p| p.into_inner());
+        let held = sessions.as_ref()?.clone();
+        Some(SessionRunning { _held: held })
+    }
+
+    /// Resolves once every worker session has ended. Call after
+    /// [`Coordinator::shutdown`] (which asks them to) and after serving
+    /// stopped (so no session starts any more).
+    pub async fn sessions_ended(&self) {
+        let mut sessions = self.inner.sessions.lock();
+        drop(sessions.as_mut().unwrap_or_else(|p| p.get_mut()).take());
+        drop(sessions);
+        let done = self.inner.sessions_done.lock();
+        let done = done.unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut done) = done {
+            // Nothing is sent: `None` once every sender has been dropped.
+            while done.recv().await.is_some() {}
+        }
     }
 
     pub fn is_stopping(&self) -> bool {

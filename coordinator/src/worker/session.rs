@@ -46,6 +46,9 @@ pub async fn run_admitted<C: FrameConnection>(
     mut conn: C,
     permit: Option<crate::shell::HandshakePermit>,
 ) {
+    // Held to the end: shutdown waits for it (the worker's jobs are given
+    // back below, before the final commit).
+    let _running = c.session_running();
     let handshaken = handshake(&c, &mut conn).await;
     drop(permit);
     let Some(mut peer) = handshaken else {
