@@ -10,7 +10,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use protocol::api::{CommitResponse, JobType, Policy, Quote, Tier};
+use protocol::api::{CommitResponse, JobSubmission, JobType, Policy, Quote, Tier};
+use uuid::Uuid;
+use x402::NonceKey;
 
 #[utoipa::path(get, path = "/v1/quote", tag = "jobs",
     params(
@@ -140,16 +142,9 @@ pub(super) async fn commit(
         Err(refusal) => {
             if refusal.reason() == Some(&x402::Reason::NonceAlreadyUsed) {
                 let key = gate.nonce_key(&offer, &headers, now_seconds);
-                let mut bought = match key.and_then(|key| c.read(|core| core.paid_job_id(&key))) {
-                    Some(id) => read_job(&c, &id)?
-                        .and_then(|job| crate::core::bought_with(&job, &submission, tier)),
-                    None => None,
-                };
-                if let (None, Some(key)) = (&bought, key) {
-                    // Cluster mode: the job may be held by another node.
-                    bought = crate::node::shared_paid_job(&c, key, &submission, tier).await;
-                }
-                if let Some((job_id, response_header)) = bought {
+                if let Some((job_id, response_header)) =
+                    bought_with_nonce(&c, key, &submission, tier).await?
+                {
                     return answer_commit(&c, Ok(job_id), Some(&response_header)).await;
                 }
             }
@@ -167,6 +162,20 @@ pub(super) async fn commit(
         gate.cancel(&auth);
         return answer_commit(&c, Err(refused), None).await;
     }
+    settle_and_commit(&c, gate, auth, submission, tier).await
+}
+
+/// Settles an authorized payment (402 on failure, no job) and creates the
+/// job with the settlement as its `payment_ref`, spending the nonce in the
+/// same write.
+async fn settle_and_commit(
+    c: &Coordinator,
+    gate: &x402::PaymentGate,
+    auth: x402::Authorized,
+    submission: JobSubmission,
+    tier: Tier,
+) -> Result<Response, ApiError> {
+    let job_type = submission.job_type;
     let paid = gate.settle_unspent(auth).await;
     c.metrics().payment_settled(paid.is_ok());
     let paid = paid.map_err(|refusal| {
@@ -183,8 +192,30 @@ pub(super) async fn commit(
         },
     };
     let committed = c.with(|core, now_ms| core.commit(submission, tier, Some(payment), now_ms));
-    count_commit(&c, &committed, tier, job_type);
-    answer_commit(&c, committed, Some(&response_header)).await
+    count_commit(c, &committed, tier, job_type);
+    answer_commit(c, committed, Some(&response_header)).await
+}
+
+/// The job (and its `PAYMENT-RESPONSE`) a payment with nonce `key`
+/// already bought with this very submission, if any: a retried commit gets
+/// that job again.
+async fn bought_with_nonce(
+    c: &Coordinator,
+    key: Option<NonceKey>,
+    submission: &JobSubmission,
+    tier: Tier,
+) -> Result<Option<(Uuid, String)>, ApiError> {
+    let mut bought = match key.and_then(|key| c.read(|core| core.paid_job_id(&key))) {
+        Some(id) => {
+            read_job(c, &id)?.and_then(|job| crate::core::bought_with(&job, submission, tier))
+        }
+        None => None,
+    };
+    if let (None, Some(key)) = (&bought, key) {
+        // Cluster mode: the job may be held by another node.
+        bought = crate::node::shared_paid_job(c, key, submission, tier).await;
+    }
+    Ok(bought)
 }
 
 fn count_commit(

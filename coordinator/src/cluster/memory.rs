@@ -142,6 +142,80 @@ fn fenced(node: &str, why: String) -> ClusterError {
 }
 
 impl Tables {
+    /// Whether `node` may write every job of a batch: each is its own (or
+    /// released earlier in the batch), and no payment bought another job.
+    fn check_batch(&self, node: &str, changes: &[Change]) -> Result<(), ClusterError> {
+        let mut released = BTreeSet::new();
+        for change in changes {
+            if let Change::Job(job) = change {
+                if !self.writable(node, &job.id, &released) {
+                    return Err(fenced(node, format!("job {} is not its own", job.id)));
+                }
+                if job.status == JobStatus::Pending {
+                    released.insert(job.id);
+                } else {
+                    released.remove(&job.id);
+                }
+                let spent = job
+                    .paid_with
+                    .as_ref()
+                    .and_then(|p| self.nonces.get(&p.nonce));
+                if spent.is_some_and(|n| n.job.is_some_and(|other| other != job.id)) {
+                    return Err(fenced(
+                        node,
+                        format!("job {}'s payment bought another job", job.id),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one checked change of `node`'s batch; `true` if other nodes
+    /// should look at the pool (a job went to it, or trust was written).
+    fn apply(&mut self, node: &str, change: &Change) -> bool {
+        let mut pooled = matches!(change, Change::Trust(_));
+        match change {
+            Change::Job(job) => {
+                let owner = owner_after_write(job, node);
+                pooled |= owner.is_none();
+                let cseq = match self.jobs.get(&job.id) {
+                    Some(row) => row.cseq,
+                    None => {
+                        self.next_cseq += 1;
+                        self.next_cseq
+                    }
+                };
+                if let Some(paid) = &job.paid_with {
+                    let reserved = self.nonces.get(&paid.nonce);
+                    let nonce = Nonce {
+                        by: node.to_owned(),
+                        valid_before_s: reserved.map_or(0, |n| n.valid_before_s),
+                        job: Some(job.id),
+                    };
+                    self.nonces.insert(paid.nonce, nonce);
+                }
+                let job = Arc::clone(job);
+                self.jobs.insert(job.id, Row { job, owner, cseq });
+            }
+            Change::Pairing(p) => {
+                // Never another user's code: two nodes may draw the same one.
+                let theirs = self.pairings.get(&p.code);
+                if theirs.is_none_or(|stored| stored.user_id == p.user_id) {
+                    self.pairings.insert(p.code.clone(), p.clone());
+                }
+            }
+            Change::Trust(e) => {
+                self.trust_version += 1;
+                let key = (e.user_id.clone(), e.provider_pubkey.clone());
+                self.trust.insert(key, (self.trust_version, e.clone()));
+            }
+            // Recorded with the job that carries its `paid_with`.
+            Change::NonceSpent(_) => {}
+        }
+        pooled
+    }
+
     /// Whether `node` may write `job` now: a new job, one it holds, or one
     /// in the pool it released itself earlier in this batch.
     fn writable(&self, node: &str, id: &Uuid, released: &BTreeSet<Uuid>) -> bool {
@@ -205,67 +279,10 @@ impl SharedStore for MemoryShared {
                 return Ok(());
             }
             // Check the whole batch first: all or nothing.
-            let mut released = BTreeSet::new();
-            for change in changes {
-                if let Change::Job(job) = change {
-                    if !t.writable(node, &job.id, &released) {
-                        return Err(fenced(node, format!("job {} is not its own", job.id)));
-                    }
-                    if job.status == JobStatus::Pending {
-                        released.insert(job.id);
-                    } else {
-                        released.remove(&job.id);
-                    }
-                    let spent = job.paid_with.as_ref().and_then(|p| t.nonces.get(&p.nonce));
-                    if spent.is_some_and(|n| n.job.is_some_and(|other| other != job.id)) {
-                        return Err(fenced(
-                            node,
-                            format!("job {}'s payment bought another job", job.id),
-                        ));
-                    }
-                }
-            }
+            t.check_batch(node, changes)?;
             let mut pooled = false;
             for change in changes {
-                pooled |= matches!(change, Change::Trust(_));
-                match change {
-                    Change::Job(job) => {
-                        let owner = owner_after_write(job, node);
-                        pooled |= owner.is_none();
-                        let cseq = match t.jobs.get(&job.id) {
-                            Some(row) => row.cseq,
-                            None => {
-                                t.next_cseq += 1;
-                                t.next_cseq
-                            }
-                        };
-                        if let Some(paid) = &job.paid_with {
-                            let reserved = t.nonces.get(&paid.nonce);
-                            let nonce = Nonce {
-                                by: node.to_owned(),
-                                valid_before_s: reserved.map_or(0, |n| n.valid_before_s),
-                                job: Some(job.id),
-                            };
-                            t.nonces.insert(paid.nonce, nonce);
-                        }
-                        let job = Arc::clone(job);
-                        t.jobs.insert(job.id, Row { job, owner, cseq });
-                    }
-                    Change::Pairing(p) => {
-                        // Never another user's code: two nodes may draw the same one.
-                        let theirs = t.pairings.get(&p.code);
-                        if theirs.is_none_or(|stored| stored.user_id == p.user_id) {
-                            t.pairings.insert(p.code.clone(), p.clone());
-                        }
-                    }
-                    Change::Trust(e) => {
-                        t.trust_version += 1;
-                        let key = (e.user_id.clone(), e.provider_pubkey.clone());
-                        t.trust.insert(key, (t.trust_version, e.clone()));
-                    }
-                    // Recorded with the job that carries its `paid_with`.
-                    Change::NonceSpent(_) => {}
-                }
+                pooled |= t.apply(node, change);
             }
             t.last_batch.insert(node.to_owned(), batch);
             if pooled {

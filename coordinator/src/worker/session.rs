@@ -26,6 +26,9 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
+/// An error frame to answer with: code, message and the job it is about.
+type Refusal = (ErrorCode, String, Option<Uuid>);
+
 /// An authenticated worker.
 struct Peer {
     session: SessionId,
@@ -151,10 +154,29 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     // hardware key). A silent connection gives its handshake place back soon.
     let hello_deadline = opened + Duration::from_millis(timing.hello_timeout_ms);
     let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
-    let network = c.config().network.clone();
+    let hello = hello(c, conn, hello_deadline.min(deadline)).await?;
+    auth(c, conn, &hello, deadline).await?;
+    welcome(c, conn, hello).await
+}
 
-    let (origin, pubkey, key, capabilities, slots) = loop {
-        let frame = handshake_frame(c, conn, hello_deadline.min(deadline)).await?;
+/// What a worker's accepted hello said.
+struct Hello {
+    origin: String,
+    pubkey: String,
+    key: signing::PublicKey,
+    capabilities: Vec<JobType>,
+    slots: u32,
+}
+
+/// Waits for a hello this coordinator accepts (other frames are answered
+/// and skipped); `None` once the worker is refused or silent too long.
+async fn hello<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    deadline: Instant,
+) -> Option<Hello> {
+    loop {
+        let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Hello {
                 protocol_version,
@@ -173,13 +195,19 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
                     let key = check_hello(c, &provider_pubkey, &capabilities, slots)?;
                     Ok((origin, key))
                 });
-                match checked {
-                    Ok((origin, key)) => break (origin, key.to_hex(), key, capabilities, slots),
+                return match checked {
+                    Ok((origin, key)) => Some(Hello {
+                        origin,
+                        pubkey: key.to_hex(),
+                        key,
+                        capabilities,
+                        slots,
+                    }),
                     Err(message) => {
                         let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
-                        return None;
+                        None
                     }
-                }
+                };
             }
             Some(_) => {
                 send_error(conn, ErrorCode::UnexpectedFrame, "expected hello", None)
@@ -188,8 +216,18 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
             }
             None => {}
         }
-    };
+    }
+}
 
+/// Sends the challenge and waits for an auth frame whose signature the
+/// hello's key made over it (other frames are answered and skipped).
+async fn auth<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    hello: &Hello,
+    deadline: Instant,
+) -> Option<()> {
+    let network = c.config().network.clone();
     let nonce = c.with(|core, _| core.challenge_nonce());
     send_frame(
         conn,
@@ -200,18 +238,18 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     )
     .await
     .ok()?;
-    let message = challenge_message(&origin, &network, &nonce);
-
+    let message = challenge_message(&hello.origin, &network, &nonce);
     loop {
         let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Auth { signature }) => {
-                if let Err(e) = signing::verify_personal_sign(&key, message.as_bytes(), &signature)
-                {
+                let signed =
+                    signing::verify_personal_sign(&hello.key, message.as_bytes(), &signature);
+                if let Err(e) = signed {
                     let _ = send_error(conn, ErrorCode::AuthFailed, e.to_string(), None).await;
                     return None;
                 }
-                break;
+                return Some(());
             }
             Some(_) => {
                 send_error(conn, ErrorCode::UnexpectedFrame, "expected auth", None)
@@ -221,8 +259,13 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
             None => {}
         }
     }
+}
 
-    let (session, outbox) = match c.register_worker(&pubkey, capabilities, slots) {
+/// Registers the authenticated worker and welcomes it.
+async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello) -> Option<Peer> {
+    let timing = &c.config().timing;
+    let (session, outbox) = match c.register_worker(&hello.pubkey, hello.capabilities, hello.slots)
+    {
         Ok(registered) => registered,
         Err(e) => {
             let _ = send_error(conn, ErrorCode::ShuttingDown, e.to_string(), None).await;
@@ -240,8 +283,8 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     }
     Some(Peer {
         session,
-        pubkey,
-        key,
+        pubkey: hello.pubkey,
+        key: hello.key,
         outbox,
     })
 }
@@ -378,50 +421,62 @@ async fn handle<C: FrameConnection>(
             job_id,
             output,
             receipt,
-        } => {
-            match held.remove(&job_id) {
-                None => {
-                    // Not a job this session holds: say whether it exists at all.
-                    // A store that cannot answer: the job is taken to exist.
-                    let e = if !matches!(c.job(&job_id), Ok(None)) {
-                        crate::core::FrameError::NotAssigned
-                    } else {
-                        crate::core::FrameError::UnknownJob
-                    };
-                    Some((e.code(), e.to_string(), Some(job_id)))
-                }
-                Some(job) => {
-                    match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
-                        Ok(()) => {
-                            let completed = c.with(|core, now_ms| {
-                                core.complete(session, job_id, output, receipt, now_ms)
-                            });
-                            if completed.is_ok() {
-                                // `result_accepted` waits in the outbox until the
-                                // completion is on disk: a worker told its job is
-                                // done never sees it rerun after a crash. A failed
-                                // write makes every later answer fail too.
-                                let _ = c.durable().await;
-                            }
-                            completed
-                                .err()
-                                .map(|e| (e.code(), e.to_string(), Some(job_id)))
-                        }
-                        Err((reason, code, message)) => {
-                            c.metrics().result_rejected(reason);
-                            // The attempt is spent either way; the job goes elsewhere.
-                            let _ = c.with(|core, now_ms| {
-                                core.attempt_failed(session, job_id, reason, now_ms)
-                            });
-                            Some((code, message, Some(job_id)))
-                        }
-                    }
-                }
-            }
-        }
+        } => result(c, peer, held, job_id, output, receipt).await,
     };
     match refused {
         Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
         None => Ok(()),
+    }
+}
+
+/// A worker's result: checked against what its job was assigned with, then
+/// the job completed (once durable) or the attempt failed. `Some` is the
+/// error frame to answer with.
+async fn result(
+    c: &Coordinator,
+    peer: &Peer,
+    held: &mut HashMap<Uuid, Held>,
+    job_id: Uuid,
+    output: serde_json::Value,
+    receipt: protocol::receipt::Receipt,
+) -> Option<Refusal> {
+    let session = peer.session;
+    match held.remove(&job_id) {
+        None => {
+            // Not a job this session holds: say whether it exists at all.
+            // A store that cannot answer: the job is taken to exist.
+            let e = if !matches!(c.job(&job_id), Ok(None)) {
+                crate::core::FrameError::NotAssigned
+            } else {
+                crate::core::FrameError::UnknownJob
+            };
+            Some((e.code(), e.to_string(), Some(job_id)))
+        }
+        Some(job) => {
+            match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
+                Ok(()) => {
+                    let completed = c.with(|core, now_ms| {
+                        core.complete(session, job_id, output, receipt, now_ms)
+                    });
+                    if completed.is_ok() {
+                        // `result_accepted` waits in the outbox until the
+                        // completion is on disk: a worker told its job is
+                        // done never sees it rerun after a crash. A failed
+                        // write makes every later answer fail too.
+                        let _ = c.durable().await;
+                    }
+                    completed
+                        .err()
+                        .map(|e| (e.code(), e.to_string(), Some(job_id)))
+                }
+                Err((reason, code, message)) => {
+                    c.metrics().result_rejected(reason);
+                    // The attempt is spent either way; the job goes elsewhere.
+                    let _ =
+                        c.with(|core, now_ms| core.attempt_failed(session, job_id, reason, now_ms));
+                    Some((code, message, Some(job_id)))
+                }
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use super::rows::{JobRows, RowChanges};
 use super::*;
+use rusqlite::CachedStatement;
 
 /// Marks a reserved payment nonce spent.
 pub(super) const SPEND_NONCE: &str = "UPDATE payment_nonces SET state = 'spent'
@@ -259,41 +260,14 @@ pub(super) fn write_changes(
     // One buffer for every job's JSON in the batch: `to_string` would start
     // each at 128 bytes and grow it several times.
     let mut body = Vec::with_capacity(JOB_JSON_BYTES_INITIAL);
-    let mut id = uuid::Uuid::encode_buffer();
     for change in changes.iter().rev() {
         if !seen.insert(Key::of(change)) {
             continue;
         }
         match change {
             Change::Job(job) => {
-                body.clear();
-                serde_json::to_writer(&mut body, &**job)?;
-                // Bound as TEXT, as before; serde_json writes UTF-8 only,
-                // so the bytes need no second check here.
-                let text = ToSqlOutput::Borrowed(ValueRef::Text(&body));
-                let id_text = &*job.id.hyphenated().encode_lower(&mut id);
-                let updated = match rows.get(&job.id) {
-                    Some(rowid) => update_stmt.execute(params![
-                        job.status.as_str(),
-                        job.seq as i64,
-                        job.deadline_ms,
-                        text,
-                        rowid,
-                        id_text,
-                    ])?,
-                    None => 0,
-                };
-                if updated == 0 {
-                    insert_stmt.execute(params![
-                        id_text,
-                        job.status.as_str(),
-                        job.seq as i64,
-                        job.deadline_ms,
-                        job.created_at_ms,
-                        text,
-                    ])?;
-                    moved.inserted(tx, job.id);
-                }
+                let statements = (&mut insert_stmt, &mut update_stmt);
+                write_job(tx, statements, rows, job, &mut body, moved)?;
             }
             Change::Pairing(p) => {
                 pairing_stmt.execute(params![
@@ -315,6 +289,48 @@ pub(super) fn write_changes(
                 ])?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Writes a job's latest version to its row, or to a new row (noted in
+/// `moved`) when it has none; `body` is the batch's JSON buffer.
+fn write_job(
+    tx: &rusqlite::Transaction<'_>,
+    (insert_stmt, update_stmt): (&mut CachedStatement<'_>, &mut CachedStatement<'_>),
+    rows: &JobRows,
+    job: &Job,
+    body: &mut Vec<u8>,
+    moved: &mut RowChanges,
+) -> Result<(), SqliteError> {
+    body.clear();
+    serde_json::to_writer(&mut *body, job)?;
+    // Bound as TEXT, as before; serde_json writes UTF-8 only,
+    // so the bytes need no second check here.
+    let text = ToSqlOutput::Borrowed(ValueRef::Text(body));
+    let mut id = uuid::Uuid::encode_buffer();
+    let id_text = &*job.id.hyphenated().encode_lower(&mut id);
+    let updated = match rows.get(&job.id) {
+        Some(rowid) => update_stmt.execute(params![
+            job.status.as_str(),
+            job.seq as i64,
+            job.deadline_ms,
+            text,
+            rowid,
+            id_text,
+        ])?,
+        None => 0,
+    };
+    if updated == 0 {
+        insert_stmt.execute(params![
+            id_text,
+            job.status.as_str(),
+            job.seq as i64,
+            job.deadline_ms,
+            job.created_at_ms,
+            text,
+        ])?;
+        moved.inserted(tx, job.id);
     }
     Ok(())
 }
