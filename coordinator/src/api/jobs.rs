@@ -237,7 +237,7 @@ pub(super) async fn answer_commit(
     payment_response: Option<&str>,
 ) -> Result<Response, ApiError> {
     // The 201 promises the job exists, so it must survive a crash first.
-    c.durable().await.map_err(|_| ApiError::Internal)?;
+    c.durable().await.map_err(ApiError::internal)?;
     match committed {
         Ok(job_id) => {
             let mut response =
@@ -325,12 +325,12 @@ pub(super) async fn poll(
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, job = %id, "reading a job from the shared store failed");
-                ApiError::Internal
+                ApiError::internal(e)
             })?,
     };
     // Memory runs ahead of the disk under group commit: show a state (a
     // `completed`, say) only once it would survive a crash.
-    c.durable().await.map_err(|_| ApiError::Internal)?;
+    c.durable().await.map_err(ApiError::internal)?;
     record
         .map(|record| Json(record).into_response())
         .ok_or(ApiError::JobNotFound)
@@ -344,7 +344,7 @@ fn read_job(
 ) -> Result<Option<std::sync::Arc<crate::core::Job>>, ApiError> {
     c.job(id).map_err(|e| {
         tracing::error!(error = %e, job = %id, "reading a job from the store failed");
-        ApiError::Internal
+        ApiError::internal(e)
     })
 }
 

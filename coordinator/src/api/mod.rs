@@ -121,7 +121,7 @@ fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
         // outside the panic catcher, so a panic counts as its 500.
         .layer(CountRequests(coordinator.clone()))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            |_: Box<dyn std::any::Any + Send>| ApiError::Internal.into_response(),
+            |_: Box<dyn std::any::Any + Send>| ApiError::Internal(None).into_response(),
         ))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit));
     routes

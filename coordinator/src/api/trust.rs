@@ -56,7 +56,7 @@ pub(super) async fn trust_create(
                 return Err(create_refused(e));
             }
         };
-        c.durable().await.map_err(|_| ApiError::Internal)?;
+        c.durable().await.map_err(ApiError::internal)?;
         let ours = crate::node::pairing_is_ours(&c, &pairing)
             .await
             .map_err(|e| shared_store_unavailable(&e))?;
@@ -138,7 +138,7 @@ pub(super) async fn trust_claim(
     if matches!(claimed, Ok(_) | Err(ClaimError::RateLimited { .. })) {
         budgets.give_back().await;
     }
-    c.durable().await.map_err(|_| ApiError::Internal)?;
+    c.durable().await.map_err(ApiError::internal)?;
     let entry = claimed.map_err(claim_refused)?;
     Ok(Json(Claimed {
         user_id: entry.user_id,
@@ -230,7 +230,7 @@ pub(super) async fn trust_list(
     // Cluster mode: pairings claimed on other nodes count at once.
     crate::node::learn_trust_of(&c, user_id).await;
     let providers = c.read(|core| core.trusted_providers(user_id));
-    c.durable().await.map_err(|_| ApiError::Internal)?;
+    c.durable().await.map_err(ApiError::internal)?;
     let providers = providers
         .into_iter()
         .map(|e| TrustedProvider {
