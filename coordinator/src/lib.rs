@@ -20,6 +20,11 @@
 //! - [`core`]: the deterministic state machine (jobs, queues, workers,
 //!   placement, trust, timers); plain code over state + event + `now_ms`.
 //! - [`config`], [`clock`]: what is injected.
+//!
+//! Where to look: how jobs are placed, `core/dispatch.rs` (checked by
+//! `core/invariants.rs`); a new endpoint, `api/` (registered once in
+//! `api/mod.rs`) and `protocol/src/api.rs`; what a restart recovers,
+//! `core/restore.rs`; the SQLite schema, `store/sqlite/schema.rs`.
 
 pub mod api;
 pub mod clock;

@@ -780,8 +780,8 @@ fn exit_when_poisoned(coordinator: &Coordinator, runtime: Runtime) {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn dropped_tasks_end_and_let_go_of_what_they_hold() {
+    /// Tasks running one task that holds the returned value until it ends.
+    fn one_waiting_task() -> (Tasks, Arc<()>) {
         let held = Arc::new(());
         let mut tasks = Tasks::new();
         let kept = held.clone();
@@ -789,6 +789,12 @@ mod tests {
             let _kept = kept;
             std::future::pending::<()>().await;
         });
+        (tasks, held)
+    }
+
+    #[tokio::test]
+    async fn dropped_tasks_end_and_let_go_of_what_they_hold() {
+        let (tasks, held) = one_waiting_task();
         tokio::task::yield_now().await;
         assert_eq!(Arc::strong_count(&held), 2, "the task runs");
         drop(tasks);
@@ -800,13 +806,7 @@ mod tests {
 
     #[tokio::test]
     async fn stopped_tasks_have_ended_when_stopped_returns() {
-        let held = Arc::new(());
-        let mut tasks = Tasks::new();
-        let kept = held.clone();
-        tasks.spawn(async move {
-            let _kept = kept;
-            std::future::pending::<()>().await;
-        });
+        let (tasks, held) = one_waiting_task();
         tasks.stopped().await;
         assert_eq!(Arc::strong_count(&held), 1);
     }

@@ -9,8 +9,9 @@
 //!
 //! The session is written against [`FrameConnection`], a stream of text frames,
 //! so the same code serves real WebSockets and the simulation's in-memory
-//! channels. Receipts are verified here, outside the core's lock, because
-//! signature recovery is the most expensive step of a job.
+//! channels. Results are checked (`result.rs`: output shape, receipt) in
+//! the session, outside the core's lock, because signature recovery is the
+//! most expensive step of a job.
 
 use super::result::{check_result, Held, OutputShape};
 use crate::core::{FailureReason, Outbound, SessionId};
