@@ -7,9 +7,9 @@
 
 use crate::fixtures;
 use coordinator::config::Config;
-use coordinator::coordinator::OutboxRx;
 use coordinator::core::{Core, Outbound, SessionId};
 use coordinator::server::{self, Parts, Settings};
+use coordinator::shell::OutboxRx;
 use coordinator::{Coordinator, ManualClock};
 use futures_util::FutureExt;
 use protocol::api::{JobSubmission, JobType, Tier};

@@ -26,7 +26,7 @@
 //! [`Core::size_cut_ms`]: crate::core::Core::size_cut_ms
 //! [`KEPT_HIGH_WATER_PERCENT`]: crate::core::KEPT_HIGH_WATER_PERCENT
 
-use crate::coordinator::Coordinator;
+use crate::shell::Coordinator;
 use std::time::Duration;
 
 /// How often the age cut is applied.

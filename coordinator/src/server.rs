@@ -10,20 +10,27 @@
 //! upgrade path and `ConnectInfo` extraction.
 //!
 //! A server ends one of two ways: [`Server::shutdown`] (graceful: stop
-//! accepting, close worker sessions in session order, commit what is
-//! pending) or [`Server::crash`] (as `kill -9`: the store writes nothing
-//! more and every task of the server stops; what was not yet committed is
-//! lost, as it would be).
+//! accepting, close worker sessions in session order and wait until they
+//! have ended, commit what is pending) or [`Server::crash`] (as `kill -9`:
+//! the store writes nothing more and every task of the server stops; what
+//! was not yet committed is lost, as it would be). On shutdown every task
+//! the server spawns ends when told to, and a dropped server tells them
+//! (mini-redis's shutdown and drop guard); only a crash kills them.
 
 use crate::clock::Clock;
+use crate::cluster::postgres::PgShared;
+use crate::cluster::{ClusterLink, NodeId, SharedStore};
 use crate::config::{is_caip2, Config};
-use crate::coordinator::Coordinator;
+use crate::node::{self, ClusterSettings, Fence, NodeStore, SharedNonces};
 use crate::retention::Retention;
-use crate::sqlite::{SqliteError, SqliteStore, WriterRuntime};
+use crate::shell::Coordinator;
+use crate::store::sqlite::{SqliteError, SqliteStore, WriterRuntime};
 use crate::store::{MemoryStore, Store, StoreError};
 use rand_chacha::ChaCha20Rng;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// `db` value for no database (see [`Settings::db`]).
@@ -41,7 +48,7 @@ pub struct Settings {
     pub db: String,
     /// x402 payment gating of the commit endpoints; `None` means off.
     pub payment: Option<x402::PaymentConfig>,
-    /// Retention (`crate::retention`): completed and failed jobs older
+    /// Retention (`retention.rs`): completed and failed jobs older
     /// than this many hours (0: no age limit) or the oldest of them beyond
     /// the kept budget's high-water mark are deleted. `None`: no retention
     /// task (tests, the simulation); the kept budget then refuses commits
@@ -51,7 +58,7 @@ pub struct Settings {
     pub metrics_at: MetricsAt,
     /// Cluster mode: a node of a coordinator on PostgreSQL (then `db` is
     /// not used). See ARCHITECTURE.md, "Several nodes".
-    pub cluster: Option<crate::node::ClusterSettings>,
+    pub cluster: Option<ClusterSettings>,
 }
 
 /// Where `GET /metrics` is served.
@@ -185,33 +192,252 @@ impl Settings {
 /// A started coordinator and the tasks it owns.
 pub struct Server {
     coordinator: Coordinator,
-    /// `None` with [`NO_STORE`].
+    /// `None` with [`NO_STORE`] and for a node.
     store: Option<Arc<SqliteStore>>,
-    /// Timer and retention tasks (and the metrics listener); stopped when
-    /// the server ends.
-    tasks: Vec<JoinHandle<()>>,
+    /// Timer, retention and node tasks (and the metrics listener): each
+    /// ends once told to, at the latest when the server is dropped.
+    tasks: Tasks,
     serving: Option<JoinHandle<()>>,
     metrics_at: MetricsAt,
     /// A node's: notified once when the shared store fences it (in the
     /// simulation; a real process exits instead).
     fenced: Option<Arc<tokio::sync::Notify>>,
     /// A node's store, halted by [`Server::crash`].
-    node_store: Option<Arc<crate::node::NodeStore>>,
+    node_store: Option<Arc<NodeStore>>,
 }
 
-/// Opens the store, restores the state it holds, gates payments and starts
-/// the timer (and retention) task. Serve it with [`Server::serve`].
+/// The server's background tasks and the signal that ends them (as
+/// mini-redis's `DbDropGuard`: dropping this tells every task to end, so a
+/// dropped server leaves no task holding its coordinator).
+struct Tasks {
+    stop: watch::Sender<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    fn new() -> Self {
+        Self {
+            stop: watch::Sender::new(false),
+            handles: Vec::new(),
+        }
+    }
+
+    /// Spawns `task`, which runs until the server tells its tasks to end:
+    /// it is then dropped at the await it is at, as a killed process's
+    /// work stops, and its task ends by itself.
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.spawn_apart(task);
+        self.handles.push(handle);
+    }
+
+    /// Spawns `task` as [`Tasks::spawn`] does, its handle kept by the caller.
+    fn spawn_apart(&self, task: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => {}
+                () = task => {}
+            }
+        })
+    }
+
+    /// Tells every task to end; they do at their next turn.
+    fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Tells every task to end and waits until they have.
+    async fn stopped(mut self) {
+        self.stop();
+        for task in std::mem::take(&mut self.handles) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where a coordinator's records live: a store of its own, or the shared
+/// store of a cluster it joins as a node.
+enum Backing {
+    Own,
+    Node {
+        cluster: ClusterSettings,
+        shared: Arc<dyn SharedStore>,
+    },
+}
+
+/// A store opened (and, for a node, joined), not yet restored from.
+struct Opened {
+    records: Arc<dyn Store>,
+    /// Where the payment gate keeps used nonces.
+    nonces: Arc<dyn x402::NonceStore>,
+    /// What `Restore` errors name: the database or the cluster's URL.
+    db: String,
+    kind: OpenedKind,
+}
+
+enum OpenedKind {
+    /// A store of the process's own: SQLite, or `None` with [`NO_STORE`].
+    Own(Option<Arc<SqliteStore>>),
+    Node {
+        cluster: ClusterSettings,
+        shared: Arc<dyn SharedStore>,
+        store: Arc<NodeStore>,
+        fenced: Arc<tokio::sync::Notify>,
+    },
+}
+
+/// Opens the store the settings name (SQLite, memory, or a cluster's
+/// PostgreSQL), restores the state it holds, gates payments and starts the
+/// timer (and retention, and node) tasks. Serve it with [`Server::serve`].
 pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartError> {
     let settings = settings.validate()?;
-    if let Some(cluster) = settings.cluster.clone() {
-        let shared = crate::pg::PgShared::connect(&cluster.url, cluster.schema.as_deref())
-            .await
-            .map_err(|e| StartError::Cluster(e.to_string()))?;
-        return start_node(settings, parts, cluster, shared).await;
+    let backing = match settings.cluster.clone() {
+        Some(cluster) => {
+            let shared = PgShared::connect(&cluster.url, cluster.schema.as_deref())
+                .await
+                .map_err(|e| StartError::Cluster(e.to_string()))?;
+            Backing::Node { cluster, shared }
+        }
+        None => Backing::Own,
+    };
+    start_on(settings, parts, backing).await
+}
+
+/// Starts a node of a cluster on `shared` (the in-memory store stands in
+/// for PostgreSQL in the simulation and tests): [`start`] with the shared
+/// store given rather than connected to.
+pub async fn start_node(
+    settings: Settings,
+    parts: Parts,
+    cluster: ClusterSettings,
+    shared: Arc<dyn SharedStore>,
+) -> Result<Server, StartError> {
+    let settings = settings.validate()?;
+    start_on(settings, parts, Backing::Node { cluster, shared }).await
+}
+
+/// The one start: open (or join), restore, gate payments, start the tasks.
+async fn start_on(
+    settings: Settings,
+    parts: Parts,
+    backing: Backing,
+) -> Result<Server, StartError> {
+    let opened = match backing {
+        Backing::Own => open_own(&settings, parts.runtime)?,
+        Backing::Node { cluster, shared } => {
+            join_node(cluster, shared, parts.runtime, parts.clock.now_ms()).await?
+        }
+    };
+    let mut config = settings.config.clone();
+    config.check_invariants |= parts.runtime == Runtime::Simulation;
+    let rng = match &opened.kind {
+        OpenedKind::Own(_) => parts.rng,
+        OpenedKind::Node { store, .. } => node_rng(parts.rng, store.restores_state()),
+    };
+    let coordinator = Coordinator::open(config, parts.clock, rng, opened.records)
+        .await
+        .map_err(|source| StartError::Restore {
+            db: opened.db,
+            source,
+        })?;
+    exit_when_poisoned(&coordinator, parts.runtime);
+    let started = match opened.kind {
+        OpenedKind::Own(store) => {
+            if let Some(store) = &store {
+                store.record_metrics(coordinator.metrics().store());
+            }
+            Started::Own(store)
+        }
+        OpenedKind::Node {
+            cluster,
+            shared,
+            store,
+            fenced,
+        } => Started::Node {
+            link: link_node(&coordinator, &cluster, &shared, &store),
+            node_id: cluster.node_id,
+            store,
+            fenced,
+        },
+    };
+    if let Some(payment) = settings.payment.clone() {
+        let settler = match parts.settler {
+            Some(settler) => settler,
+            None => settler_for(&payment)?,
+        };
+        // Used nonces live in the same database as the jobs, so a restart
+        // never lets a payment buy a second job.
+        let gate = x402::PaymentGate::new(payment, opened.nonces, settler);
+        coordinator
+            .enable_payments(gate)
+            .expect("a new coordinator has no payment gate yet");
     }
-    let writer = match parts.runtime {
+    Ok(with_tasks(coordinator, started, &settings))
+}
+
+/// A restored coordinator's backing, as its tasks need it.
+enum Started {
+    Own(Option<Arc<SqliteStore>>),
+    Node {
+        node_id: NodeId,
+        link: Arc<ClusterLink>,
+        store: Arc<NodeStore>,
+        fenced: Arc<tokio::sync::Notify>,
+    },
+}
+
+/// The server around a started coordinator, with its tasks running: the
+/// timer task, and retention, or a node's tasks.
+fn with_tasks(coordinator: Coordinator, started: Started, settings: &Settings) -> Server {
+    let mut tasks = Tasks::new();
+    tasks.spawn(crate::shell::run_timers(coordinator.clone()));
+    let (store, fenced, node_store) = match started {
+        Started::Own(store) => {
+            if let (Some(hours), Some(store)) = (settings.retention_hours, &store) {
+                tasks.spawn(apply_retention(coordinator.clone(), store.clone(), hours));
+            }
+            (store, None, None)
+        }
+        Started::Node {
+            node_id,
+            link,
+            store,
+            fenced,
+        } => {
+            tracing::info!(node = %node_id, "joined the cluster");
+            let hours = settings.retention_hours;
+            spawn_node_tasks(&mut tasks, &coordinator, link, &store, hours);
+            (None, Some(fenced), Some(store))
+        }
+    };
+    Server {
+        coordinator,
+        store,
+        tasks,
+        serving: None,
+        metrics_at: settings.metrics_at,
+        fenced,
+        node_store,
+    }
+}
+
+/// Opens the process's own store: SQLite at `db`, or plain memory with
+/// [`NO_STORE`]; releases the payment reservations a crash left.
+fn open_own(settings: &Settings, runtime: Runtime) -> Result<Opened, StartError> {
+    let writer = match runtime {
         Runtime::Os => WriterRuntime::Thread,
         Runtime::Simulation => WriterRuntime::Task,
+    };
+    let open_failed = |source| StartError::OpenStore {
+        db: settings.db.clone(),
+        source,
     };
     let (store, records, nonces): (_, Arc<dyn Store>, Arc<dyn x402::NonceStore>) =
         if settings.db == NO_STORE {
@@ -220,67 +446,112 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Server, StartErro
         } else {
             let store = SqliteStore::open_on(&settings.db, writer)
                 .map(Arc::new)
-                .map_err(|source| StartError::OpenStore {
-                    db: settings.db.clone(),
-                    source,
-                })?;
+                .map_err(open_failed)?;
             (Some(store.clone()), store.clone(), store)
         };
     if let Some(store) = &store {
         // Recovery of payments: no commit is in flight yet.
-        let released = store
-            .release_reserved_nonces()
-            .map_err(|source| StartError::OpenStore {
-                db: settings.db.clone(),
-                source,
-            })?;
+        let released = store.release_reserved_nonces().map_err(open_failed)?;
         if released > 0 {
             tracing::warn!(released, "payment reservations left by a crash released");
         }
     }
-    let mut config = settings.config.clone();
-    config.check_invariants |= parts.runtime == Runtime::Simulation;
-    let coordinator = Coordinator::open(config, parts.clock, parts.rng, records)
-        .await
-        .map_err(|source| StartError::Restore {
-            db: settings.db.clone(),
-            source,
-        })?;
-    exit_when_poisoned(&coordinator, parts.runtime);
-    if let Some(store) = &store {
-        store.record_metrics(coordinator.metrics().store());
-    }
-    if let Some(payment) = settings.payment.clone() {
-        let settler = match parts.settler {
-            Some(settler) => settler,
-            None => settler_for(&payment)?,
-        };
-        // Used nonces live in the same database as the jobs, so a restart
-        // never lets a payment buy a second job.
-        let gate = x402::PaymentGate::new(payment, nonces, settler);
-        coordinator
-            .enable_payments(gate)
-            .expect("a new coordinator has no payment gate yet");
-    }
-    let mut tasks = vec![tokio::spawn(crate::coordinator::run_timers(
-        coordinator.clone(),
-    ))];
-    if let (Some(hours), Some(store)) = (settings.retention_hours, &store) {
-        tasks.push(tokio::spawn(apply_retention(
-            coordinator.clone(),
-            store.clone(),
-            hours,
-        )));
-    }
-    Ok(Server {
-        coordinator,
-        store,
-        tasks,
-        serving: None,
-        metrics_at: settings.metrics_at,
-        fenced: None,
-        node_store: None,
+    Ok(Opened {
+        records,
+        nonces,
+        db: settings.db.clone(),
+        kind: OpenedKind::Own(store),
     })
+}
+
+/// Joins the cluster on `shared` as `cluster.node_id`; the node's payment
+/// nonces are the shared nonce rows.
+async fn join_node(
+    cluster: ClusterSettings,
+    shared: Arc<dyn SharedStore>,
+    runtime: Runtime,
+    now_ms: i64,
+) -> Result<Opened, StartError> {
+    let fenced = Arc::new(tokio::sync::Notify::new());
+    let fence: Fence = match runtime {
+        // Another node may own this node's jobs now: stop at once, as a
+        // crash would; a supervisor restarts the process, which joins again.
+        Runtime::Os => Arc::new(|why| {
+            eprintln!("error: {why}; stopping");
+            std::process::exit(75);
+        }),
+        // The harness crashes the node when this fires (its supervisor).
+        Runtime::Simulation => {
+            let fenced = fenced.clone();
+            Arc::new(move |_| fenced.notify_one())
+        }
+    };
+    let joined = NodeStore::join(shared.clone(), &cluster, now_ms, fence).await;
+    let store = joined.map_err(|e| StartError::Cluster(e.to_string()))?;
+    let nonces = Arc::new(SharedNonces {
+        node: cluster.node_id.clone(),
+        shared: shared.clone(),
+    });
+    Ok(Opened {
+        records: store.clone(),
+        nonces,
+        db: cluster.url.clone(),
+        kind: OpenedKind::Node {
+            cluster,
+            shared,
+            store,
+            fenced,
+        },
+    })
+}
+
+/// Links a node's coordinator to its cluster and recovers the jobs its
+/// node id held before.
+fn link_node(
+    coordinator: &Coordinator,
+    cluster: &ClusterSettings,
+    shared: &Arc<dyn SharedStore>,
+    store: &NodeStore,
+) -> Arc<ClusterLink> {
+    let link = Arc::new(ClusterLink {
+        node: cluster.node_id.clone(),
+        shared: shared.clone(),
+        node_lease_ms: cluster.node_lease_ms,
+        claim_wake: tokio::sync::Notify::new(),
+        presence_wake: tokio::sync::Notify::new(),
+    });
+    coordinator.join_cluster(link.clone());
+    let held = store.take_held();
+    if !held.is_empty() {
+        tracing::warn!(
+            jobs = held.len(),
+            "recovering jobs this node id held before"
+        );
+        coordinator.with(|core, now_ms| core.recover(held, now_ms));
+    }
+    link
+}
+
+/// A node's lease, presence, claim and remote-watch tasks, and its
+/// retention when asked for. See `node`.
+fn spawn_node_tasks(
+    tasks: &mut Tasks,
+    c: &Coordinator,
+    link: Arc<ClusterLink>,
+    store: &Arc<NodeStore>,
+    retention_hours: Option<u64>,
+) {
+    tasks.spawn(node::run_lease(c.clone(), link.clone(), store.clone()));
+    tasks.spawn(node::run_presence(c.clone(), link.clone(), store.clone()));
+    tasks.spawn(node::run_claims(c.clone(), link.clone(), store.clone()));
+    tasks.spawn(node::run_remote_watch(
+        c.clone(),
+        link.clone(),
+        store.clone(),
+    ));
+    if let Some(hours) = retention_hours {
+        tasks.spawn(node::run_retention(c.clone(), link, hours));
+    }
 }
 
 /// The RNG a node's core starts from. The core moves a seeded RNG to a
@@ -307,114 +578,6 @@ fn node_rng(rng: ChaCha20Rng, restores_state: bool) -> ChaCha20Rng {
     let mut keyed = ChaCha20Rng::from_seed(seed);
     keyed.set_stream(stream);
     keyed
-}
-
-/// Starts a node of a cluster on `shared` (PostgreSQL in a process; the
-/// in-memory store can stand in for it): joins, recovers what the node id
-/// still held, gates payments on the shared nonce rows, and starts the
-/// timer, lease and claim tasks. See `crate::node`.
-pub async fn start_node(
-    settings: Settings,
-    parts: Parts,
-    cluster: crate::node::ClusterSettings,
-    shared: Arc<dyn crate::cluster::SharedStore>,
-) -> Result<Server, StartError> {
-    use crate::node::{ClusterLink, NodeStore, SharedNonces};
-    let settings = settings.validate()?;
-    let fenced = Arc::new(tokio::sync::Notify::new());
-    let fence: crate::node::Fence = match parts.runtime {
-        // Another node may own this node's jobs now: stop at once, as a
-        // crash would; a supervisor restarts the process, which joins again.
-        Runtime::Os => Arc::new(|why| {
-            eprintln!("error: {why}; stopping");
-            std::process::exit(75);
-        }),
-        // The harness crashes the node when this fires (its supervisor).
-        Runtime::Simulation => {
-            let fenced = fenced.clone();
-            Arc::new(move |_| fenced.notify_one())
-        }
-    };
-    let joined = NodeStore::join(shared.clone(), &cluster, parts.clock.now_ms(), fence).await;
-    let store = joined.map_err(|e| StartError::Cluster(e.to_string()))?;
-    let mut config = settings.config.clone();
-    config.check_invariants |= parts.runtime == Runtime::Simulation;
-    let rng = node_rng(parts.rng, store.restores_state());
-    let coordinator = Coordinator::open(config, parts.clock, rng, store.clone())
-        .await
-        .map_err(|source| StartError::Restore {
-            db: cluster.url.clone(),
-            source,
-        })?;
-    exit_when_poisoned(&coordinator, parts.runtime);
-    let link = Arc::new(ClusterLink {
-        node: cluster.node_id.clone(),
-        shared: shared.clone(),
-        node_lease_ms: cluster.node_lease_ms,
-        claim_wake: tokio::sync::Notify::new(),
-        presence_wake: tokio::sync::Notify::new(),
-    });
-    coordinator.join_cluster(link.clone());
-    let held = store.take_held();
-    if !held.is_empty() {
-        tracing::warn!(
-            jobs = held.len(),
-            "recovering jobs this node id held before"
-        );
-        coordinator.with(|core, now_ms| core.recover(held, now_ms));
-    }
-    if let Some(payment) = settings.payment.clone() {
-        let settler = match parts.settler {
-            Some(settler) => settler,
-            None => settler_for(&payment)?,
-        };
-        let nonces = Arc::new(SharedNonces {
-            node: cluster.node_id.clone(),
-            shared,
-        });
-        let gate = x402::PaymentGate::new(payment, nonces, settler);
-        coordinator
-            .enable_payments(gate)
-            .expect("a new coordinator has no payment gate yet");
-    }
-    tracing::info!(node = %cluster.node_id, "joined the cluster");
-    let mut tasks = vec![
-        tokio::spawn(crate::coordinator::run_timers(coordinator.clone())),
-        tokio::spawn(crate::node::run_lease(
-            coordinator.clone(),
-            link.clone(),
-            store.clone(),
-        )),
-        tokio::spawn(crate::node::run_presence(
-            coordinator.clone(),
-            link.clone(),
-            store.clone(),
-        )),
-        tokio::spawn(crate::node::run_claims(
-            coordinator.clone(),
-            link.clone(),
-            store.clone(),
-        )),
-        tokio::spawn(crate::node::run_remote_watch(
-            coordinator.clone(),
-            link.clone(),
-            store.clone(),
-        )),
-    ];
-    let node_store = store;
-    if let Some(hours) = settings.retention_hours {
-        let retention = crate::node::run_retention(coordinator.clone(), link, hours);
-        tasks.push(tokio::spawn(retention));
-    }
-    Ok(Server {
-        coordinator,
-        store: None,
-        tasks,
-        serving: None,
-        metrics_at: settings.metrics_at,
-        fenced: Some(fenced),
-        node_store: Some(node_store),
-    })
 }
 
 fn settler_for(payment: &x402::PaymentConfig) -> Result<Arc<dyn x402::Settler>, StartError> {
@@ -451,7 +614,7 @@ impl Server {
 
     /// The whole API as an axum router, for tests that call it directly.
     pub fn app(&self) -> axum::Router {
-        crate::http::app(self.coordinator.clone())
+        crate::api::app(self.coordinator.clone())
     }
 
     /// Serves the API on a TCP socket, with `TCP_NODELAY` on every
@@ -482,13 +645,13 @@ impl Server {
         }
         let app = match self.metrics_at {
             MetricsAt::Api => self.app(),
-            MetricsAt::Apart => crate::http::api(self.coordinator.clone()),
+            MetricsAt::Apart => crate::api::api(self.coordinator.clone()),
         };
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
         let stopped = self.coordinator.stopped();
         assert!(self.serving.is_none(), "a server serves one listener");
-        self.serving = Some(tokio::spawn(async move {
+        self.serving = Some(self.tasks.spawn_apart(async move {
             let served = axum::serve(listener, service)
                 .with_graceful_shutdown(stopped)
                 .await;
@@ -502,36 +665,37 @@ impl Server {
     /// until the server ends.
     pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
         assert_eq!(self.metrics_at, MetricsAt::Apart, "metrics are on the API");
-        let app = crate::http::metrics_only(self.coordinator.clone());
+        let app = crate::api::metrics_only(self.coordinator.clone());
         let stopped = self.coordinator.stopped();
-        self.tasks.push(tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(stopped)
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "metrics server failed");
             }
-        }));
+        });
     }
 
     /// Graceful stop: stop accepting, ask every worker session to close (in
-    /// session order), let serving drain, commit what is pending.
+    /// session order), let serving drain, wait until every session has
+    /// ended (a session gives its worker's jobs back as it ends), commit
+    /// what is pending, then end the server's tasks and wait for them.
     pub async fn shutdown(self) {
         self.coordinator.shutdown();
         if let Some(serving) = self.serving {
             let _ = serving.await;
         }
+        self.coordinator.sessions_ended().await;
         if let Err(e) = self.coordinator.durable().await {
             tracing::error!(error = %e, "last commit failed");
         }
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.tasks.stopped().await;
     }
 
     /// Stops as a killed process does: nothing more reaches the store (what
-    /// it had not committed is lost) and the server's own tasks end. Its
-    /// connections are the network's to cut.
+    /// it had not committed is lost) and the server's own tasks are killed
+    /// where they are. Its connections are the network's to cut.
     pub fn crash(self) {
         if let Some(store) = &self.store {
             store.halt();
@@ -539,7 +703,11 @@ impl Server {
         if let Some(store) = &self.node_store {
             store.halt();
         }
-        for task in self.tasks.iter().chain(&self.serving) {
+        // As `kill -9`: every task and serving stop at once, aborted in
+        // spawn order. (Not by the stop signal: a watch channel wakes its
+        // tasks in another order than this, and the simulation's worlds
+        // depend on the order a crash stops them; swarm seed 1288 changes.)
+        for task in self.tasks.handles.iter().chain(&self.serving) {
             task.abort();
         }
     }
@@ -611,6 +779,37 @@ fn exit_when_poisoned(coordinator: &Coordinator, runtime: Runtime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tasks running one task that holds the returned value until it ends.
+    fn one_waiting_task() -> (Tasks, Arc<()>) {
+        let held = Arc::new(());
+        let mut tasks = Tasks::new();
+        let kept = held.clone();
+        tasks.spawn(async move {
+            let _kept = kept;
+            std::future::pending::<()>().await;
+        });
+        (tasks, held)
+    }
+
+    #[tokio::test]
+    async fn dropped_tasks_end_and_let_go_of_what_they_hold() {
+        let (tasks, held) = one_waiting_task();
+        tokio::task::yield_now().await;
+        assert_eq!(Arc::strong_count(&held), 2, "the task runs");
+        drop(tasks);
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(Arc::strong_count(&held), 1, "the task ended");
+    }
+
+    #[tokio::test]
+    async fn stopped_tasks_have_ended_when_stopped_returns() {
+        let (tasks, held) = one_waiting_task();
+        tasks.stopped().await;
+        assert_eq!(Arc::strong_count(&held), 1);
+    }
 
     #[test]
     fn the_default_origin_is_the_listen_address_itself() {

@@ -452,7 +452,8 @@ async fn in_process_restart_from_a_crash_image() {
         server::start(settings, parts)
     };
 
-    let c1 = open(&live).await.unwrap().coordinator().clone();
+    let server1 = open(&live).await.unwrap();
+    let c1 = server1.coordinator().clone();
     let app1 = app(c1.clone());
     let mut w1 = TestWorker::connect(Wire::channel(&c1), 1, &["LLM_INFER", "TASK"], 1).await;
     let done = common::commit(&app1, "fast", common::llm_job("alice"))
@@ -489,7 +490,8 @@ async fn in_process_restart_from_a_crash_image() {
     .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let c2 = open(&image).await.unwrap().coordinator().clone();
+    let server2 = open(&image).await.unwrap();
+    let c2 = server2.coordinator().clone();
     let app2 = app(c2.clone());
     let status = |v: &Value| v["status"].as_str().unwrap().to_owned();
     assert_eq!(

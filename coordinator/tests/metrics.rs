@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use common::*;
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Runtime, Settings};
-use coordinator::sqlite::CommitMode;
+use coordinator::store::sqlite::CommitMode;
 use coordinator::{app, TokioClock};
 use http_body_util::BodyExt;
 use prometheus_parse::{Scrape, Value as Sample};

@@ -5,8 +5,8 @@ mod common;
 
 use axum::http::StatusCode;
 use common::*;
+use coordinator::api::document_json;
 use coordinator::config::Config;
-use coordinator::openapi::document_json;
 use coordinator::{app, ManualClock};
 use serde_json::Value;
 use std::sync::Arc;

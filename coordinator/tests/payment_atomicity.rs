@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use common::*;
 use coordinator::config::Config;
 use coordinator::server::{self, Parts, Runtime, Settings};
-use coordinator::sqlite::StoreWrite;
+use coordinator::store::sqlite::StoreWrite;
 use coordinator::{app, ManualClock, TokioClock};
 use protocol::api::JobType;
 use protocol::signing::Keypair;

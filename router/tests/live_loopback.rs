@@ -43,6 +43,8 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     let base = format!("http://{}", listener.local_addr().unwrap());
     server.serve_tcp(listener);
     let c = server.coordinator().clone();
+    // Serves to the end of the test: a dropped `Server` stops its tasks.
+    std::mem::forget(server);
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
     let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     for i in 0..workers {

@@ -14,7 +14,7 @@
 //!     .with_observer(std::sync::Arc::new(log.clone()));
 //! tokio::spawn(async move { worker.run(connector).await });
 //! // Each (re)connect yields the coordinator's end; hand it to the session logic:
-//! // `coordinator::session::run(c, peer)`.
+//! // `coordinator::worker::session::run(c, peer)`.
 //! let peer = acceptor.accept().await.unwrap();
 //! # drop(peer); Ok(()) }
 //! ```

@@ -53,16 +53,15 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
         config,
         ..Settings::default()
     };
-    let c = server::start(settings, parts)
-        .await
-        .unwrap()
-        .coordinator()
-        .clone();
+    let server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    // Runs to the end of the test: a dropped `Server` stops its tasks.
+    std::mem::forget(server);
     let app = coordinator::app(c.clone());
     let (connector, mut acceptor) = channel_connector();
     tokio::spawn(async move {
         while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::session::run(c.clone(), peer));
+            tokio::spawn(coordinator::worker::session::run(c.clone(), peer));
         }
     });
     let log = EventLog::new();

@@ -8,7 +8,7 @@
 use clap::Parser;
 use coordinator::config::Config;
 use coordinator::node::{self, ClusterSettings};
-use coordinator::server::{self, MetricsAt, Parts, Runtime, Settings, StartError};
+use coordinator::server::{self, MetricsAt, Parts, Runtime, Server, Settings, StartError};
 use coordinator::SystemClock;
 use protocol::money::Price;
 use rand::SeedableRng;
@@ -347,20 +347,33 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: cannot listen on {}: {e}", args.listen);
-            return ExitCode::FAILURE;
-        }
-    };
-    let addr = listener.local_addr().map_or(args.listen, |a| a);
     // The URL may hold a password: name only the kind of store.
     let db = if node_id.is_some() {
         "postgres"
     } else {
         args.db.as_str()
     };
+    if let Err(code) = listen(&mut server, &args, db).await {
+        return code;
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    tracing::info!("coordinator stopped");
+    ExitCode::SUCCESS
+}
+
+/// Binds the API's listener (and the metrics one, if asked for) and serves
+/// on them; `db` names the store in the log line.
+async fn listen(server: &mut Server, args: &Args, db: &str) -> Result<(), ExitCode> {
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.listen);
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let addr = listener.local_addr().map_or(args.listen, |a| a);
     tracing::info!(%addr, network = %args.network, db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
@@ -370,7 +383,7 @@ async fn main() -> ExitCode {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("error: cannot listen on {metrics_addr} for metrics: {e}");
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         };
         let addr = metrics.local_addr().map_or(metrics_addr, |a| a);
@@ -378,11 +391,7 @@ async fn main() -> ExitCode {
         server.serve_metrics(metrics);
     }
     server.serve_tcp(listener);
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    server.shutdown().await;
-    tracing::info!("coordinator stopped");
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 fn init_logs(format: LogFormat, node_id: Option<String>) {

@@ -489,7 +489,7 @@ async fn a_code_made_on_one_node_is_claimed_once_across_nodes(shared: &dyn Share
     // B and C read it unclaimed at once; the compare-and-set lets one win.
     let on_b = shared.pairing(&code).await.unwrap().expect("stored by A");
     let on_c = on_b.clone();
-    let claimed = |p: &crate::trust::Pairing, key: &str| {
+    let claimed = |p: &crate::core::trust::Pairing, key: &str| {
         let mut p = p.clone();
         p.claimed_by = Some(key.into());
         p.claimed_at_ms = Some(T0);
@@ -510,7 +510,10 @@ async fn a_code_made_on_one_node_is_claimed_once_across_nodes(shared: &dyn Share
     let latest = shared.pairing(&code).await.unwrap().unwrap();
     c.core.learn_pairing(latest, T0);
     let lost = c.core.claim_pairing(&code, Ok("0xkc"), "x", T0);
-    assert_eq!(lost.unwrap_err(), crate::trust::ClaimError::AlreadyClaimed);
+    assert_eq!(
+        lost.unwrap_err(),
+        crate::core::trust::ClaimError::AlreadyClaimed
+    );
     let (trust, _) = shared.trust_after(0).await.unwrap();
     let keys: Vec<&str> = trust.iter().map(|e| e.provider_pubkey.as_str()).collect();
     assert_eq!(keys, ["0xkb"], "one claim, one trusted key");
@@ -735,7 +738,7 @@ async fn the_postgres_store_keeps_the_shared_semantics() {
     for (i, (name, check)) in CHECKS.iter().enumerate() {
         eprintln!("postgres: {name}");
         let schema = format!("t{run}_{i}");
-        let shared = crate::pg::PgShared::connect(&url, Some(&schema))
+        let shared = crate::cluster::postgres::PgShared::connect(&url, Some(&schema))
             .await
             .unwrap();
         check(&*shared).await;
@@ -752,7 +755,7 @@ async fn postgres_nodes_starting_at_once_all_migrate() {
         return;
     };
     let schema = format!("race{}", std::process::id());
-    let starts = (0..4).map(|_| crate::pg::PgShared::connect(&url, Some(&schema)));
+    let starts = (0..4).map(|_| crate::cluster::postgres::PgShared::connect(&url, Some(&schema)));
     for started in futures_util::future::join_all(starts).await {
         if let Err(e) = started {
             panic!("a node failed to start: {e}");

@@ -12,11 +12,32 @@
 //! - [`Core::want`] says what the idle workers can take: the claim filter.
 
 use super::{footprint_bytes, Core, FailureReason, Job, TimerKind};
-use crate::cluster::Want;
-use crate::trust::TrustEntry;
-use protocol::api::JobStatus;
+use crate::core::trust::TrustEntry;
+use protocol::api::{JobStatus, JobType, PrivacyClass};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// What a node's idle workers can take now: the claim filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Want {
+    /// Job types with a free slot, for PUBLIC jobs.
+    pub public: BTreeSet<JobType>,
+    /// (user, job type) pairs an idle trusted worker can serve, for PRIVATE jobs.
+    pub private: BTreeSet<(String, JobType)>,
+    /// At most this many jobs (free slots, capped by the caller).
+    pub max: usize,
+}
+
+impl Want {
+    pub fn matches(&self, job: &Job) -> bool {
+        let s = &job.submission;
+        match s.privacy_class {
+            PrivacyClass::Public => self.public.contains(&s.job_type),
+            PrivacyClass::Private => self.private.contains(&(s.user_id.clone(), s.job_type)),
+        }
+    }
+}
 
 /// (user, job type) pairs a claim names at most: bounds the query a node
 /// with many trusted workers sends.
@@ -209,7 +230,7 @@ impl Core {
 
     /// Takes a pairing as the shared store holds it, replacing what this
     /// node knew of the code.
-    pub fn learn_pairing(&mut self, pairing: crate::trust::Pairing, now_ms: i64) {
+    pub fn learn_pairing(&mut self, pairing: crate::core::trust::Pairing, now_ms: i64) {
         let retention_ms = self.config.timing.pairing_code_retention_ms;
         self.trust.learn(pairing, retention_ms, now_ms);
     }

@@ -3,7 +3,7 @@
 //!
 //! Nothing here does I/O, reads a clock or awaits. Each event leaves frames
 //! for worker sessions in `outbox` and the records it changed in `changes`;
-//! the shell (`coordinator.rs`) delivers the first and stores the second.
+//! the shell (`shell/mod.rs`) delivers the first and stores the second.
 //!
 //! Invariant kept after every event: no pending job has an eligible worker
 //! with a free slot. A new job therefore only needs a free worker, and a
@@ -15,21 +15,25 @@
 //! events.
 
 mod cluster;
+mod dispatch;
 mod ended;
 mod invariants;
 mod queue;
+pub mod rate;
 mod restore;
 #[cfg(test)]
 mod tests;
 mod timers;
 mod tracked;
+pub mod trust;
 
+pub use cluster::Want;
 pub use ended::bought_with;
 pub use invariants::InvariantViolation;
-pub use restore::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
+pub use restore::{Snapshot, KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
 
 use crate::config::Config;
-use crate::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
+use crate::core::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
 use protocol::api::{JobRecord, JobStatus, JobSubmission, JobType, Payload, PrivacyClass, Tier};
 use protocol::receipt::Receipt;
 use protocol::time::format_ms;
@@ -348,12 +352,6 @@ struct Timer {
 /// Largest buffer of changes or frames kept for the next event (see
 /// [`Core::reuse_buffers`]).
 const REUSED_LEN_MAX: usize = 256;
-
-/// Queued jobs a worker skips because it failed them (while another worker
-/// could take them) before it takes the head anyway. Bounds the work of a
-/// freed slot, and keeps a worker that fails everything from sitting idle
-/// while work it may take waits behind its failures.
-const AVOIDED_SCAN_MAX: usize = 8;
 
 pub struct Core {
     config: Config,
@@ -779,68 +777,6 @@ impl Core {
         }
     }
 
-    fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
-        let job = &self.jobs[id];
-        let job_type = job.submission.job_type;
-        // The best two candidates, least loaded first: the second is only
-        // wanted when the first is `avoid`.
-        let (first, second) = match job.submission.privacy_class {
-            PrivacyClass::Public => {
-                let mut idle = self.idle.get(&job_type).into_iter().flatten();
-                (idle.next().copied(), idle.next().copied())
-            }
-            PrivacyClass::Private => {
-                let mut free: Vec<(u32, SessionId)> = self
-                    .trusted_sessions(&job.submission.user_id, job_type)
-                    .filter_map(|s| {
-                        let w = &self.workers[&s];
-                        (w.load() < w.slots).then_some((w.load(), s))
-                    })
-                    .collect();
-                free.sort_unstable();
-                (free.first().copied(), free.get(1).copied())
-            }
-        };
-        let (_, first) = first?;
-        // Only the first candidate is taken, so the (costlier) question of
-        // another eligible worker only matters when `avoid` is first.
-        if avoid == Some(first) && self.has_other_eligible(job, first) {
-            return second.map(|(_, s)| s);
-        }
-        Some(first)
-    }
-
-    /// Whether a worker other than `session` could ever take `job`. Busy counts.
-    fn has_other_eligible(&self, job: &Job, session: SessionId) -> bool {
-        self.workers
-            .iter()
-            .any(|(&other, w)| other != session && self.eligible(job, w))
-    }
-
-    /// Whether `worker` may hold `job`: it has the capability, and for a
-    /// PRIVATE job the user trusts its key.
-    fn eligible(&self, job: &Job, worker: &Worker) -> bool {
-        let s = &job.submission;
-        worker.capabilities.contains(&s.job_type)
-            && (s.privacy_class == PrivacyClass::Public
-                || self.trust.trusts(&s.user_id, &worker.pubkey))
-    }
-
-    /// Sessions of connected workers the user trusts that serve `job_type`.
-    fn trusted_sessions<'a>(
-        &'a self,
-        user_id: &'a str,
-        job_type: JobType,
-    ) -> impl Iterator<Item = SessionId> + 'a {
-        self.trust.keys_of(user_id).filter_map(move |key| {
-            let session = *self.session_of.get(key)?;
-            self.workers[&session]
-                .capabilities
-                .contains(&job_type)
-                .then_some(session)
-        })
-    }
-
     fn assign(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let indexed = self.workers[&session].load();
         self.hand_over(id, session, now_ms);
@@ -905,50 +841,6 @@ impl Core {
             self.hand_over(id, session, now_ms);
         }
         self.reindex(session, indexed);
-    }
-
-    /// The most urgent queued job `session` may take, with its rank (tier,
-    /// then commit order): the best head over the queues it serves, without
-    /// collecting their keys.
-    fn best_head(&self, session: SessionId) -> Option<((Tier, u64), Uuid)> {
-        let worker = self.workers.get(&session)?;
-        let mut best: Option<((Tier, u64), Uuid)> = None;
-        let mut consider = |key: QueueKey| {
-            if let Some(id) = self.queue_pick(&key, session) {
-                let rank = ((tier_of(&key), self.jobs[&id].seq), id);
-                if best.is_none_or(|b| rank < b) {
-                    best = Some(rank);
-                }
-            }
-        };
-        for &job_type in &worker.capabilities {
-            for tier in [Tier::Fast, Tier::Cheap] {
-                consider(QueueKey::Public(tier, job_type));
-                for user in self.trust.users_trusting(&worker.pubkey) {
-                    consider(QueueKey::Private(tier, job_type, user.clone()));
-                }
-            }
-        }
-        best
-    }
-
-    /// The first job of a queue that `session` may take: not one this
-    /// session failed while another worker could take it, unless more than
-    /// `AVOIDED_SCAN_MAX` such jobs lead the queue (then the head).
-    fn queue_pick(&self, key: &QueueKey, session: SessionId) -> Option<Uuid> {
-        let queue = self.queues.get(key)?;
-        for id in queue.ids().take(AVOIDED_SCAN_MAX + 1) {
-            let job = &self.jobs[id];
-            if job.avoid != Some(session) || !self.has_other_eligible(job, session) {
-                return Some(*id);
-            }
-        }
-        // Jobs behind the scanned ones may be for this worker; leaving its
-        // slot idle while they wait would break the dispatch invariant.
-        if queue.len() > AVOIDED_SCAN_MAX + 1 {
-            return queue.ids().next().copied();
-        }
-        None
     }
 
     /// Ends an attempt: requeues the job, or fails it once attempts run out.

@@ -16,15 +16,22 @@
 //!   stays expired, and codes past their retention are not restored.
 
 use super::{Core, FailureReason, Job, TimerKind};
-use crate::store::Snapshot;
-use crate::trust::{Pairing, TrustEntry};
+use crate::core::trust::{Pairing, TrustEntry};
 use protocol::api::JobStatus;
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// Everything a store holds, latest version of each record.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    pub jobs: Vec<Job>,
+    pub pairings: Vec<Pairing>,
+    pub trust: Vec<TrustEntry>,
+}
+
 /// Share of `limits.kept_bytes_max` (per cent) above which retention
 /// deletes the oldest terminal jobs, whatever their age (see
-/// `crate::retention`).
+/// `retention.rs` above the shell).
 pub const KEPT_HIGH_WATER_PERCENT: usize = 90;
 /// Share of `limits.kept_bytes_max` (per cent) such a deletion brings the
 /// kept bytes down to: a tenth of the budget a pass, so passes stay rare.
@@ -248,9 +255,9 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+    use crate::core::trust::ClaimError;
     use crate::core::{Change, Core, FailureReason};
     use crate::store::{MemoryStore, Snapshot, Store};
-    use crate::trust::ClaimError;
     use protocol::api::{JobStatus, JobType, Tier};
     use protocol::receipt::ReceiptBody;
     use protocol::signing::Keypair;
@@ -281,7 +288,7 @@ mod tests {
     fn commit(c: &mut Core, now_ms: i64) -> Uuid {
         let body = json!({"job_type": "LLM_INFER", "user_id": "u",
             "payload": {"prompt": "hi", "max_tokens": 8}});
-        let s = crate::validate::submission(&body, &c.config().limits).unwrap();
+        let s = crate::api::validate::submission(&body, &c.config().limits).unwrap();
         c.commit(s, Tier::Fast, None, now_ms).unwrap()
     }
 

@@ -26,11 +26,11 @@
 //! Time comes from the coordinator's injected clock; tokio time drives the
 //! intervals, so the simulation can run nodes on its paused clock.
 
-use crate::cluster::{ClusterError, NodeId, SharedStore};
+pub use crate::cluster::ClusterLink;
+use crate::cluster::{ClusterError, NodeId};
 use rand::RngCore;
 use rand_chacha::ChaCha20Rng;
 use std::sync::Arc;
-use tokio::sync::Notify;
 
 mod logs;
 mod nonces;
@@ -89,32 +89,3 @@ pub fn default_node_id(rng: &ChaCha20Rng) -> NodeId {
 /// What the node does once fenced: a process exits (another node owns its
 /// jobs now); the simulation would crash the node.
 pub type Fence = Arc<dyn Fn(&ClusterError) + Send + Sync>;
-
-/// What a coordinator in cluster mode knows of its cluster.
-pub struct ClusterLink {
-    pub node: NodeId,
-    pub shared: Arc<dyn SharedStore>,
-    pub node_lease_ms: i64,
-    /// Woken after an event that left a worker idle: the claim loop asks
-    /// the pool if it may hold something.
-    pub claim_wake: Notify,
-    /// Woken when a worker registers or leaves: the presence task writes
-    /// what is connected here.
-    pub presence_wake: Notify,
-}
-
-/// The metrics text with the node's info series and the pool gauge added (before the
-/// OpenMetrics `# EOF`), so every scrape names the node.
-pub fn with_node_info(mut text: String, node: &str, pool_jobs: usize) -> String {
-    let info = format!(
-        "# HELP coordinator_node_info The node of a cluster this coordinator is.\n\
-         # TYPE coordinator_node_info gauge\n\
-         coordinator_node_info{{node=\"{node}\"}} 1\n\
-         # HELP cluster_pool_jobs Pending jobs in the cluster's shared pool, as this node last counted them (read every claim interval).\n\
-         # TYPE cluster_pool_jobs gauge\n\
-         cluster_pool_jobs {pool_jobs}\n"
-    );
-    let at = text.rfind("# EOF").unwrap_or(text.len());
-    text.insert_str(at, &info);
-    text
-}

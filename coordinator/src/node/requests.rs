@@ -4,8 +4,8 @@
 
 use super::ClusterLink;
 use crate::cluster::ClusterError;
-use crate::coordinator::Coordinator;
-use crate::trust::LimitScope;
+use crate::core::trust::LimitScope;
+use crate::shell::Coordinator;
 use std::sync::Arc;
 
 /// Whether a PRIVATE submission's user has a trusted worker connected to
@@ -234,7 +234,7 @@ impl Budgets {
 /// cluster mode.
 pub async fn pairing_is_ours(
     c: &Coordinator,
-    pairing: &crate::trust::Pairing,
+    pairing: &crate::core::trust::Pairing,
 ) -> Result<bool, ClusterError> {
     let Some(link) = c.cluster() else {
         return Ok(true);
@@ -254,7 +254,7 @@ pub async fn pairing_for_claim(
     code: &str,
     provider_pubkey: Option<&str>,
     client: &str,
-) -> Result<Option<crate::trust::Pairing>, ClusterError> {
+) -> Result<Option<crate::core::trust::Pairing>, ClusterError> {
     let Some(link) = c.cluster() else {
         return Ok(None);
     };

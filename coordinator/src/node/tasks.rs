@@ -3,8 +3,8 @@
 
 use super::{ClusterLink, NodeStore, CLAIM_BATCH_MAX, CLAIM_INTERVAL_MS};
 use crate::cluster::ClusterError;
-use crate::coordinator::Coordinator;
 use crate::retention::Retention;
+use crate::shell::Coordinator;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -115,26 +115,10 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
         }
         // Trust first: a pairing made on another node names new PRIVATE
         // jobs this node's workers may claim.
-        match link.shared.trust_after(trust_version).await {
-            Ok((entries, version)) => {
-                trust_version = version;
-                if !entries.is_empty() {
-                    c.with(|core, _| core.learn_trust(entries));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "trust sync failed"),
-        }
+        learn_trust(&c, &link, &mut trust_version).await;
         if due {
-            if let Err(e) = fail_due(&c, &link).await {
-                if matches!(e, ClusterError::Fenced { .. }) {
-                    return store.fence(&e);
-                }
-                tracing::warn!(error = %e, "claim of due jobs failed");
-            }
-            // The pool counts against `queue_len_max` cluster-wide.
-            match link.shared.pool_len(&link.node).await {
-                Ok(n) => c.with(|core, _| core.set_pool_len(n as usize)),
-                Err(e) => tracing::warn!(error = %e, "reading the pool length failed"),
+            if let Err(e) = due_round(&c, &link).await {
+                return store.fence(&e);
             }
         }
         let want = c.read(|core| core.want(CLAIM_BATCH_MAX));
@@ -153,6 +137,36 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
             Err(e) => tracing::warn!(error = %e, "claim failed"),
         }
     }
+}
+
+/// Learns the trust entries other nodes wrote since `version`.
+async fn learn_trust(c: &Coordinator, link: &ClusterLink, version: &mut u64) {
+    match link.shared.trust_after(*version).await {
+        Ok((entries, latest)) => {
+            *version = latest;
+            if !entries.is_empty() {
+                c.with(|core, _| core.learn_trust(entries));
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "trust sync failed"),
+    }
+}
+
+/// What a claim loop does every interval: fails its due pool jobs and
+/// reads the pool's length. `Err` only when the node is fenced.
+async fn due_round(c: &Coordinator, link: &ClusterLink) -> Result<(), ClusterError> {
+    if let Err(e) = fail_due(c, link).await {
+        if matches!(e, ClusterError::Fenced { .. }) {
+            return Err(e);
+        }
+        tracing::warn!(error = %e, "claim of due jobs failed");
+    }
+    // The pool counts against `queue_len_max` cluster-wide.
+    match link.shared.pool_len(&link.node).await {
+        Ok(n) => c.with(|core, _| core.set_pool_len(n as usize)),
+        Err(e) => tracing::warn!(error = %e, "reading the pool length failed"),
+    }
+    Ok(())
 }
 
 /// Claims pool jobs past their pending deadline, whatever their kind, in

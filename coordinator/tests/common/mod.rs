@@ -36,11 +36,14 @@ pub async fn coordinator(config: Config, clock: Arc<dyn Clock>, seed: u64) -> Co
         ..Settings::default()
     };
     let parts = Parts::new(clock, ChaCha20Rng::seed_from_u64(seed));
-    server::start(settings, parts)
+    let server = server::start(settings, parts)
         .await
-        .expect("coordinator starts")
-        .coordinator()
-        .clone()
+        .expect("coordinator starts");
+    let c = server.coordinator().clone();
+    // The coordinator runs to the end of the test, its timer task with it:
+    // a dropped `Server` would stop its tasks.
+    std::mem::forget(server);
+    c
 }
 
 pub struct Response {
@@ -137,7 +140,10 @@ impl Wire {
     pub fn channel(c: &Coordinator) -> Self {
         c.default_worker_origins(vec![worker_origin(CHANNEL_URL).unwrap()]);
         let (worker_end, coordinator_end) = channel_pair();
-        tokio::spawn(coordinator::session::run(c.clone(), coordinator_end));
+        tokio::spawn(coordinator::worker::session::run(
+            c.clone(),
+            coordinator_end,
+        ));
         Wire::Channel(worker_end)
     }
 

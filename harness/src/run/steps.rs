@@ -10,7 +10,7 @@ use crate::spec::{
     WaitUntil, WorkerAction,
 };
 use crate::world::{World, WorldError};
-use coordinator::sqlite::StoreWrite;
+use coordinator::store::sqlite::StoreWrite;
 use protocol::api::JobStatus;
 use router::{HttpRequest, LlmRequest, TaskRequest};
 use serde_json::{json, Value};

@@ -8,8 +8,8 @@
 //! Each violation names its invariant (a stable key the swarm shrinks
 //! against) and the first transcript line that shows it.
 
+use coordinator::core::trust::TrustEntry;
 use coordinator::core::Job;
-use coordinator::trust::TrustEntry;
 use protocol::api::{JobStatus, PrivacyClass};
 use serde_json::Value;
 use std::collections::BTreeMap;

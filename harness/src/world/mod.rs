@@ -31,7 +31,7 @@ use crate::spec::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use coordinator::cluster::MemoryShared;
 use coordinator::config::Config;
 use coordinator::server::{self, Server, Settings};
-use coordinator::sqlite::{SqliteStore, StoreWrite};
+use coordinator::store::sqlite::{SqliteStore, StoreWrite};
 use coordinator::TokioClock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;

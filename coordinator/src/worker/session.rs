@@ -9,18 +9,13 @@
 //!
 //! The session is written against [`FrameConnection`], a stream of text frames,
 //! so the same code serves real WebSockets and the simulation's in-memory
-//! channels. Receipts are verified here, outside the core's lock, because
-//! signature recovery is the most expensive step of a job.
+//! channels. Results are checked (`result.rs`: output shape, receipt) in
+//! the session, outside the core's lock, because signature recovery is the
+//! most expensive step of a job.
 
-use crate::coordinator::{Coordinator, OutboxRx};
+use super::result::{check_result, Held, OutputShape};
 use crate::core::{FailureReason, Outbound, SessionId};
-use crate::error::ApiError;
-use crate::http::ClientAddr;
-use crate::validate::OutputShape;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use crate::shell::{Coordinator, OutboxRx};
 use protocol::api::JobType;
 use protocol::connection::{FrameConnection, Incoming, SendError};
 use protocol::signing;
@@ -32,74 +27,8 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 use uuid::Uuid;
 
-/// `GET /v1/workers/ws`.
-#[utoipa::path(get, path = "/v1/workers/ws", tag = "service",
-    description = "The worker protocol over WebSocket (docs/worker-protocol.md): send the upgrade \
-        request, then `hello` and `auth` frames.",
-    responses(
-        (status = 101, description = "Switched to the WebSocket worker protocol"),
-        (status = 400, description = "Not a WebSocket upgrade request", body = protocol::api::ErrorBody),
-        (status = 503, response = crate::openapi::Unavailable),
-    ))]
-pub async fn upgrade(
-    State(c): State<Coordinator>,
-    ClientAddr(client): ClientAddr,
-    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Response {
-    // axum's own rejection is plain text; every error answer is JSON.
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(rejection) => return ApiError::BadRequest(rejection.body_text()).into_response(),
-    };
-    // Unauthenticated connections each hold a session for up to the auth
-    // timeout; past the limit in total or for this client, refuse before
-    // upgrading, so one client cannot lock every worker out.
-    let Some(permit) = c.handshake_permit(&client) else {
-        return ApiError::Unavailable("too many workers are connecting; retry later".into())
-            .into_response();
-    };
-    // Frames up to `frame_bytes_max` get a normal answer; beyond four times
-    // that the WebSocket layer refuses the message and the connection ends,
-    // so no worker can make the coordinator buffer unbounded input.
-    let hard_limit = c.config().limits.frame_bytes_max.saturating_mul(4);
-    // Most frames are well under 1 KiB; tungstenite's default 128 KiB read
-    // buffer per connection (zeroed per read) would dominate the memory and
-    // heartbeat CPU of many idle workers. Larger messages still assemble.
-    ws.read_buffer_size(1024)
-        .write_buffer_size(1024)
-        .max_message_size(hard_limit)
-        .max_frame_size(hard_limit)
-        .on_upgrade(move |socket| run_admitted(c, AxumConnection(socket), Some(permit)))
-}
-
-/// An axum WebSocket as a [`FrameConnection`].
-struct AxumConnection(WebSocket);
-
-impl FrameConnection for AxumConnection {
-    async fn recv(&mut self) -> Incoming {
-        loop {
-            // `WebSocket::recv` is a stream poll, so cancel-safe.
-            return match self.0.recv().await {
-                Some(Ok(Message::Text(text))) => Incoming::Text(text.as_str().to_owned()),
-                Some(Ok(Message::Binary(bytes))) => Incoming::Binary(bytes.len()),
-                // Pings are answered by the WebSocket layer itself.
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_)) | Err(_)) | None => Incoming::Closed,
-            };
-        }
-    }
-
-    async fn send(&mut self, text: String) -> Result<(), SendError> {
-        self.0
-            .send(Message::Text(text.into()))
-            .await
-            .map_err(|e| SendError::Failed(e.into()))
-    }
-
-    async fn close(&mut self) {
-        let _ = self.0.send(Message::Close(None)).await;
-    }
-}
+/// An error frame to answer with: code, message and the job it is about.
+type Refusal = (ErrorCode, String, Option<Uuid>);
 
 /// An authenticated worker.
 struct Peer {
@@ -110,26 +39,20 @@ struct Peer {
     outbox: OutboxRx,
 }
 
-/// A job this session holds: what its result is checked against. Not the
-/// whole assignment: the payload text stays with the core's job, so the
-/// session keeps no second copy of it while the worker runs the job.
-struct Held {
-    shape: OutputShape,
-    /// Goes into the receipt verbatim.
-    payment_ref: Option<String>,
-}
-
 /// Runs a worker session to its end.
 pub async fn run(c: Coordinator, conn: impl FrameConnection) {
     run_admitted(c, conn, None).await;
 }
 
 /// Runs a session whose handshake holds `permit` until it completes.
-async fn run_admitted<C: FrameConnection>(
+pub async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
     mut conn: C,
-    permit: Option<crate::coordinator::HandshakePermit>,
+    permit: Option<crate::shell::HandshakePermit>,
 ) {
+    // Held to the end: shutdown waits for it (the worker's jobs are given
+    // back below, before the final commit).
+    let _running = c.session_running();
     let handshaken = handshake(&c, &mut conn).await;
     drop(permit);
     let Some(mut peer) = handshaken else {
@@ -232,10 +155,29 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     // hardware key). A silent connection gives its handshake place back soon.
     let hello_deadline = opened + Duration::from_millis(timing.hello_timeout_ms);
     let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
-    let network = c.config().network.clone();
+    let hello = hello(c, conn, hello_deadline.min(deadline)).await?;
+    auth(c, conn, &hello, deadline).await?;
+    welcome(c, conn, hello).await
+}
 
-    let (origin, pubkey, key, capabilities, slots) = loop {
-        let frame = handshake_frame(c, conn, hello_deadline.min(deadline)).await?;
+/// What a worker's accepted hello said.
+struct Hello {
+    origin: String,
+    pubkey: String,
+    key: signing::PublicKey,
+    capabilities: Vec<JobType>,
+    slots: u32,
+}
+
+/// Waits for a hello this coordinator accepts (other frames are answered
+/// and skipped); `None` once the worker is refused or silent too long.
+async fn hello<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    deadline: Instant,
+) -> Option<Hello> {
+    loop {
+        let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Hello {
                 protocol_version,
@@ -254,13 +196,19 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
                     let key = check_hello(c, &provider_pubkey, &capabilities, slots)?;
                     Ok((origin, key))
                 });
-                match checked {
-                    Ok((origin, key)) => break (origin, key.to_hex(), key, capabilities, slots),
+                return match checked {
+                    Ok((origin, key)) => Some(Hello {
+                        origin,
+                        pubkey: key.to_hex(),
+                        key,
+                        capabilities,
+                        slots,
+                    }),
                     Err(message) => {
                         let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
-                        return None;
+                        None
                     }
-                }
+                };
             }
             Some(_) => {
                 send_error(conn, ErrorCode::UnexpectedFrame, "expected hello", None)
@@ -269,8 +217,18 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
             }
             None => {}
         }
-    };
+    }
+}
 
+/// Sends the challenge and waits for an auth frame whose signature the
+/// hello's key made over it (other frames are answered and skipped).
+async fn auth<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    hello: &Hello,
+    deadline: Instant,
+) -> Option<()> {
+    let network = c.config().network.clone();
     let nonce = c.with(|core, _| core.challenge_nonce());
     send_frame(
         conn,
@@ -281,18 +239,18 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     )
     .await
     .ok()?;
-    let message = challenge_message(&origin, &network, &nonce);
-
+    let message = challenge_message(&hello.origin, &network, &nonce);
     loop {
         let frame = handshake_frame(c, conn, deadline).await?;
         match frame {
             Some(WorkerFrame::Auth { signature }) => {
-                if let Err(e) = signing::verify_personal_sign(&key, message.as_bytes(), &signature)
-                {
+                let signed =
+                    signing::verify_personal_sign(&hello.key, message.as_bytes(), &signature);
+                if let Err(e) = signed {
                     let _ = send_error(conn, ErrorCode::AuthFailed, e.to_string(), None).await;
                     return None;
                 }
-                break;
+                return Some(());
             }
             Some(_) => {
                 send_error(conn, ErrorCode::UnexpectedFrame, "expected auth", None)
@@ -302,8 +260,13 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
             None => {}
         }
     }
+}
 
-    let (session, outbox) = match c.register_worker(&pubkey, capabilities, slots) {
+/// Registers the authenticated worker and welcomes it.
+async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello) -> Option<Peer> {
+    let timing = &c.config().timing;
+    let (session, outbox) = match c.register_worker(&hello.pubkey, hello.capabilities, hello.slots)
+    {
         Ok(registered) => registered,
         Err(e) => {
             let _ = send_error(conn, ErrorCode::ShuttingDown, e.to_string(), None).await;
@@ -321,8 +284,8 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     }
     Some(Peer {
         session,
-        pubkey,
-        key,
+        pubkey: hello.pubkey,
+        key: hello.key,
         outbox,
     })
 }
@@ -459,47 +422,7 @@ async fn handle<C: FrameConnection>(
             job_id,
             output,
             receipt,
-        } => {
-            match held.remove(&job_id) {
-                None => {
-                    // Not a job this session holds: say whether it exists at all.
-                    // A store that cannot answer: the job is taken to exist.
-                    let e = if !matches!(c.job(&job_id), Ok(None)) {
-                        crate::core::FrameError::NotAssigned
-                    } else {
-                        crate::core::FrameError::UnknownJob
-                    };
-                    Some((e.code(), e.to_string(), Some(job_id)))
-                }
-                Some(job) => {
-                    match check_result(peer, job_id, &job, &output, &receipt) {
-                        Ok(()) => {
-                            let completed = c.with(|core, now_ms| {
-                                core.complete(session, job_id, output, receipt, now_ms)
-                            });
-                            if completed.is_ok() {
-                                // `result_accepted` waits in the outbox until the
-                                // completion is on disk: a worker told its job is
-                                // done never sees it rerun after a crash. A failed
-                                // write makes every later answer fail too.
-                                let _ = c.durable().await;
-                            }
-                            completed
-                                .err()
-                                .map(|e| (e.code(), e.to_string(), Some(job_id)))
-                        }
-                        Err((reason, code, message)) => {
-                            c.metrics().result_rejected(reason);
-                            // The attempt is spent either way; the job goes elsewhere.
-                            let _ = c.with(|core, now_ms| {
-                                core.attempt_failed(session, job_id, reason, now_ms)
-                            });
-                            Some((code, message, Some(job_id)))
-                        }
-                    }
-                }
-            }
-        }
+        } => result(c, peer, held, job_id, output, receipt).await,
     };
     match refused {
         Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
@@ -507,54 +430,54 @@ async fn handle<C: FrameConnection>(
     }
 }
 
-/// Checks the result of job `job_id` against what it was assigned with:
-/// output shape, and a receipt for this job, this worker's key and this
-/// payment that verifies.
-fn check_result(
+/// A worker's result: checked against what its job was assigned with, then
+/// the job completed (once durable) or the attempt failed. `Some` is the
+/// error frame to answer with.
+async fn result(
+    c: &Coordinator,
     peer: &Peer,
+    held: &mut HashMap<Uuid, Held>,
     job_id: Uuid,
-    job: &Held,
-    output: &serde_json::Value,
-    receipt: &protocol::receipt::Receipt,
-) -> Result<(), (FailureReason, ErrorCode, String)> {
-    if !job.shape.fits(output) {
-        return Err((
-            FailureReason::InvalidOutput,
-            ErrorCode::InvalidOutput,
-            "output must be a string for LLM_INFER, summarize and classify, and an object or array for extract_json".into(),
-        ));
+    output: serde_json::Value,
+    receipt: protocol::receipt::Receipt,
+) -> Option<Refusal> {
+    let session = peer.session;
+    match held.remove(&job_id) {
+        None => {
+            // Not a job this session holds: say whether it exists at all.
+            // A store that cannot answer: the job is taken to exist.
+            let e = if !matches!(c.job(&job_id), Ok(None)) {
+                crate::core::FrameError::NotAssigned
+            } else {
+                crate::core::FrameError::UnknownJob
+            };
+            Some((e.code(), e.to_string(), Some(job_id)))
+        }
+        Some(job) => {
+            match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
+                Ok(()) => {
+                    let completed = c.with(|core, now_ms| {
+                        core.complete(session, job_id, output, receipt, now_ms)
+                    });
+                    if completed.is_ok() {
+                        // `result_accepted` waits in the outbox until the
+                        // completion is on disk: a worker told its job is
+                        // done never sees it rerun after a crash. A failed
+                        // write makes every later answer fail too.
+                        let _ = c.durable().await;
+                    }
+                    completed
+                        .err()
+                        .map(|e| (e.code(), e.to_string(), Some(job_id)))
+                }
+                Err((reason, code, message)) => {
+                    c.metrics().result_rejected(reason);
+                    // The attempt is spent either way; the job goes elsewhere.
+                    let _ =
+                        c.with(|core, now_ms| core.attempt_failed(session, job_id, reason, now_ms));
+                    Some((code, message, Some(job_id)))
+                }
+            }
+        }
     }
-    let invalid = |message: String| {
-        (
-            FailureReason::InvalidReceipt,
-            ErrorCode::InvalidReceipt,
-            message,
-        )
-    };
-    if receipt.job_id != job_id {
-        return Err(invalid("receipt.job_id is not this job".into()));
-    }
-    if receipt.provider_pubkey.to_ascii_lowercase() != peer.pubkey {
-        return Err(invalid(
-            "receipt.provider_pubkey is not this worker's key".into(),
-        ));
-    }
-    if receipt.payment_ref != job.payment_ref {
-        return Err(invalid(
-            "receipt.payment_ref is not the job's payment_ref".into(),
-        ));
-    }
-    if protocol::time::parse_ms(&receipt.completed_at).is_none() {
-        return Err(invalid(
-            "receipt.completed_at is not an ISO 8601 timestamp".into(),
-        ));
-    }
-    // `pubkey` is the canonical text of `key`, so a receipt naming exactly
-    // it needs no parse; any other spelling goes the long way, as before.
-    let verified = if receipt.provider_pubkey == peer.pubkey {
-        receipt.verify_with_key(&peer.key, output)
-    } else {
-        receipt.verify(output)
-    };
-    verified.map_err(|e| invalid(e.to_string()))
 }

@@ -1,7 +1,7 @@
-//! The API contract: an OpenAPI 3.1 document generated from the handlers'
-//! `#[utoipa::path]` annotations (in `http.rs` and `session.rs`) and the body
-//! types of `protocol::api`, so it cannot drift from the code. Served at
-//! `GET /v1/openapi.json`; `docs/openapi.json` is a copy a test keeps equal.
+//! The API contract's own parts: an OpenAPI 3.1 document whose operations
+//! come from the handlers' `#[utoipa::path]` annotations as the routes are
+//! registered (`api::routes`), and whose body types are those of
+//! `protocol::api`, so it cannot drift from the code.
 //!
 //! The types here exist only to describe what the code checks by hand: the
 //! commit body as sent (validated field by field in `validate.rs`, so it has
@@ -14,7 +14,6 @@ use protocol::api::{
     TrustedProvider,
 };
 use protocol::receipt::Receipt;
-use std::sync::LazyLock;
 use utoipa::{OpenApi, ToResponse, ToSchema};
 
 #[derive(OpenApi)]
@@ -27,19 +26,6 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
             an `x-request-id` header (the caller's, when it sent a well-formed one), also found on the \
             coordinator's log lines for that request.",
         license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
-    ),
-    paths(
-        crate::http::health,
-        crate::http::quote,
-        crate::http::commit_fast,
-        crate::http::commit_cheap,
-        crate::http::poll,
-        crate::http::trust_create,
-        crate::http::trust_claim,
-        crate::http::trust_list,
-        crate::http::openapi_json,
-        crate::http::metrics,
-        crate::session::upgrade,
     ),
     components(
         schemas(
@@ -60,18 +46,6 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
     ),
 )]
 pub struct ApiDoc;
-
-/// The contract as pretty JSON with a final newline, built once.
-pub fn document_json() -> &'static str {
-    static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-        let mut json = ApiDoc::openapi()
-            .to_pretty_json()
-            .expect("the OpenAPI document serializes");
-        json.push('\n');
-        json
-    });
-    &DOCUMENT
-}
 
 /// A job submission as sent (spec 2.3): an `LLM_INFER` or a `TASK` job.
 /// Unknown top-level fields are ignored; a field that is present must have

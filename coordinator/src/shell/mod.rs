@@ -3,48 +3,35 @@
 //! `lock -> core event at clock.now_ms() -> store changes -> deliver frames`,
 //! so the store sees changes in event order and sessions see frames in
 //! event order.
+//!
+//! Files: `polls.rs` (held long polls), `handshakes.rs` (places for
+//! unauthenticated connections), `timers.rs` (the timer task).
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::core::{Change, Core, FailureReason, Job, Outbound, SessionId};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
-use protocol::api::JobStatus;
+
 use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
+
+mod handshakes;
+mod polls;
+mod timers;
+
+pub use handshakes::HandshakePermit;
+use polls::HeldPolls;
+pub use polls::{HeldPoll, Watch};
+pub(crate) use timers::run_timers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payments are already enabled")]
 pub struct PaymentsAlreadyEnabled;
-
-/// One unauthenticated connection's place, in total and for its client;
-/// given back when dropped (the handshake ended either way).
-pub struct HandshakePermit {
-    _global: tokio::sync::OwnedSemaphorePermit,
-    client: String,
-    counts: Arc<Mutex<BTreeMap<String, usize>>>,
-}
-
-impl Drop for HandshakePermit {
-    fn drop(&mut self) {
-        let mut counts = lock_counts(&self.counts);
-        if let Some(count) = counts.get_mut(&self.client) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.client);
-            }
-        }
-    }
-}
-
-fn lock_counts(m: &Mutex<BTreeMap<String, usize>>) -> MutexGuard<'_, BTreeMap<String, usize>> {
-    // Plain counters: a panic elsewhere leaves them consistent.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Why a worker session was not registered.
 #[derive(Debug, thiserror::Error)]
@@ -82,12 +69,24 @@ struct Inner {
     /// Origins a worker's login may name (`protocol::origin`): those of the
     /// configured public URLs, else those of the address served.
     worker_origins: std::sync::OnceLock<Vec<String>>,
-    /// Set once in cluster mode (`crate::node`): the core then keeps no
+    /// Set once in cluster mode (the `node` layer above): the core then keeps no
     /// pending job, and idle workers wake the claim loop.
-    cluster: std::sync::OnceLock<Arc<crate::node::ClusterLink>>,
+    cluster: std::sync::OnceLock<Arc<crate::cluster::ClusterLink>>,
     /// Called when the state lock is found poisoned, before this panics:
     /// a real process exits there (see [`Coordinator::on_poisoned`]).
     on_poisoned: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Cloned by every running worker session ([`SessionRunning`]) and let
+    /// go by [`Coordinator::sessions_ended`], whose receiver then sees the
+    /// channel close once the last session has ended (mini-redis's
+    /// `shutdown_complete`).
+    sessions: Mutex<Option<mpsc::Sender<()>>>,
+    sessions_done: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+/// Held by a worker session while it runs: shutdown waits until every one
+/// is dropped.
+pub struct SessionRunning {
+    _held: mpsc::Sender<()>,
 }
 
 /// The receiving end of a worker session's outbox (see [`State::outboxes`]).
@@ -107,71 +106,9 @@ struct State {
     held: HeldPolls,
 }
 
-/// Job polls held open (`GET /v1/jobs/{id}?wait_ms=N`), woken by `flush`
-/// when an event leaves their job in another status than they saw. Kept
-/// under the state lock, so a poll registers in the same critical section
-/// as its read and cannot miss a change.
-#[derive(Default)]
-struct HeldPolls {
-    /// Per job, in arrival order; woken in job id order, then arrival order.
-    waiters: BTreeMap<Uuid, Vec<Waiter>>,
-    /// Held polls alive, counted by their [`HeldSlot`]s.
-    total: usize,
-    per_client: BTreeMap<String, usize>,
-}
-
-struct Waiter {
-    /// The status the poll read; any other status wakes it.
-    seen: JobStatus,
-    wake: oneshot::Sender<()>,
-}
-
-/// What a poll with `wait_ms` gets when it arrives: see [`Coordinator::watch_job`].
-pub enum Watch {
-    /// No such job.
-    Unknown,
-    /// Answer with this now: the job is terminal, the coordinator is
-    /// stopping, or the held-poll bound (total or per client) is reached.
-    /// The job is shared, so its record is built after the lock is let go.
-    Now(Arc<Job>),
-    /// Wait on it, then read the job again.
-    Held(HeldPoll),
-}
-
-/// A place among the held polls. Dropping it (answered, timed out, or the
-/// client went away) gives the place back.
-pub struct HeldPoll {
-    // Declared first so it is dropped before `_slot` prunes closed waiters.
-    woken: oneshot::Receiver<()>,
-    /// Kept for its `Drop`, which gives the place back.
-    _slot: HeldSlot,
-}
-
-struct HeldSlot {
-    coordinator: Coordinator,
-    job: Uuid,
-    client: String,
-}
-
-impl HeldPoll {
-    /// Resolves when the job's status changes, the coordinator shuts down,
-    /// or `wait_ms` passes (tokio time: virtual in the simulation).
-    pub async fn wait(mut self, wait_ms: u64) {
-        let wait = std::time::Duration::from_millis(wait_ms);
-        // Woken or timed out: either way the caller reads the job as it is.
-        let _ = tokio::time::timeout(wait, &mut self.woken).await;
-    }
-}
-
-impl Drop for HeldSlot {
-    fn drop(&mut self) {
-        self.coordinator.release_hold(&self.job, &self.client);
-    }
-}
-
 impl Coordinator {
     /// A coordinator over `core` (fresh, or restored by [`Self::open`]);
-    /// the composition root (`crate::server`) starts its timer task.
+    /// the composition root (`server.rs`) starts its timer task.
     fn new(core: Core, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Self {
         let config = core.config().clone();
         let handshakes_max = config.limits.handshakes_max;
@@ -182,6 +119,7 @@ impl Coordinator {
             let origins = origins.filter_map(|url| protocol::origin::worker_origin(url).ok());
             let _ = worker_origins.set(origins.collect());
         }
+        let (sessions, sessions_done) = mpsc::channel(1);
         let inner = Arc::new(Inner {
             config: config.clone(),
             clock,
@@ -201,6 +139,8 @@ impl Coordinator {
             worker_origins,
             cluster: std::sync::OnceLock::new(),
             on_poisoned: std::sync::OnceLock::new(),
+            sessions: Mutex::new(Some(sessions)),
+            sessions_done: Mutex::new(Some(sessions_done)),
         });
         Self { inner }
     }
@@ -249,27 +189,6 @@ impl Coordinator {
             .map_err(|_| PaymentsAlreadyEnabled)
     }
 
-    /// A place for one more unauthenticated connection, if there is one.
-    /// A place for one more unauthenticated connection from `client`, if
-    /// there is one both in total and for that client.
-    pub fn handshake_permit(&self, client: &str) -> Option<HandshakePermit> {
-        let per_client_max = self.inner.config.limits.handshakes_per_client_max;
-        let global = self.inner.handshakes.clone().try_acquire_owned().ok()?;
-        let mut counts = lock_counts(&self.inner.handshakes_by_client);
-        let count = counts.entry(client.to_owned()).or_insert(0);
-        if *count >= per_client_max {
-            return None;
-        }
-        *count += 1;
-        // Bounded: every entry holds at least one global permit.
-        debug_assert!(counts.len() <= self.inner.config.limits.handshakes_max);
-        Some(HandshakePermit {
-            _global: global,
-            client: client.to_owned(),
-            counts: self.inner.handshakes_by_client.clone(),
-        })
-    }
-
     /// The origins a worker's login may name; empty until set.
     pub fn worker_origins(&self) -> &[String] {
         self.inner.worker_origins.get().map_or(&[], Vec::as_slice)
@@ -283,14 +202,14 @@ impl Coordinator {
 
     /// Makes this coordinator a node of a cluster; once, before serving.
     /// Its queued jobs (those restored at start too) go to the pool now.
-    pub fn join_cluster(&self, link: Arc<crate::node::ClusterLink>) -> bool {
+    pub fn join_cluster(&self, link: Arc<crate::cluster::ClusterLink>) -> bool {
         let joined = self.inner.cluster.set(link).is_ok();
         self.with(|_, _| ());
         joined
     }
 
     /// The cluster this coordinator is a node of, in cluster mode.
-    pub fn cluster(&self) -> Option<&Arc<crate::node::ClusterLink>> {
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::ClusterLink>> {
         self.inner.cluster.get()
     }
 
@@ -308,7 +227,7 @@ impl Coordinator {
         let (text, pool_jobs) =
             self.read(|core| (self.inner.metrics.render(core), core.pool_len()));
         match self.cluster() {
-            Some(link) => crate::node::with_node_info(text, &link.node, pool_jobs),
+            Some(link) => crate::cluster::with_node_info(text, &link.node, pool_jobs),
             None => text,
         }
     }
@@ -389,7 +308,7 @@ impl Coordinator {
                 tracing::error!(error = %e, "store write failed");
             }
         }
-        if !state.held.waiters.is_empty() {
+        if state.held.any_waiting() {
             state.held.wake_changed(&changes);
         }
         let mut outbox = state.core.take_outbox();
@@ -400,123 +319,6 @@ impl Coordinator {
             }
         }
         state.core.reuse_buffers(changes, outbox);
-    }
-
-    /// Reads a job for a poll that may wait (`wait_ms`), and registers the
-    /// wait under the same lock, so no change between the read and the
-    /// wait is missed.
-    pub fn watch_job(&self, id: Uuid, client: &str) -> Watch {
-        let mut guard = self.lock();
-        let state = &mut *guard;
-        let Some(job) = state.core.job_shared(&id) else {
-            return Watch::Unknown;
-        };
-        match self.hold(&mut state.held, id, job.status, client) {
-            Some(held) => Watch::Held(held),
-            None => Watch::Now(job),
-        }
-    }
-
-    /// Cluster mode: holds a poll of a job another node holds, last read
-    /// from the shared store in status `seen`, under the same bounds as a
-    /// held poll of a job held here; `None` if the poll is answered now.
-    /// The remote watch (`node.rs`) wakes it when the store shows another
-    /// status.
-    pub fn watch_remote(&self, id: Uuid, seen: JobStatus, client: &str) -> Option<HeldPoll> {
-        let mut state = self.lock();
-        self.hold(&mut state.held, id, seen, client)
-    }
-
-    /// Registers a held poll of `id` seen in `seen`, if the poll may wait:
-    /// the job is not terminal, the coordinator is not stopping, and the
-    /// held-poll bounds (total, per client) have room.
-    fn hold(
-        &self,
-        held: &mut HeldPolls,
-        id: Uuid,
-        seen: JobStatus,
-        client: &str,
-    ) -> Option<HeldPoll> {
-        let limits = &self.inner.config.limits;
-        let client_held = held.per_client.get(client).copied().unwrap_or(0);
-        if seen.is_terminal()
-            || self.is_stopping()
-            || held.total >= limits.held_polls_max
-            || client_held >= limits.held_polls_per_client_max
-        {
-            return None;
-        }
-        let (wake, woken) = oneshot::channel();
-        held.waiters
-            .entry(id)
-            .or_default()
-            .push(Waiter { seen, wake });
-        held.total += 1;
-        *held.per_client.entry(client.to_owned()).or_default() += 1;
-        assert!(held.total <= limits.held_polls_max);
-        Some(HeldPoll {
-            woken,
-            _slot: HeldSlot {
-                coordinator: self.clone(),
-                job: id,
-                client: client.to_owned(),
-            },
-        })
-    }
-
-    /// Cluster mode: the jobs held polls wait on that this node does not
-    /// hold, in id order after `after`, at most `max`: what the remote
-    /// watch reads.
-    pub fn remote_watched(&self, after: Option<Uuid>, max: usize) -> Vec<Uuid> {
-        use std::ops::Bound;
-        let state = self.lock();
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let ids = state.held.waiters.range((from, Bound::Unbounded));
-        ids.map(|(id, _)| *id)
-            .filter(|id| state.core.job(id).is_none())
-            .take(max)
-            .collect()
-    }
-
-    /// Cluster mode: wakes the held polls of jobs another node holds whose
-    /// status in the shared store is no longer the one they saw.
-    pub fn wake_remote(&self, statuses: &[(Uuid, JobStatus)]) {
-        let mut state = self.lock();
-        for &(id, status) in statuses {
-            state.held.wake(id, status);
-        }
-    }
-
-    /// Held polls alive now (total, and of `client`).
-    pub fn held_polls(&self, client: &str) -> (usize, usize) {
-        let state = self.lock();
-        let of_client = state.held.per_client.get(client).copied().unwrap_or(0);
-        (state.held.total, of_client)
-    }
-
-    fn release_hold(&self, job: &Uuid, client: &str) {
-        // Runs in `Drop`: a poisoned lock means the process is going down.
-        let Ok(mut state) = self.inner.state.lock() else {
-            return;
-        };
-        let held = &mut state.held;
-        assert!(held.total > 0, "a held poll released twice");
-        held.total -= 1;
-        match held.per_client.get_mut(client) {
-            Some(1) => {
-                held.per_client.remove(client);
-            }
-            Some(n) => *n -= 1,
-            None => unreachable!("a held poll of an uncounted client"),
-        }
-        // A poll that timed out leaves its waiter behind; drop it now so
-        // waiters stay bounded by the held polls alive.
-        if let Some(list) = held.waiters.get_mut(job) {
-            list.retain(|w| !w.wake.is_closed());
-            if list.is_empty() {
-                held.waiters.remove(job);
-            }
-        }
     }
 
     /// Counts every job change in the metrics, and logs one info line per
@@ -603,11 +405,7 @@ impl Coordinator {
         let mut state = self.lock();
         self.inner.stopping.store(true, Ordering::SeqCst);
         // Held polls answer now with the job as it is; new ones are not held.
-        for (_, waiters) in std::mem::take(&mut state.held.waiters) {
-            for waiter in waiters {
-                let _ = waiter.wake.send(());
-            }
-        }
+        state.held.wake_all();
         for out in state.outboxes.values() {
             let close = Outbound::Close(
                 protocol::worker::ErrorCode::ShuttingDown,
@@ -618,6 +416,30 @@ impl Coordinator {
         }
         drop(state);
         self.inner.stop.notify_waiters();
+    }
+
+    /// Marks a worker session running until the mark is dropped; `None`
+    /// once [`Coordinator::sessions_ended`] was called.
+    pub fn session_running(&self) -> Option<SessionRunning> {
+        let sessions = self.inner.sessions.lock();
+        let sessions = sessions.unwrap_or_else(|p| p.into_inner());
+        let held = sessions.as_ref()?.clone();
+        Some(SessionRunning { _held: held })
+    }
+
+    /// Resolves once every worker session has ended. Call after
+    /// [`Coordinator::shutdown`] (which asks them to) and after serving
+    /// stopped (so no session starts any more).
+    pub async fn sessions_ended(&self) {
+        let mut sessions = self.inner.sessions.lock();
+        drop(sessions.as_mut().unwrap_or_else(|p| p.get_mut()).take());
+        drop(sessions);
+        let done = self.inner.sessions_done.lock();
+        let done = done.unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut done) = done {
+            // Nothing is sent: `None` once every sender has been dropped.
+            while done.recv().await.is_some() {}
+        }
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -635,69 +457,6 @@ impl Coordinator {
                 }
                 notified.await;
             }
-        }
-    }
-}
-
-impl HeldPolls {
-    /// Wakes the polls of every job an event left in another status than
-    /// the poll saw. Only a job's last record in `changes` counts: one
-    /// event may requeue and reassign a job, which is no change to a poll.
-    fn wake_changed(&mut self, changes: &[Change]) {
-        let mut last: BTreeMap<Uuid, JobStatus> = BTreeMap::new();
-        for change in changes {
-            if let Change::Job(job) = change {
-                if self.waiters.contains_key(&job.id) {
-                    last.insert(job.id, job.status);
-                }
-            }
-        }
-        for (id, status) in last {
-            self.wake(id, status);
-        }
-    }
-
-    /// Wakes the polls of `id` that saw another status than `status`.
-    fn wake(&mut self, id: Uuid, status: JobStatus) {
-        let Some(list) = self.waiters.remove(&id) else {
-            return;
-        };
-        let (wake, keep): (Vec<Waiter>, Vec<Waiter>) =
-            list.into_iter().partition(|w| w.seen != status);
-        for waiter in wake {
-            // A closed receiver is a poll that already ended.
-            let _ = waiter.wake.send(());
-        }
-        if !keep.is_empty() {
-            self.waiters.insert(id, keep);
-        }
-    }
-}
-
-/// Sleeps until the core's next deadline, fires due timers, repeats; ends
-/// on shutdown. A `notify_one` that arrives while no one waits is kept as a
-/// permit, so a deadline added between the read and the wait is not missed.
-pub(crate) async fn run_timers(c: Coordinator) {
-    loop {
-        let wait_ms = c
-            .read(|core| core.next_deadline_ms())
-            .map(|at| at - c.now_ms());
-        if let Some(ms) = wait_ms {
-            if ms <= 0 {
-                c.with(|core, now_ms| core.tick(now_ms));
-                continue;
-            }
-        }
-        let sleep = async {
-            match wait_ms {
-                Some(ms) => tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            _ = c.inner.timer_wake.notified() => {}
-            _ = sleep => {}
         }
     }
 }

@@ -14,7 +14,7 @@
 //! attacker has.
 
 use crate::config::{Config, Limits};
-use crate::rate::{Limited, Windows};
+use crate::core::rate::{Limited, Windows};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -33,11 +33,18 @@ pub enum ApiError {
     /// 402: no payment, or a payment that was refused (x402 answer).
     #[error("payment required")]
     Payment(Box<x402::Refusal>),
+    /// 500: the cause is logged where it happened and kept as the source
+    /// (`None` for a panic), never shown to the client.
     #[error("internal error")]
-    Internal,
+    Internal(#[source] Option<Box<dyn std::error::Error + Send + Sync>>),
 }
 
 impl ApiError {
+    /// A 500 caused by `source`.
+    pub fn internal(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        ApiError::Internal(Some(source.into()))
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -49,7 +56,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Payment(_) => StatusCode::PAYMENT_REQUIRED,
-            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -84,5 +91,27 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+    use http_body_util::BodyExt;
+    use std::error::Error as _;
+
+    #[tokio::test]
+    async fn an_internal_error_keeps_its_source_and_answers_the_same_bytes() {
+        let e = ApiError::internal(StoreError("disk full".into()));
+        assert_eq!(e.source().unwrap().to_string(), "store: disk full");
+        let panicked = ApiError::Internal(None);
+        assert!(panicked.source().is_none());
+        for e in [e, panicked] {
+            let response = e.into_response();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], br#"{"error":"internal error"}"#);
+        }
     }
 }

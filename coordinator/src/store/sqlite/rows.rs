@@ -10,7 +10,7 @@
 //! updates that row. The map is read from the table at open and follows
 //! each transaction once it commits, so it always describes the database.
 
-use crate::sqlite::SqliteError;
+use crate::store::sqlite::SqliteError;
 use rusqlite::{params, Connection, Transaction};
 use rustc_hash::FxHashMap;
 use uuid::Uuid;

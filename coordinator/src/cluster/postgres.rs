@@ -18,15 +18,15 @@
 //! so several clusters (or test runs) can share one database.
 
 use crate::cluster::{owner_after_write, tier_rank, Call, ClusterError, SharedStore, Want};
+use crate::core::trust::{Pairing, TrustEntry};
+use crate::core::Snapshot;
 use crate::core::{Change, Job};
-use crate::store::Snapshot;
-use crate::trust::{Pairing, TrustEntry};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use protocol::api::JobType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::watch;
-use tokio_postgres::NoTls;
+use tokio_postgres::{NoTls, Statement, Transaction};
 use uuid::Uuid;
 use x402::NonceKey;
 
@@ -293,6 +293,113 @@ const SPEND_NONCE: &str = "INSERT INTO nonces (key, reserved_by, job, valid_befo
     ON CONFLICT (key) DO UPDATE SET job = EXCLUDED.job
     WHERE nonces.job IS NULL OR nonces.job = EXCLUDED.job";
 
+/// Records batch `batch` as the node's last, in its transaction: `false`
+/// if it was already (committed before, its answer lost). A node whose row
+/// is gone was taken over: fenced.
+async fn begin_batch(tx: &Transaction<'_>, node: &str, batch: u64) -> Result<bool, ClusterError> {
+    let batch = i64::try_from(batch).expect("batch numbers fit in i64");
+    let alive = tx
+        .query_opt(
+            "SELECT last_batch FROM nodes WHERE node_id = $1 FOR NO KEY UPDATE",
+            &[&node],
+        )
+        .await
+        .map_err(unavailable)?;
+    let Some(alive) = alive else {
+        return Err(fenced(node, "its lease was taken over"));
+    };
+    if alive.get::<_, i64>(0) == batch {
+        return Ok(false);
+    }
+    tx.execute(
+        "UPDATE nodes SET last_batch = $2 WHERE node_id = $1",
+        &[&node, &batch],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(true)
+}
+
+/// Writes the latest version of a job the node owns (the upsert refuses
+/// one it does not: fenced) and spends its payment's nonce; `true` if the
+/// job went to the pool.
+async fn write_job(
+    tx: &Transaction<'_>,
+    (upsert, spend): (&Statement, &Statement),
+    node: &str,
+    job: &Job,
+) -> Result<bool, ClusterError> {
+    let owner = owner_after_write(job, node);
+    let s = &job.submission;
+    let private = s.privacy_class == protocol::api::PrivacyClass::Private;
+    let nonce = job.paid_with.as_ref().map(|p| json(&p.nonce));
+    let written = tx
+        .execute(
+            upsert,
+            &[
+                &job.id.to_string(),
+                &owner,
+                &name(&job.status),
+                &tier_rank(job.tier),
+                &name(&s.job_type),
+                &private,
+                &s.user_id,
+                &job.deadline_ms,
+                &job.created_at_ms,
+                &nonce,
+                &json(job),
+                &node,
+            ],
+        )
+        .await
+        .map_err(|e| fenced(node, format!("job {}: {e}", job.id)))?;
+    if written == 0 {
+        return Err(fenced(node, format!("job {} is not its own", job.id)));
+    }
+    if let Some(nonce) = &nonce {
+        let spent = tx
+            .execute(spend, &[nonce, &node, &job.id.to_string()])
+            .await
+            .map_err(unavailable)?;
+        if spent == 0 {
+            let why = format!("job {}'s payment bought another job", job.id);
+            return Err(fenced(node, why));
+        }
+    }
+    Ok(owner.is_none())
+}
+
+/// Writes a pairing or a trust entry.
+async fn write_record(tx: &Transaction<'_>, change: &Change) -> Result<(), ClusterError> {
+    match change {
+        Change::Pairing(p) => {
+            tx.execute(
+                // Never another user's code: two nodes may draw
+                // the same one (see ARCHITECTURE.md).
+                "INSERT INTO pairings (code, body) VALUES ($1, $2)
+                 ON CONFLICT (code) DO UPDATE SET body = EXCLUDED.body
+                 WHERE pairings.body::jsonb ->> 'user_id' = $3",
+                &[&p.code, &json(p), &p.user_id],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
+        Change::Trust(e) => {
+            tx.execute(
+                "INSERT INTO trust (user_id, pubkey, version, body)
+                 VALUES ($1, $2, nextval('trust_version'), $3)
+                 ON CONFLICT (user_id, pubkey) DO UPDATE
+                 SET version = EXCLUDED.version, body = EXCLUDED.body",
+                &[&e.user_id, &e.provider_pubkey, &json(e)],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
+        Change::Job(_) | Change::NonceSpent(_) => {}
+    }
+    Ok(())
+}
+
 impl SharedStore for PgShared {
     fn join(&self, node: &str, now_ms: i64, lease_ms: i64) -> Call<'_, Snapshot> {
         let node = node.to_owned();
@@ -393,95 +500,16 @@ impl SharedStore for PgShared {
                 .await
                 .map_err(unavailable)?;
             let tx = client.transaction().await.map_err(unavailable)?;
-            let batch = i64::try_from(batch).expect("batch numbers fit in i64");
-            let alive = tx
-                .query_opt(
-                    "SELECT last_batch FROM nodes WHERE node_id = $1 FOR NO KEY UPDATE",
-                    &[&node],
-                )
-                .await
-                .map_err(unavailable)?;
-            let Some(alive) = alive else {
-                return Err(fenced(&node, "its lease was taken over"));
-            };
-            if alive.get::<_, i64>(0) == batch {
+            if !begin_batch(&tx, &node, batch).await? {
                 // Committed before; its answer was lost.
                 return Ok(());
             }
-            tx.execute(
-                "UPDATE nodes SET last_batch = $2 WHERE node_id = $1",
-                &[&node, &batch],
-            )
-            .await
-            .map_err(unavailable)?;
             let mut pooled = false;
             for job in &jobs {
-                let owner = owner_after_write(job, &node);
-                pooled |= owner.is_none();
-                let s = &job.submission;
-                let private = s.privacy_class == protocol::api::PrivacyClass::Private;
-                let nonce = job.paid_with.as_ref().map(|p| json(&p.nonce));
-                let written = tx
-                    .execute(
-                        &upsert,
-                        &[
-                            &job.id.to_string(),
-                            &owner,
-                            &name(&job.status),
-                            &tier_rank(job.tier),
-                            &name(&s.job_type),
-                            &private,
-                            &s.user_id,
-                            &job.deadline_ms,
-                            &job.created_at_ms,
-                            &nonce,
-                            &json(&**job),
-                            &node,
-                        ],
-                    )
-                    .await
-                    .map_err(|e| fenced(&node, format!("job {}: {e}", job.id)))?;
-                if written == 0 {
-                    return Err(fenced(&node, format!("job {} is not its own", job.id)));
-                }
-                if let Some(nonce) = &nonce {
-                    let spent = tx
-                        .execute(&spend, &[nonce, &node, &job.id.to_string()])
-                        .await
-                        .map_err(unavailable)?;
-                    if spent == 0 {
-                        let why = format!("job {}'s payment bought another job", job.id);
-                        return Err(fenced(&node, why));
-                    }
-                }
+                pooled |= write_job(&tx, (&upsert, &spend), &node, job).await?;
             }
             for change in &others {
-                match change {
-                    Change::Pairing(p) => {
-                        tx.execute(
-                            // Never another user's code: two nodes may draw
-                            // the same one (see ARCHITECTURE.md).
-                            "INSERT INTO pairings (code, body) VALUES ($1, $2)
-                             ON CONFLICT (code) DO UPDATE SET body = EXCLUDED.body
-                             WHERE pairings.body::jsonb ->> 'user_id' = $3",
-                            &[&p.code, &json(p), &p.user_id],
-                        )
-                        .await
-                        .map_err(unavailable)?;
-                    }
-                    Change::Trust(e) => {
-                        tx.execute(
-                            "INSERT INTO trust (user_id, pubkey, version, body)
-                             VALUES ($1, $2, nextval('trust_version'), $3)
-                             ON CONFLICT (user_id, pubkey) DO UPDATE
-                             SET version = EXCLUDED.version, body = EXCLUDED.body",
-                            &[&e.user_id, &e.provider_pubkey, &json(e)],
-                        )
-                        .await
-                        .map_err(unavailable)?;
-                    }
-                    Change::Job(_) | Change::NonceSpent(_) => {}
-                }
+                write_record(&tx, change).await?;
             }
             // Trust written wakes the other nodes too: they learn it.
             pooled |= !others.iter().all(|c| matches!(c, Change::Pairing(_)));

@@ -322,38 +322,6 @@ pub fn missing_fields(body: &Value, fields: &[&str]) -> Option<String> {
     (!missing.is_empty()).then(|| format!("Missing required fields: {}", missing.join(", ")))
 }
 
-/// The shape of output a job type promises: text for LLM_INFER, summarize
-/// and classify; an object or array for extract_json.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputShape {
-    Text,
-    Structured,
-}
-
-impl OutputShape {
-    pub fn of(payload: &Payload) -> Self {
-        match payload {
-            Payload::Llm { .. }
-            | Payload::Task {
-                task_type: TaskType::Summarize | TaskType::Classify,
-                ..
-            } => OutputShape::Text,
-            Payload::Task {
-                task_type: TaskType::ExtractJson,
-                ..
-            } => OutputShape::Structured,
-        }
-    }
-
-    /// Whether a worker's output has this shape.
-    pub fn fits(self, output: &Value) -> bool {
-        match self {
-            OutputShape::Text => output.is_string(),
-            OutputShape::Structured => output.is_object() || output.is_array(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,25 +412,6 @@ mod tests {
             let err = check(body.clone()).unwrap_err();
             assert!(err.starts_with(expected), "{body} gave {err}");
         }
-    }
-
-    #[test]
-    fn output_shapes() {
-        let llm = Payload::Llm {
-            prompt: "p".into(),
-            max_tokens: 1,
-        };
-        let text = OutputShape::of(&llm);
-        assert!(text.fits(&json!("text")));
-        assert!(!text.fits(&json!({"text": "x"})));
-        let ej = Payload::Task {
-            task_type: TaskType::ExtractJson,
-            input: "i".into(),
-        };
-        let structured = OutputShape::of(&ej);
-        assert!(structured.fits(&json!({"a": 1})));
-        assert!(structured.fits(&json!([1])));
-        assert!(!structured.fits(&json!("a")));
     }
 
     /// Values a field may have in a body, as JSON text.

@@ -3,10 +3,13 @@
 //! writes them and `load` gives back the latest version of each.
 //!
 //! `MemoryStore` keeps them in memory for tests and the simulation; the
-//! durable [`crate::sqlite::SqliteStore`] implements the same trait.
+//! durable [`crate::store::sqlite::SqliteStore`] implements the same trait.
 
+pub mod sqlite;
+
+use crate::core::trust::{Pairing, TrustEntry};
+pub use crate::core::Snapshot;
 use crate::core::{Change, Job};
-use crate::trust::{Pairing, TrustEntry};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,14 +19,6 @@ use uuid::Uuid;
 #[derive(Debug, thiserror::Error)]
 #[error("store: {0}")]
 pub struct StoreError(pub String);
-
-/// Everything a store holds, latest version of each record.
-#[derive(Debug, Default, Clone)]
-pub struct Snapshot {
-    pub jobs: Vec<Job>,
-    pub pairings: Vec<Pairing>,
-    pub trust: Vec<TrustEntry>,
-}
 
 pub trait Store: Send + Sync + 'static {
     /// Takes the changes of one event, in event order. A store may write
@@ -125,7 +120,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::config::Config;
     use crate::core::Core;
-    use protocol::api::{JobStatus, Tier};
+    use protocol::api::{JobStatus, JobSubmission, JobType, Payload, PrivacyClass, TaskType, Tier};
     use rand::SeedableRng;
 
     /// A job committed by a real core, and the changes that recorded it.
@@ -134,13 +129,24 @@ pub(crate) mod tests {
             Config::default(),
             rand_chacha::ChaCha20Rng::seed_from_u64(1),
         );
-        let body = serde_json::json!({"job_type": "TASK", "user_id": "a",
-            "payload": {"task_type": "summarize", "input": "x"}});
-        let s = crate::validate::submission(&body, &core.config().limits).unwrap();
+        let s = task_submission("a");
         core.commit(s, Tier::Cheap, None, 1_000).unwrap();
         let changes = core.take_changes();
         let job = latest_job(&changes, &only_job(&changes)).expect("the job");
         (job, changes)
+    }
+
+    /// A `summarize` TASK job of `user`, as validation makes it.
+    pub(crate) fn task_submission(user: &str) -> JobSubmission {
+        JobSubmission {
+            job_type: JobType::Task,
+            user_id: user.into(),
+            payload: Payload::Task {
+                task_type: TaskType::Summarize,
+                input: "x".into(),
+            },
+            privacy_class: PrivacyClass::Public,
+        }
     }
 
     fn only_job(changes: &[Change]) -> Uuid {

@@ -1,0 +1,179 @@
+//! Extractors: JSON bodies and commit requests (content type, size, parse,
+//! validation), the query map, and the client's address for rate limits.
+
+use super::error::ApiError;
+use super::validate;
+use crate::shell::Coordinator;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
+use protocol::api::JobSubmission;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// A JSON object body: checks the content type and size, parses, and maps
+/// every failure to an [`ApiError`].
+pub struct JsonBody(pub Value);
+
+impl FromRequest<Coordinator> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = read_body(req, state).await?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A commit request: its headers (payments read them; moved out of the
+/// request, not cloned) and its body as a submission, or why it is not
+/// one. Checked and parsed as [`JsonBody`] then `validate::submission`
+/// would, through `validate::plain_submission` when the body is plain.
+pub struct CommitRequest {
+    pub(super) headers: HeaderMap,
+    pub(super) submission: Result<JobSubmission, String>,
+}
+
+impl FromRequest<Coordinator> for CommitRequest {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let (mut parts, body) = req.into_parts();
+        // Reading the body needs the extensions (the size limit), not the headers.
+        let headers = std::mem::take(&mut parts.headers);
+        let bytes = read_body(Request::from_parts(parts, body), state).await?;
+        let limits = &state.config().limits;
+        let submission = match validate::plain_submission(&bytes, limits) {
+            Some(judged) => judged,
+            None => validate::submission(&parse_json(&bytes)?, limits),
+        };
+        Ok(Self {
+            headers,
+            submission,
+        })
+    }
+}
+
+/// Whether the content type is JSON: `application/json` or `*/*+json`,
+/// any parameters, any ASCII case.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().as_bytes();
+            mime.eq_ignore_ascii_case(b"application/json")
+                || mime.len() >= 5 && mime[mime.len() - 5..].eq_ignore_ascii_case(b"+json")
+        })
+}
+
+/// The whole body, within the configured size limit.
+async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
+    let limit_bytes = state.config().limits.body_bytes_max;
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit_bytes }
+        } else {
+            ApiError::BadRequest(format!("could not read the request body: {rejection}"))
+        }
+    })
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("request body is not valid JSON: {e}")))
+}
+
+/// Query parameters as a map; a malformed query string is a 400.
+pub struct QueryMap(pub BTreeMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(QueryMap)
+            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+    }
+}
+
+/// The caller's address for rate limiting: the peer's IP, or, when the peer
+/// is a configured trusted proxy, the client its `X-Forwarded-For` names.
+/// IPv6 addresses are grouped by /64 (one host usually holds a whole /64);
+/// `local` when served without a peer address (in-process tests and the
+/// simulation).
+pub struct ClientAddr(pub String);
+
+impl FromRequestParts<Coordinator> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        c: &Coordinator,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(ConnectInfo(peer)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() else {
+            return Ok(ClientAddr("local".to_owned()));
+        };
+        let ip = client_ip(peer.ip(), &parts.headers, &c.config().trusted_proxies);
+        Ok(ClientAddr(rate_limit_key(ip)))
+    }
+}
+
+/// Most `X-Forwarded-For` hops looked at, from the right.
+const FORWARDED_HOPS_MAX: usize = 16;
+
+/// The client behind `peer`: `peer` itself unless it is a trusted proxy;
+/// then the rightmost `X-Forwarded-For` entry that is not a trusted proxy
+/// (entries further left were written by the client and prove nothing). A
+/// malformed entry stops the walk at the last address known good.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted_proxies: &[IpAddr]) -> IpAddr {
+    let trusted = |ip: &IpAddr| trusted_proxies.contains(&canonical_ip(*ip));
+    if !trusted(&peer) {
+        return peer;
+    }
+    let hops: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .collect();
+    let mut client = peer;
+    for hop in hops.iter().rev().take(FORWARDED_HOPS_MAX) {
+        let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+            break;
+        };
+        client = ip;
+        if !trusted(&ip) {
+            break;
+        }
+    }
+    client
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4, so one host has one key.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// The rate-limit key of an address: IPv4 as is, IPv6 by its /64.
+pub fn rate_limit_key(ip: IpAddr) -> String {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            format!("{}/64", std::net::Ipv6Addr::from(prefix))
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! What a worker's result is checked against, and the check: the output's
+//! shape and a receipt that verifies for this job, this worker and this
+//! payment. Runs in the session, outside the core's lock, because
+//! signature recovery is the most expensive step of a job.
+
+use crate::core::FailureReason;
+use protocol::api::{Payload, TaskType};
+use protocol::signing::PublicKey;
+use protocol::worker::ErrorCode;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The shape of output a job type promises: text for LLM_INFER, summarize
+/// and classify; an object or array for extract_json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputShape {
+    Text,
+    Structured,
+}
+
+impl OutputShape {
+    pub fn of(payload: &Payload) -> Self {
+        match payload {
+            Payload::Llm { .. }
+            | Payload::Task {
+                task_type: TaskType::Summarize | TaskType::Classify,
+                ..
+            } => OutputShape::Text,
+            Payload::Task {
+                task_type: TaskType::ExtractJson,
+                ..
+            } => OutputShape::Structured,
+        }
+    }
+
+    /// Whether a worker's output has this shape.
+    pub fn fits(self, output: &Value) -> bool {
+        match self {
+            OutputShape::Text => output.is_string(),
+            OutputShape::Structured => output.is_object() || output.is_array(),
+        }
+    }
+}
+
+/// A job this session holds: what its result is checked against. Not the
+/// whole assignment: the payload text stays with the core's job, so the
+/// session keeps no second copy of it while the worker runs the job.
+pub struct Held {
+    pub shape: OutputShape,
+    /// Goes into the receipt verbatim.
+    pub payment_ref: Option<String>,
+}
+
+/// Checks the result of job `job_id` against what it was assigned with:
+/// output shape, and a receipt for this job, this worker's key and this
+/// payment that verifies.
+pub fn check_result(
+    pubkey: &str,
+    key: &PublicKey,
+    job_id: Uuid,
+    job: &Held,
+    output: &serde_json::Value,
+    receipt: &protocol::receipt::Receipt,
+) -> Result<(), (FailureReason, ErrorCode, String)> {
+    if !job.shape.fits(output) {
+        return Err((
+            FailureReason::InvalidOutput,
+            ErrorCode::InvalidOutput,
+            "output must be a string for LLM_INFER, summarize and classify, and an object or array for extract_json".into(),
+        ));
+    }
+    let invalid = |message: String| {
+        (
+            FailureReason::InvalidReceipt,
+            ErrorCode::InvalidReceipt,
+            message,
+        )
+    };
+    if receipt.job_id != job_id {
+        return Err(invalid("receipt.job_id is not this job".into()));
+    }
+    if receipt.provider_pubkey.to_ascii_lowercase() != pubkey {
+        return Err(invalid(
+            "receipt.provider_pubkey is not this worker's key".into(),
+        ));
+    }
+    if receipt.payment_ref != job.payment_ref {
+        return Err(invalid(
+            "receipt.payment_ref is not the job's payment_ref".into(),
+        ));
+    }
+    if protocol::time::parse_ms(&receipt.completed_at).is_none() {
+        return Err(invalid(
+            "receipt.completed_at is not an ISO 8601 timestamp".into(),
+        ));
+    }
+    // `pubkey` is the canonical text of `key`, so a receipt naming exactly
+    // it needs no parse; any other spelling goes the long way, as before.
+    let verified = if receipt.provider_pubkey == pubkey {
+        receipt.verify_with_key(key, output)
+    } else {
+        receipt.verify(output)
+    };
+    verified.map_err(|e| invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_shapes() {
+        let llm = Payload::Llm {
+            prompt: "p".into(),
+            max_tokens: 1,
+        };
+        let text = OutputShape::of(&llm);
+        assert!(text.fits(&json!("text")));
+        assert!(!text.fits(&json!({"text": "x"})));
+        let ej = Payload::Task {
+            task_type: TaskType::ExtractJson,
+            input: "i".into(),
+        };
+        let structured = OutputShape::of(&ej);
+        assert!(structured.fits(&json!({"a": 1})));
+        assert!(structured.fits(&json!([1])));
+        assert!(!structured.fits(&json!("a")));
+    }
+}
