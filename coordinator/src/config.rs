@@ -1,6 +1,6 @@
 //! Deployment settings: network id, prices, limits and timeouts. Every limit
 //! the coordinator enforces is named here with its unit, and documented in
-//! ARCHITECTURE.md.
+//! docs/operations.md, "Limits".
 
 use protocol::api::{JobType, Tier};
 use protocol::money::Price;

@@ -57,7 +57,7 @@ pub struct Settings {
     /// Where `GET /metrics` is served.
     pub metrics_at: MetricsAt,
     /// Cluster mode: a node of a coordinator on PostgreSQL (then `db` is
-    /// not used). See ARCHITECTURE.md, "Several nodes".
+    /// not used). See docs/cluster.md.
     pub cluster: Option<ClusterSettings>,
 }
 

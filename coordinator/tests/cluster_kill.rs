@@ -1,8 +1,7 @@
-//! Several nodes on one PostgreSQL, live (ARCHITECTURE.md, "Several
-//! nodes"): three `coordinator` processes with the same `--db` form one
-//! coordinator. Workers are spread over the nodes; paying clients commit on
-//! one node and poll on another. Under load one node is killed with
-//! SIGKILL. Then:
+//! Several nodes on one PostgreSQL, live (docs/cluster.md): three
+//! `coordinator` processes with the same `--db` form one coordinator.
+//! Workers are spread over the nodes; paying clients commit on one node and
+//! poll on another. Under load one node is killed with SIGKILL. Then:
 //! - every job that got a 201, from any node, ends `completed` with a
 //!   receipt that verifies against its output (none is lost, none is stuck:
 //!   the dead node's jobs are taken over once its lease lapses, their

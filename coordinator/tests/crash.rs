@@ -62,7 +62,7 @@ async fn start(db: &Path) -> Running {
         .args(["--db", db.to_str().unwrap()])
         .args(["--pending-timeout-ms", &PENDING_TIMEOUT_MS.to_string()])
         // Most polls and paid retries then read finished jobs from the
-        // database, not from memory (ARCHITECTURE.md, "Job memory").
+        // database, not from memory (docs/durability.md, "Job memory").
         .args(["--finished-jobs-cached-max", "16"])
         .args(["--claim-failures-per-client-per-minute-max", "100000"])
         .args(["--pairing-creates-per-client-per-minute-max", "100000"])

@@ -236,7 +236,7 @@ impl CommitFields<'_> {
             _ => return Err("payload must be an object".into()),
         };
         // An optional field is absent or has its type: `null` is neither, so it
-        // is a 400 like any other wrong type (spec 4.3; ARCHITECTURE.md).
+        // is a 400 like any other wrong type (spec 4.3; docs/decisions/0005-request-validation.md).
         let privacy_class = match self.privacy_class {
             Field::Absent => PrivacyClass::Public,
             v => v

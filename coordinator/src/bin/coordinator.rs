@@ -183,7 +183,7 @@ struct Args {
     /// SQLite database file, created if missing; `:memory:` keeps nothing
     /// across restarts. A `postgres://…` URL makes this process one node of
     /// a cluster: every node with the same URL and --network is one
-    /// coordinator (ARCHITECTURE.md, "Several nodes").
+    /// coordinator (docs/cluster.md).
     #[arg(long, env = "COORDINATOR_DB", default_value = "coordinator.db")]
     db: String,
     /// With a `postgres://` --db: this node's id, in its logs and metrics.

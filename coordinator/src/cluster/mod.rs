@@ -1,5 +1,5 @@
 //! The seam of cluster mode: what several nodes of one coordinator share
-//! (ARCHITECTURE.md, "Several nodes").
+//! (docs/cluster.md).
 //!
 //! A job is either *held* by one node (its core has it, its worker session,
 //! its lease timer) or *in the pool* (pending, owned by no node). Every job

@@ -375,7 +375,7 @@ async fn write_record(tx: &Transaction<'_>, change: &Change) -> Result<(), Clust
         Change::Pairing(p) => {
             tx.execute(
                 // Never another user's code: two nodes may draw
-                // the same one (see ARCHITECTURE.md).
+                // the same one (see docs/cluster.md, "Pairing codes").
                 "INSERT INTO pairings (code, body) VALUES ($1, $2)
                  ON CONFLICT (code) DO UPDATE SET body = EXCLUDED.body
                  WHERE pairings.body::jsonb ->> 'user_id' = $3",

@@ -1,4 +1,4 @@
-//! The core's side of cluster mode (ARCHITECTURE.md, "Several nodes"):
+//! The core's side of cluster mode (docs/cluster.md):
 //! a node's core holds only the jobs its node owns, and never a pending one.
 //!
 //! - After every event the shell takes the queued jobs out

@@ -548,7 +548,7 @@ impl Core {
         let limits = &self.config.limits;
         let bytes = JOB_OVERHEAD_BYTES + submission_bytes(submission);
         // It must fit where it waits and where it will be kept once done
-        // (its output then counts too; see ARCHITECTURE.md, Limits).
+        // (its output then counts too; see docs/operations.md, "Limits").
         if self.queued_bytes + bytes > limits.queued_bytes_max
             || self.kept_bytes + bytes > limits.kept_bytes_max
         {

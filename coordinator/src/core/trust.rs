@@ -5,7 +5,7 @@
 //! remembered for a retention period so a late claim is told `already_claimed`
 //! or `expired`, not `invalid_code`.
 //!
-//! Abuse limits (ARCHITECTURE.md, "Pairing abuse"): creates are rate-limited
+//! Abuse limits (docs/security.md, "Pairing abuse"): creates are rate-limited
 //! per client address and per user, each user holds a few live codes, and
 //! only live codes count against the global cap, so a flood of creates
 //! cannot switch pairing off for everyone. Failed claims (not successful

@@ -1,4 +1,4 @@
-//! One node of a cluster (ARCHITECTURE.md, "Several nodes"): the shell
+//! One node of a cluster (docs/cluster.md): the shell
 //! around a node's core that keeps it in step with the shared store.
 //!
 //! - [`NodeStore`] is the node's [`Store`](crate::store::Store): every event's changes are

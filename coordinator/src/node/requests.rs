@@ -105,7 +105,7 @@ pub async fn shared_paid_job(
     crate::core::bought_with(&job, submission, tier)
 }
 
-/// Cluster-wide rate limits (ARCHITECTURE.md, "Limits that must be
+/// Cluster-wide rate limits (docs/cluster.md, "Limits that must be
 /// global"): what one request took from the shared budgets, to give back
 /// if it did not count. Empty outside cluster mode, where the core's own
 /// budgets are the whole limit.

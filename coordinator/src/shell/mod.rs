@@ -295,7 +295,7 @@ impl Coordinator {
 
     fn flush(&self, state: &mut State) {
         if let Some(link) = self.inner.cluster.get() {
-            // Queued jobs go to the cluster's pool (ARCHITECTURE.md, Several nodes).
+            // Queued jobs go to the cluster's pool (docs/cluster.md).
             state.core.release_pending();
             if state.core.has_idle() {
                 link.claim_wake.notify_one();
