@@ -17,7 +17,8 @@ use std::time::Duration;
 const EPOCH_MS: i64 = 1_795_255_200_000;
 
 /// The coordinator on a loopback port; returns its HTTP base URL.
-async fn start_coordinator() -> String {
+/// A loopback coordinator and its URL; it serves until the `Server` drops.
+async fn start_coordinator() -> (server::Server, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let settings = Settings {
@@ -34,7 +35,7 @@ async fn start_coordinator() -> String {
     let mut server = server::start(settings, parts).await.unwrap();
     // Serving runs on its own task for the rest of the test.
     server.serve_tcp(listener);
-    format!("http://{addr}")
+    (server, format!("http://{addr}"))
 }
 
 fn worker_sim() -> tokio::process::Command {
@@ -110,7 +111,7 @@ async fn keygen_writes_a_private_key_file_and_refuses_to_overwrite_it() {
 
 #[tokio::test]
 async fn claim_pairs_the_key_and_a_worker_with_it_serves_private_jobs() {
-    let base = start_coordinator().await;
+    let (_server, base) = start_coordinator().await;
     let http = reqwest::Client::new();
     let dir = temp_dir("claim-cli");
     let key_file = dir.join("worker.key");
