@@ -23,8 +23,9 @@ const EPOCH_MS: i64 = 1_795_255_200_000;
 const SECRET: &str = "the victim's private prompt 7f3a";
 
 /// The real coordinator on a loopback port, with the default settings (its
-/// accepted origin is the address it listens on); returns that address.
-async fn start_coordinator() -> SocketAddr {
+/// accepted origin is the address it listens on); returns it and that
+/// address. It serves until the `Server` drops.
+async fn start_coordinator() -> (server::Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let parts = Parts::new(
@@ -33,7 +34,7 @@ async fn start_coordinator() -> SocketAddr {
     );
     let mut server = server::start(Settings::default(), parts).await.unwrap();
     server.serve_tcp(listener);
-    addr
+    (server, addr)
 }
 
 /// How the fake server treats the worker's hello before relaying it.
@@ -159,7 +160,7 @@ async fn welcomed(log: &EventLog) -> bool {
 }
 
 async fn relayed_login_is_refused(mode: Relay) {
-    let real = start_coordinator().await;
+    let (_server, real) = start_coordinator().await;
     let base = format!("http://{real}");
     let http = reqwest::Client::new();
     let key = Keypair::generate(&mut rand_chacha::ChaCha20Rng::seed_from_u64(9));

@@ -16,7 +16,8 @@ use worker_sim::{
 
 const EPOCH_MS: i64 = 1_795_255_200_000;
 
-async fn serve_on(listener: tokio::net::TcpListener) -> reqwest::Client {
+/// Serves a coordinator on `listener` until the returned `Server` drops.
+async fn serve_on(listener: tokio::net::TcpListener) -> (server::Server, reqwest::Client) {
     let settings = Settings {
         config: Config {
             network: "eip155:10143".into(),
@@ -30,7 +31,7 @@ async fn serve_on(listener: tokio::net::TcpListener) -> reqwest::Client {
     );
     let mut server = server::start(settings, parts).await.unwrap();
     server.serve_tcp(listener);
-    reqwest::Client::new()
+    (server, reqwest::Client::new())
 }
 
 async fn run_job(http: &reqwest::Client, base: &str) -> Value {
@@ -84,7 +85,7 @@ async fn worker_connects_late_over_websocket_and_completes_a_job() {
     assert!(failures >= 2, "the worker retried while nothing listened");
 
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    let http = serve_on(listener).await;
+    let (_server, http) = serve_on(listener).await;
     let base = format!("http://{addr}");
     for _ in 0..100 {
         let health: Value = http
