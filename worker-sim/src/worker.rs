@@ -454,6 +454,15 @@ impl Worker {
                     heartbeat_interval_ms,
                     ..
                 } => return Ok((session_id, heartbeat_interval_ms)),
+                // A coordinator that is shutting down refuses for now, not for
+                // good: reconnect with backoff, as after a session it closed
+                // (docs/worker-protocol.md), or a rolling restart stops
+                // every worker that dials in during it.
+                CoordinatorFrame::Error {
+                    code: ErrorCode::ShuttingDown,
+                    message,
+                    ..
+                } => return Err(SessionEnd::PeerClosed(message)),
                 CoordinatorFrame::Error { code, message, .. } => {
                     return Err(SessionEnd::Refused { code, message })
                 }

@@ -513,6 +513,37 @@ async fn bad_auth_signature_is_refused_and_the_worker_stops() {
     ));
 }
 
+/// Found by the swarm (seed 1288 on the code before the shutdown rework): a
+/// worker that dials in while the coordinator is shutting down is refused
+/// with `shutting_down` during its handshake. That refusal is for now, not
+/// for good: the worker reconnects with backoff (docs/worker-protocol.md)
+/// instead of stopping, so a rolling restart keeps its workers.
+#[tokio::test(start_paused = true)]
+async fn shutting_down_in_the_handshake_reconnects_with_backoff() {
+    let mut s = start(WorkerConfig {
+        reconnect: ReconnectPolicy {
+            initial_ms: 250,
+            ..ReconnectPolicy::default()
+        },
+        ..config(24)
+    });
+    let mut c = FakeCoordinator::accept(&mut s.acceptor).await;
+    assert!(matches!(c.recv().await, Some(WorkerFrame::Hello { .. })));
+    c.error(ErrorCode::ShuttingDown, None);
+    drop(c);
+    let t0 = Instant::now();
+    let mut c2 = FakeCoordinator::accept(&mut s.acceptor).await;
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(250),
+        "after one backoff"
+    );
+    let pubkey = c2.handshake(10_000).await;
+    c2.assign(llm(1, "after the restart"));
+    expect_accept(&mut c2, 1).await;
+    expect_result(&mut c2, &llm(1, "after the restart"), &pubkey).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn wrong_version_and_invalid_hello() {
     let mut s = start(WorkerConfig {
