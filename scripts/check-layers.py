@@ -9,7 +9,8 @@
    "- `path/to/file.rs` `name`: reason" (at most 8; a listed function that is no longer long fails too,
    so the list stays current).
 
-    python3 scripts/check-layers.py          (exit 1 and one line per problem)
+    python3 scripts/check-layers.py              (exit 1 and one line per problem)
+    python3 scripts/check-layers.py --self-test  (the checks catch a planted cycle and a long function)
 """
 import os
 import re
@@ -173,6 +174,40 @@ def allowed_list():
     section = section.split("\n## ", 1)[0]
     return set(re.findall(r"^- `([^`]+\.rs)` `(\w+)`", section, flags=re.M))
 
+
+def self_test():
+    """Plants a cycle and a long function in a scratch crate: both must be found, and a clean
+    layering, a test function and a long function inside `#[cfg(test)]` must not be."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        os.makedirs(os.path.join(src, "low"))
+        files = {
+            "lib.rs": "pub mod high;\npub mod low;\npub mod side;\n",
+            "high.rs": "use crate::low::Thing;\n",
+            "low/mod.rs": "use crate::{side, high::Up};\n",
+            "side.rs": "//! no imports\n",
+        }
+        for name, text in files.items():
+            with open(os.path.join(src, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        assert cycles(module_edges(src)) == [["high", "low"]], cycles(module_edges(src))
+        with open(os.path.join(src, "low/mod.rs"), "w", encoding="utf-8") as f:
+            f.write("use crate::side;\n")
+        assert cycles(module_edges(src)) == [], "a one-way import is no cycle"
+        body = "    let x = \"}\"; // }\n" * LIMIT_LINES
+        long_file = os.path.join(src, "long.rs")
+        with open(long_file, "w", encoding="utf-8") as f:
+            f.write(f"fn long() {{\n{body}}}\n#[test]\nfn long_test() {{\n{body}}}\n"
+                    f"#[cfg(test)]\nmod tests {{\n    fn helper() {{\n{body}    }}\n}}\n")
+        found = long_functions(long_file)
+        assert [(name, lines) for _, name, lines in found] == [("long", LIMIT_LINES + 2)], found
+    print("check-layers self-test: a planted cycle and a long function are found")
+
+
+if "--self-test" in sys.argv:
+    self_test()
+    sys.exit(0)
 
 problems = []
 for crate in LAYERED:
