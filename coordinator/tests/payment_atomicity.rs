@@ -17,46 +17,16 @@ use protocol::api::JobType;
 use protocol::signing::Keypair;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use std::sync::{Arc, Mutex};
-use x402::replay::{NonceKey, NonceState, NonceStore, NonceUsed};
+use std::sync::Arc;
 use x402::{InMemoryNonceStore, PaymentGate};
-
-type Hook = Box<dyn FnOnce() + Send>;
-
-/// An in-memory nonce store that runs a hook when a reservation is
-/// released: the exact moment after a paid commit was refused admission.
-#[derive(Default)]
-struct HookedNonces {
-    inner: InMemoryNonceStore,
-    on_release: Mutex<Option<Hook>>,
-}
-
-impl NonceStore for HookedNonces {
-    fn check_and_mark(&self, key: NonceKey, valid_before: u64) -> Result<(), NonceUsed> {
-        self.inner.check_and_mark(key, valid_before)
-    }
-    fn mark_spent(&self, key: &NonceKey) {
-        self.inner.mark_spent(key)
-    }
-    fn release(&self, key: &NonceKey) {
-        self.inner.release(key);
-        let hook = self.on_release.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
-    }
-    fn purge_expired(&self, now_seconds: u64) {
-        self.inner.purge_expired(now_seconds)
-    }
-    fn state(&self, key: &NonceKey) -> Option<NonceState> {
-        self.inner.state(key)
-    }
-}
 
 /// Finding 3. Before the fix the handler released the nonce and then ran
 /// admission a second time without a payment: a trusted worker that
 /// connected in between got the job accepted unpaid (201, `payment_ref`
-/// null, no `PAYMENT-RESPONSE`).
+/// null, no `PAYMENT-RESPONSE`). Since issue 29 (finding 6) a refusal keeps
+/// the nonce reserved and the handler returns at once, so no store call
+/// remains after admission to hook the worker's arrival into: it arrives
+/// right after the answer instead.
 #[tokio::test]
 async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
     let config = Config {
@@ -64,10 +34,9 @@ async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
         ..Config::default()
     };
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
-    let nonces = Arc::new(HookedNonces::default());
     let gate = PaymentGate::new(
         payment_config(),
-        nonces.clone(),
+        Arc::new(InMemoryNonceStore::new()),
         Arc::new(x402::LocalSettler),
     );
     c.enable_payments(gate).unwrap();
@@ -75,19 +44,14 @@ async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
     let worker = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(9));
     pair(&app, "alice", &worker).await;
 
-    // The trusted worker comes online right after the refusal.
-    let outbox = Arc::new(Mutex::new(None));
-    let (c2, kept, pubkey) = (c.clone(), outbox.clone(), worker.public_key_hex());
-    *nonces.on_release.lock().unwrap() = Some(Box::new(move || {
-        let registered = c2.register_worker(&pubkey, vec![JobType::Task], 1).unwrap();
-        *kept.lock().unwrap() = Some(registered);
-    }));
-
     let job = private(task_job("alice"));
     let challenge = post(&app, "/v1/jobs/commit/fast", &job, None).await;
     let (name, value) = pay(&challenge, 1);
     let r = post(&app, "/v1/jobs/commit/fast", &job, Some((&name, &value))).await;
-    assert!(outbox.lock().unwrap().is_some(), "the hook ran");
+    // The trusted worker comes online right after the refusal.
+    let (_, rx) = c
+        .register_worker(&worker.public_key_hex(), vec![JobType::Task], 1)
+        .unwrap();
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
     assert_eq!(r.body["error"], "no_trusted_worker");
     assert!(!r.headers.contains_key("payment-response"));
@@ -97,9 +61,12 @@ async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
     assert_eq!(job_status(&app, id).await["status"], "failed");
     // Nothing was queued or assigned to the worker that arrived.
     assert_eq!(c.read(|core| core.pending_jobs()), 0);
-    let (_, rx) = outbox.lock().unwrap().take().unwrap();
     assert!(rx.is_empty(), "no assignment reached the worker");
-    // The payment was not charged: it still buys an admitted job.
+    // The payment was not charged, and its reservation is kept (one
+    // authorization, one refusal): a fresh one buys the admitted job.
+    let again = post(&app, "/v1/jobs/commit/fast", &job, Some((&name, &value))).await;
+    assert_eq!(again.status, StatusCode::PAYMENT_REQUIRED, "{}", again.body);
+    let (name, value) = pay(&challenge, 2);
     let r = post(&app, "/v1/jobs/commit/fast", &job, Some((&name, &value))).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     assert!(r.headers.contains_key("payment-response"));

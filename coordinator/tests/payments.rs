@@ -344,7 +344,15 @@ async fn bad_requests_and_422s_are_never_charged() {
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(r.body["error"], "no_trusted_worker");
     assert_eq!(stub.settled(), 0);
-    // The payment is still good for a job that is admitted.
+    // The refused authorization is not charged, but it cannot be presented
+    // again (issue 29, finding 6: one unfunded authorization bought 300
+    // refusals, each a record, and then still a job). A fresh one buys a job.
+    for job in [private(task_job("alice")), task_job("alice")] {
+        let r = post(&app, "/v1/jobs/commit/fast", &job, Some((&name, &value))).await;
+        assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED, "{}", r.body);
+        assert_eq!(r.body["error"], "invalid_exact_evm_nonce_already_used");
+    }
+    let (name, value) = pay(&challenge, 5);
     let r = post(
         &app,
         "/v1/jobs/commit/fast",

@@ -12,6 +12,8 @@ pub enum ConfigError {
         "networks other than eip155:* can only be verified by a facilitator; set a facilitator URL"
     )]
     NeedsFacilitator,
+    #[error("only eip155:* and solana:* networks are supported (the replay guard must know a payment's identity)")]
+    UnsupportedNamespace,
     #[error("the asset's EIP-712 domain name and version must not be empty")]
     Domain,
     #[error("max_timeout_seconds must be more than the 6 s settlement margin")]
@@ -272,6 +274,8 @@ impl PaymentConfig {
             if self.chain_id().is_none() {
                 return Err(ConfigError::Network);
             }
+        } else if namespace != crate::svm::NAMESPACE {
+            return Err(ConfigError::UnsupportedNamespace);
         } else if self.facilitator_url.is_none() {
             return Err(ConfigError::NeedsFacilitator);
         }
@@ -381,6 +385,10 @@ mod tests {
         assert_eq!(c.validate(), Err(ConfigError::NeedsFacilitator));
         c.facilitator_url = Some("http://f".into());
         assert_eq!(c.validate(), Ok(()));
+        let mut c = ok.clone();
+        c.network = "cosmos:cosmoshub-4".into();
+        c.facilitator_url = Some("http://f".into());
+        assert_eq!(c.validate(), Err(ConfigError::UnsupportedNamespace));
         let mut c = ok.clone();
         c.network = "eip155:x".into();
         assert_eq!(c.validate(), Err(ConfigError::Network));

@@ -4,9 +4,10 @@
 //! It is split in two steps so that a request can still be refused for
 //! free after its payment is known good: [`PaymentGate::authorize`] checks
 //! and reserves, [`PaymentGate::settle`] moves the money, and
-//! [`PaymentGate::cancel`] drops a reservation that will not be settled
-//! (for example a 422 decided after authorization). A 400 or 422 answer is
-//! then never charged.
+//! [`PaymentGate::refuse`] ends a payment whose request was refused after
+//! authorization (for example a 422), keeping its nonce reserved so the same
+//! authorization cannot be refused again and again. A 400 or 422 answer is
+//! never charged.
 
 use crate::challenge::{PaymentOffer, PaymentRequiredAnswer};
 use crate::config::PaymentConfig;
@@ -108,21 +109,22 @@ impl Paid {
     }
 }
 
-/// The replay identity of a payment on a non-EVM network, which has no
-/// EIP-3009 nonce to read: the hash of the network and the RFC 8785 form of
-/// the payload (for Solana, the signed transaction), so a re-encoded copy
-/// of one payment has one identity. Chain id 0 is no EVM chain, so these
-/// keys never meet an EVM payment's.
-fn non_evm_nonce_key(config: &PaymentConfig, payment: &DecodedPayment) -> NonceKey {
+/// The replay identity of a payment on Solana, which has no EIP-3009 nonce
+/// to read: the hash of the network and the transaction's signed message
+/// ([`crate::svm`]), so neither a re-encoding nor an extra field nor other
+/// bytes in a signature slot make a second identity for one transaction.
+/// Chain id 0 is no EVM chain, so these keys never meet an EVM payment's.
+fn non_evm_nonce_key(config: &PaymentConfig, payment: &DecodedPayment) -> Result<NonceKey, Reason> {
+    let message = crate::svm::transaction_message(&payment.payload)?;
     let mut bytes = config.network.as_bytes().to_vec();
     bytes.push(0);
-    bytes.extend_from_slice(&protocol::canonical::to_vec(&payment.payload));
-    NonceKey {
+    bytes.extend_from_slice(&message);
+    Ok(NonceKey {
         chain_id: NON_EVM_CHAIN_ID,
         asset: config.asset,
         from: Address([0; 20]),
         nonce: Bytes32(protocol::signing::keccak256(&bytes)),
-    }
+    })
 }
 
 /// A 402 for `reason`, with the offer's accepts list.
@@ -248,7 +250,7 @@ impl PaymentGate {
             if !self.config.is_our_network(&payment.network) {
                 return Err(refuse(offer, Reason::InvalidNetwork));
             }
-            let key = non_evm_nonce_key(&self.config, &payment);
+            let key = non_evm_nonce_key(&self.config, &payment).map_err(|r| refuse(offer, r))?;
             let valid_before = now_seconds.saturating_add(self.config.max_timeout_seconds);
             return Ok((payment, None, key, valid_before));
         }
@@ -293,7 +295,20 @@ impl PaymentGate {
         }
     }
 
-    /// Drops the reservation of a payment that will not be settled.
+    /// Ends a payment whose request was refused after authorization (a 422
+    /// or 503 decided later): nothing is settled, but the nonce stays
+    /// reserved until the authorization expires (at most `maxTimeoutSeconds`
+    /// plus the clock allowance away), so one signed authorization cannot buy
+    /// an unbounded number of refusals, each of which costs the service a
+    /// record (issue 29, finding 6). The payer signs a fresh authorization to
+    /// try again, as official clients do for every request.
+    pub fn refuse(&self, auth: Authorized) {
+        // Consuming it without `cancel` is the point: the reservation stays.
+        let Authorized { .. } = auth;
+    }
+
+    /// Drops the reservation of a payment that will not be settled and may
+    /// be presented again (a settlement that failed).
     pub fn cancel(&self, auth: &Authorized) {
         self.nonces.release(&auth.nonce_key);
     }

@@ -9,6 +9,7 @@
 //! - [`decode`]: reading `X-PAYMENT` / `PAYMENT-SIGNATURE`, bounded and panic-free.
 //! - [`verify`]: offline verification of scheme `exact` on `eip155:*`.
 //! - [`replay`]: the used-nonce store, so one payment buys one job.
+//! - [`svm`]: a Solana payment's identity (its transaction's message), for replay protection.
 //! - [`settle`]: settlement through a facilitator or locally, and `PAYMENT-RESPONSE`.
 //! - [`gate`]: the server-side flow in one call (`PaymentGate`).
 //! - [`signer`]: the paying side (`PaymentSigner`, `LocalEvmSigner`).
@@ -40,7 +41,7 @@
 //!         Err(refusal) => return refusal.into_response(),
 //!     };
 //!     // Anything that would still refuse the job for free (a 422) goes here,
-//!     // followed by `gate.cancel(&auth)`.
+//!     // followed by `gate.refuse(auth)`.
 //!     let paid = match gate.settle(auth).await {
 //!         Ok(paid) => paid,
 //!         Err(refusal) => return refusal.into_response(), // no job is created
@@ -69,6 +70,7 @@ pub mod reason;
 pub mod replay;
 pub mod settle;
 pub mod signer;
+pub mod svm;
 pub mod verify;
 pub mod wire;
 

@@ -20,6 +20,13 @@ use crate::wire::{ExactEvmPayload, X402Version, SCHEME_EXACT};
 /// uses the same margin).
 pub const VALID_BEFORE_MARGIN_SECONDS: u64 = 6;
 
+/// How far a payer's clock may run ahead of ours: `validBefore` may lie at
+/// most `maxTimeoutSeconds` plus this far in the future. Without an upper
+/// bound an authorization valid until 2100 was accepted and its nonce row
+/// was never purged (issue 29, finding 6); official clients sign
+/// `validBefore = now + maxTimeoutSeconds`.
+pub const CLOCK_ALLOWANCE_SECONDS: u64 = 60;
+
 /// A payment whose signature and terms checked out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedPayment {
@@ -123,7 +130,9 @@ fn parse_authorization(
 }
 
 /// The signed terms pay us the price and are valid at `now_seconds` (with
-/// [`VALID_BEFORE_MARGIN_SECONDS`] left): `(valid_after, valid_before)`.
+/// [`VALID_BEFORE_MARGIN_SECONDS`] left, and not valid for longer than the
+/// offer's `maxTimeoutSeconds` plus [`CLOCK_ALLOWANCE_SECONDS`]):
+/// `(valid_after, valid_before)`.
 fn check_terms(
     offer: &PaymentOffer,
     version: X402Version,
@@ -148,6 +157,12 @@ fn check_terms(
         return Err(Reason::ValidAfter);
     }
     if now_seconds > valid_before.saturating_sub(VALID_BEFORE_MARGIN_SECONDS) {
+        return Err(Reason::ValidBefore);
+    }
+    let latest = now_seconds
+        .saturating_add(offer.config.max_timeout_seconds)
+        .saturating_add(CLOCK_ALLOWANCE_SECONDS);
+    if valid_before > latest {
         return Err(Reason::ValidBefore);
     }
     Ok((valid_after, valid_before))

@@ -258,8 +258,21 @@ async fn each_bad_payment_is_refused_with_its_reason() {
     check(h.clone(), NOW - 600, Reason::ValidAfter).await;
     // The boundaries are accepted (and the refusals above reserved nothing).
     assert!(gate.accept(&offer(), &headers(&h), NOW + 294).await.is_ok());
+    // A payer's clock may run ahead of ours by the 60 s allowance.
     let h = pay(&required_v2(), NOW, 15);
-    assert!(gate.accept(&offer(), &headers(&h), NOW - 599).await.is_ok());
+    assert!(gate.accept(&offer(), &headers(&h), NOW - 60).await.is_ok());
+    // Valid for too long (issue 29, finding 6: one valid until 2100 was
+    // accepted and its nonce never purged): at most maxTimeoutSeconds (300)
+    // plus the 60 s clock allowance ahead.
+    for (timeout_s, seed) in [(300 + 61, 40), (4_102_444_800 - NOW, 41)] {
+        let mut req = required_v2();
+        req.accepts[0]["maxTimeoutSeconds"] = json!(timeout_s);
+        check(pay(&req, NOW, seed), NOW, Reason::ValidBefore).await;
+    }
+    let mut req = required_v2();
+    req.accepts[0]["maxTimeoutSeconds"] = json!(300 + 60);
+    let h = pay(&req, NOW, 42);
+    assert!(gate.accept(&offer(), &headers(&h), NOW).await.is_ok());
 
     // Wrong network, in the echoed requirements, signed for it.
     let mut req = required_v2();
@@ -455,12 +468,22 @@ async fn v1_payment_goes_to_the_facilitator_in_v1_shape() {
     assert_eq!(req["extra"], json!({"name": "USDC", "version": "2"}));
 }
 
-/// A v2 payment on a non-EVM network: no EIP-3009 nonce, just a payload.
-fn solana_payment(transaction: &str) -> HeaderMap {
-    let payment = json!({"x402Version": 2, "payload": {"transaction": transaction},
+/// A v2 payment on Solana: no EIP-3009 nonce, a transaction whose signed
+/// message is `message`, with `fill` in its two signature slots.
+fn solana_payment(message: &[u8], fill: u8) -> HeaderMap {
+    solana_payment_with(message, fill, |_| {})
+}
+
+fn solana_payment_with(message: &[u8], fill: u8, edit: impl FnOnce(&mut Value)) -> HeaderMap {
+    let mut transaction = vec![2u8];
+    transaction.extend(std::iter::repeat_n(fill, 2 * 64));
+    transaction.extend_from_slice(message);
+    let mut payment = json!({"x402Version": 2,
+        "payload": {"transaction": STANDARD.encode(&transaction)},
         "accepted": {"scheme": "exact", "network": SOLANA, "amount": "10000",
             "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO,
             "maxTimeoutSeconds": 300}});
+    edit(&mut payment);
     let mut m = HeaderMap::new();
     m.insert(
         HeaderName::from_static("payment-signature"),
@@ -508,24 +531,57 @@ async fn non_evm_payments_are_reserved_locally_too() {
     );
     let offer = PaymentOffer::for_url(cfg, Price::from_micros(10_000), URL, "FAST TASK job");
     let first = gate
-        .authorize(&offer, &solana_payment("AAAA"), NOW)
+        .authorize(&offer, &solana_payment(b"transfer A", 0), NOW)
         .unwrap();
-    let again = gate.authorize(&offer, &solana_payment("AAAA"), NOW);
+    let again = gate.authorize(&offer, &solana_payment(b"transfer A", 0), NOW);
     assert_eq!(again.unwrap_err().reason(), Some(&Reason::NonceAlreadyUsed));
     // Another payment is its own identity.
     let other = gate
-        .authorize(&offer, &solana_payment("BBBB"), NOW)
+        .authorize(&offer, &solana_payment(b"transfer B", 0), NOW)
         .unwrap();
     gate.cancel(&other);
     // A released reservation may be used again; a spent one never.
     gate.cancel(&first);
     let first = gate
-        .authorize(&offer, &solana_payment("AAAA"), NOW)
+        .authorize(&offer, &solana_payment(b"transfer A", 0), NOW)
         .unwrap();
     gate.settle(first).await.unwrap();
-    let replay = gate.authorize(&offer, &solana_payment("AAAA"), NOW);
+    let replay = gate.authorize(&offer, &solana_payment(b"transfer A", 0), NOW);
     assert_eq!(
         replay.unwrap_err().reason(),
         Some(&Reason::NonceAlreadyUsed)
     );
+}
+
+#[tokio::test]
+async fn a_solana_payment_is_its_transaction_message() {
+    // Issue 29, finding 8: the identity was the hash of the whole payload,
+    // so one extra field let two commits with one transaction both reach
+    // the facilitator's /settle.
+    let mut cfg = config();
+    cfg.network = SOLANA.into();
+    cfg.facilitator_url = Some("http://facilitator".into());
+    let gate = PaymentGate::new(
+        cfg.clone(),
+        Arc::new(InMemoryNonceStore::new()),
+        Arc::new(SettlesAnything),
+    );
+    let offer = PaymentOffer::for_url(cfg, Price::from_micros(10_000), URL, "FAST TASK job");
+    let _first = gate
+        .authorize(&offer, &solana_payment(b"transfer A", 0), NOW)
+        .unwrap();
+    // The same transaction with other bytes in a signature slot (the fee
+    // payer's slot is the facilitator's to fill) is the same payment.
+    let refilled = gate.authorize(&offer, &solana_payment(b"transfer A", 9), NOW);
+    assert_eq!(
+        refilled.unwrap_err().reason(),
+        Some(&Reason::NonceAlreadyUsed)
+    );
+    // An extra field is refused outright, never a second identity.
+    let padded = solana_payment_with(b"transfer A", 0, |p| p["payload"]["memo"] = json!("x"));
+    let padded = gate.authorize(&offer, &padded, NOW);
+    assert_eq!(padded.unwrap_err().reason(), Some(&Reason::InvalidPayload));
+    let junk = solana_payment_with(b"", 0, |p| p["payload"]["transaction"] = json!("AAAA"));
+    let junk = gate.authorize(&offer, &junk, NOW);
+    assert_eq!(junk.unwrap_err().reason(), Some(&Reason::InvalidPayload));
 }

@@ -101,7 +101,8 @@ pub(super) async fn commit_cheap(
 
 /// Validates (400, never charged), then with payments on: authorizes the
 /// payment (402), decides admission once (422/503: the refusal is recorded
-/// in the same event, the payment's nonce is released, nothing is charged),
+/// in the same event, nothing is charged, and the payment's nonce stays
+/// reserved until it expires: one authorization buys at most one refusal),
 /// settles (402 on failure, no job), and only then creates the job with the
 /// settlement as its `payment_ref`, spending the nonce in the same write.
 /// A retry of a payment that already bought this job gets the same 201.
@@ -159,7 +160,7 @@ pub(super) async fn commit(
         false => core.admit(&submission, tier, now_ms),
     });
     if let Err(refused) = admitted {
-        gate.cancel(&auth);
+        gate.refuse(auth);
         return answer_commit(&c, Err(refused), None).await;
     }
     settle_and_commit(&c, gate, auth, submission, tier).await
