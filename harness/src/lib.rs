@@ -10,7 +10,8 @@
 //! `check/refs.rs`.
 //! - `main.rs`: the binary, clap subcommands `run` (with `--live`), `check`, `swarm`.
 //! - [`swarm`]: `harness swarm`: random worlds per seed, shrunk failures.
-//! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines.
+//! - [`report`]: `report.html`, the scenarios' transcripts drawn as swimlane timelines;
+//!   `report::junit`, JUnit XML for CI systems.
 //! - [`run`]: executes a scenario's steps (one `run_*` per action), simulated
 //!   or live, with what runs beside them (`run::background`: workloads, faults).
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the

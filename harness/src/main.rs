@@ -5,13 +5,16 @@
 //! (variables, workers, instances, matchers, file name) without running.
 //! `harness swarm --seeds A..B` runs random worlds (see `harness::swarm`).
 //! `harness [run] --live ...` runs the live-capable scenarios against real
-//! coordinator processes over real sockets.
+//! coordinator processes over real sockets; `--target NAME=URL` against
+//! coordinators already running. `--junit FILE` writes JUnit XML.
 
 use clap::{Args, Parser, Subcommand};
-use harness::report::{self, ScenarioReport};
+use harness::report::{self, junit, ScenarioReport};
+use harness::run::live::{LiveResult, LiveRow};
 use harness::run::{run_simulated_with, Outcome, RunReport};
 use harness::swarm::cli::SwarmArgs;
 use harness::world::transcript::{first_difference, LineFilter};
+use harness::world::LiveTarget;
 use harness::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -85,6 +88,9 @@ struct RunOptions {
     /// With -v: leave out lines containing any of these words (e.g. heartbeat).
     #[arg(long, value_name = "WORDS")]
     hide: Option<String>,
+    /// Also write the results as JUnit XML to this file (for CI systems).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     #[command(flatten)]
     live: LiveArgs,
 }
@@ -104,6 +110,12 @@ struct LiveArgs {
     /// With --live-db: nodes per instance; workers are spread over them.
     #[arg(long, default_value_t = 3)]
     live_nodes: usize,
+    /// With --live: run against coordinators already running instead of
+    /// starting them: `NAME=URL[,NAME=URL]` (e.g. chain_a=https://a.example);
+    /// a name given again is another node of that instance. Scenarios that
+    /// configure the process are skipped with the reason.
+    #[arg(long, value_name = "NAME=URL", conflicts_with_all = ["coordinator_bin", "live_db"])]
+    target: Vec<String>,
 }
 
 struct Row {
@@ -161,8 +173,13 @@ fn run(paths: &[PathBuf], args: RunOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.live.live {
-        return run_live(&scenarios, args.live, filter.as_ref());
+    if args.live.live || !args.live.target.is_empty() {
+        return run_live(
+            &scenarios,
+            args.live,
+            filter.as_ref(),
+            args.junit.as_deref(),
+        );
     }
     let rows = run_all(&scenarios, args.seed);
     if let Some(filter) = &filter {
@@ -175,7 +192,34 @@ fn run(paths: &[PathBuf], args: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if let Some(path) = &args.junit {
+        if let Err(e) = junit::write(path, "simulation", &simulated_cases(&rows)) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     print_failures(&rows)
+}
+
+/// The simulated runs as JUnit test cases.
+fn simulated_cases(rows: &[Row]) -> Vec<junit::Case> {
+    let case = |row: &Row| junit::Case {
+        name: row.report.name.clone(),
+        wall_ms: row.wall_ms,
+        result: match &row.failure {
+            None => junit::CaseResult::Passed,
+            Some(message) => junit::CaseResult::Failed {
+                message: message.clone(),
+                tail: tail(&row.report.transcript).to_vec(),
+            },
+        },
+    };
+    rows.iter().map(case).collect()
+}
+
+/// The last lines of a transcript, shown with a failure.
+fn tail(transcript: &[String]) -> &[String] {
+    &transcript[transcript.len().saturating_sub(15)..]
 }
 
 /// The scenarios to run: every file loaded, those `--filter` leaves out dropped.
@@ -193,17 +237,67 @@ fn load(paths: &[PathBuf], filter: Option<&str>) -> Result<Vec<Scenario>, String
     Ok(scenarios)
 }
 
-fn run_live(scenarios: &[Scenario], live: LiveArgs, filter: Option<&LineFilter>) -> ExitCode {
+fn run_live(
+    scenarios: &[Scenario],
+    live: LiveArgs,
+    filter: Option<&LineFilter>,
+    junit_path: Option<&std::path::Path>,
+) -> ExitCode {
+    let target = match live_target(live) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rows = harness::run::live::run_all(scenarios, &target, filter);
+    if let Some(path) = junit_path {
+        if let Err(e) = junit::write(path, "live", &live_cases(&rows)) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let count = |f: fn(&LiveResult) -> bool| rows.iter().filter(|r| f(&r.result)).count();
+    let failed = count(|r| matches!(r, LiveResult::Failed(_)));
+    println!(
+        "\n{} passed, {failed} failed, {} skipped",
+        count(|r| *r == LiveResult::Passed),
+        count(|r| matches!(r, LiveResult::Skipped(_)))
+    );
+    match failed {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// `--target` values, else the coordinator binary (and `--live-db`).
+fn live_target(live: LiveArgs) -> Result<LiveTarget, String> {
+    if !live.target.is_empty() {
+        return LiveTarget::remote(&live.target);
+    }
+    let bin = harness::run::live::coordinator_bin(live.coordinator_bin.as_deref())?;
     let cluster = live.live_db.map(|db| harness::world::LiveCluster {
         db,
         nodes: live.live_nodes,
     });
-    harness::run::live::main(
-        scenarios,
-        live.coordinator_bin.as_deref(),
-        filter,
-        cluster.as_ref(),
-    )
+    Ok(LiveTarget::Spawn { bin, cluster })
+}
+
+/// The live runs as JUnit test cases.
+fn live_cases(rows: &[LiveRow]) -> Vec<junit::Case> {
+    let case = |row: &LiveRow| junit::Case {
+        name: row.name.clone(),
+        wall_ms: row.wall_ms,
+        result: match &row.result {
+            LiveResult::Passed => junit::CaseResult::Passed,
+            LiveResult::Failed(message) => junit::CaseResult::Failed {
+                message: message.clone(),
+                tail: row.tail.clone(),
+            },
+            LiveResult::Skipped(reason) => junit::CaseResult::Skipped(reason.clone()),
+        },
+    };
+    rows.iter().map(case).collect()
 }
 
 /// Runs every scenario twice, with a progress bar.
@@ -241,8 +335,7 @@ fn print_failures(rows: &[Row]) -> ExitCode {
             row.failure.as_deref().unwrap_or("")
         );
         println!("transcript tail:");
-        let tail = row.report.transcript.len().saturating_sub(15);
-        for line in &row.report.transcript[tail..] {
+        for line in tail(&row.report.transcript) {
             println!("  {line}");
         }
     }

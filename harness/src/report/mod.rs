@@ -7,6 +7,8 @@
 //! does not know becomes a note on its actor's lane (or the harness's), so
 //! a new transcript format degrades the picture, never the report.
 
+pub mod junit;
+
 use crate::run::{Outcome, RunReport};
 use crate::Scenario;
 use serde::Serialize;

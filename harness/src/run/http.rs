@@ -15,7 +15,14 @@ pub(super) async fn run_http(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
+    let suffix = world
+        .instances
+        .get(&call.instance)
+        .and_then(|i| i.user_suffix.clone());
     let path = matcher::render_str(&call.path, vars)?;
+    let path = suffix
+        .as_ref()
+        .map_or(path.clone(), |s| scope_query(&path, s));
     let base = world.node_url(&call.instance, call.node.unwrap_or(0))?;
     let url = format!("{base}{path}");
     let method: axum::http::Method = call
@@ -30,7 +37,8 @@ pub(super) async fn run_http(
     };
     let mut shown = String::new();
     if let Some(body) = &call.body {
-        let body = matcher::render(body, vars)?;
+        let mut body = matcher::render(body, vars)?;
+        suffix.iter().for_each(|s| scope_user(&mut body, s));
         request.body = protocol::canonical::to_vec(&body);
         request
             .headers
@@ -49,7 +57,10 @@ pub(super) async fn run_http(
         request.headers.push((k.to_ascii_lowercase(), v));
     }
     let from = call.client.as_deref();
-    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    let mut answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    if let Some(suffix) = &suffix {
+        unscope_user(&mut answer.body, suffix);
+    }
     let Some(pay) = &call.pay else {
         return Ok(answer);
     };
@@ -68,6 +79,50 @@ pub(super) async fn run_http(
     vars.insert("last_payment_header".into(), json!(name));
     request.headers.push((name.to_ascii_lowercase(), value));
     Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+}
+
+/// Whether `id` names a plain user: a short word, not an account (an
+/// address or a CAIP-10 id, which stand for a key and are never rewritten)
+/// and not one of the malformed ids scenarios send to be refused.
+fn is_plain_user(id: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || "_-.@+".contains(c);
+    (1..=64).contains(&id.len()) && id.chars().all(word) && !id.starts_with("0x")
+}
+
+/// Appends `suffix` to the plain `user_id` of a request body (see
+/// `InstanceHandle::user_suffix`).
+fn scope_user(body: &mut Value, suffix: &str) {
+    let Some(id) = body.get_mut("user_id") else {
+        return;
+    };
+    if let Some(plain) = id.as_str().filter(|id| is_plain_user(id)) {
+        *id = json!(format!("{plain}{suffix}"));
+    }
+}
+
+/// `path` with `suffix` appended to a plain `user_id` query value.
+fn scope_query(path: &str, suffix: &str) -> String {
+    let Some((route, query)) = path.split_once('?') else {
+        return path.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.strip_prefix("user_id=") {
+            Some(id) if !id.is_empty() && is_plain_user(id) => format!("{pair}{suffix}"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{route}?{}", pairs.join("&"))
+}
+
+/// Takes `suffix` off the `user_id` of an answer, so expectations see the
+/// scenario's own names.
+fn unscope_user(body: &mut Value, suffix: &str) {
+    if let Some(id) = body.get_mut("user_id") {
+        if let Some(plain) = id.as_str().and_then(|id| id.strip_suffix(suffix)) {
+            *id = json!(plain);
+        }
+    }
 }
 
 /// Sends one request and logs it and its answer.
@@ -202,11 +257,42 @@ fn forge_signature(sig: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::forge_signature;
+    use super::*;
 
     /// A 65-byte signature whose `s` ends in `byte`, with `v` = 0x1b.
     fn signature_ending(byte: &str) -> String {
         format!("0x{}{byte}1b", "ab".repeat(63))
+    }
+
+    #[test]
+    fn a_target_run_scopes_plain_user_ids_and_leaves_accounts_alone() {
+        let suffix = "-run1";
+        assert_eq!(
+            scope_query("/v1/trust/list?user_id=alice&x=1", suffix),
+            "/v1/trust/list?user_id=alice-run1&x=1"
+        );
+        let address = "/v1/trust/list?user_id=0x00000000000000000000000000000000000000aa";
+        assert_eq!(scope_query(address, suffix), address);
+        for malformed in ["/v1/trust/list?user_id=", "/v1/trust/list?user_id=a%00b"] {
+            assert_eq!(scope_query(malformed, suffix), malformed);
+        }
+        let mut body = json!({"user_id": "alice"});
+        scope_user(&mut body, suffix);
+        assert_eq!(body["user_id"], "alice-run1");
+        for untouched in [
+            json!("eip155:84532:0x00000000000000000000000000000000000000aa"),
+            json!(""),
+            json!(" "),
+            json!("x".repeat(65)),
+            json!(5),
+        ] {
+            let mut body = json!({ "user_id": untouched });
+            scope_user(&mut body, suffix);
+            assert_eq!(body["user_id"], untouched);
+        }
+        let mut answer = json!({"user_id": "alice-run1", "paired_at": "t"});
+        unscope_user(&mut answer, suffix);
+        assert_eq!(answer["user_id"], "alice");
     }
 
     #[test]

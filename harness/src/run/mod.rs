@@ -157,18 +157,14 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
 /// Expectations are checked; transcripts are not compared (real time and
 /// real scheduling make them differ from run to run).
 /// With `cluster`, each instance is several nodes on one PostgreSQL.
-pub fn run_live(
-    scenario: &Scenario,
-    bin: &std::path::Path,
-    cluster: Option<&crate::world::LiveCluster>,
-) -> RunReport {
+pub fn run_live(scenario: &Scenario, target: &crate::world::LiveTarget) -> RunReport {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a current-thread runtime");
     let report = runtime.block_on(async {
         let failed = |message| RunReport::not_started(scenario, scenario.seed, message);
-        let mut world = match World::build_live(scenario, scenario.seed, bin, cluster).await {
+        let mut world = match World::build_live(scenario, scenario.seed, target).await {
             Ok(w) => w,
             Err(e) => return failed(e.into()),
         };

@@ -199,7 +199,7 @@ fn default_pay_to() -> String {
 }
 
 /// Coordinator timings to override; names as in `coordinator::config::Timing`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimingOverrides {
     pub pending_timeout_ms: Option<i64>,
@@ -209,7 +209,7 @@ pub struct TimingOverrides {
     pub heartbeat_timeout_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitOverrides {
     pub queue_len_max: Option<usize>,

@@ -113,6 +113,7 @@ async fn sim_instance(
         driver: Driver::Sim(Box::new(first)),
         more_nodes: nodes,
         shared,
+        user_suffix: None,
     })
 }
 

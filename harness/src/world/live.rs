@@ -1,6 +1,7 @@
 //! A live world (`harness --live`): one `coordinator` process per instance
-//! (or per node, with `--live-db`) on loopback, stubs served on loopback
-//! ports, real HTTP and real WebSockets.
+//! (or per node, with `--live-db`) on loopback, or coordinators already
+//! running somewhere (`--target`); stubs served on loopback ports, real HTTP
+//! and real WebSockets.
 
 use super::*;
 use crate::spec::names::STUB_NAMES;
@@ -12,17 +13,24 @@ impl World {
     pub async fn build_live(
         scenario: &Scenario,
         seed: u64,
-        bin: &std::path::Path,
-        cluster: Option<&LiveCluster>,
+        target: &LiveTarget,
     ) -> Result<Self, WorldError> {
         let epoch_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
         let (_, transcript, worker_clock) = clocks(epoch_ms);
         let mut master = ChaCha20Rng::seed_from_u64(seed);
+        let http: Arc<dyn HttpTransport> = Arc::new(router::ReqwestTransport::new(30_000));
         let mut instances = BTreeMap::new();
         for (name, spec) in &scenario.instances {
             let instance_seed: u64 = master.gen();
-            let handle =
-                live_instance(name, spec, instance_seed, bin, cluster, &transcript).await?;
+            let handle = match target {
+                LiveTarget::Spawn { bin, cluster } => {
+                    let cluster = cluster.as_ref();
+                    live_instance(name, spec, instance_seed, bin, cluster, &transcript).await?
+                }
+                LiveTarget::Remote(urls) => {
+                    remote_instance(name, spec, urls, &*http, &transcript).await?
+                }
+            };
             instances.insert(name.clone(), handle);
         }
         // Stubs get ports before the world exists; `expose` hands out their URLs.
@@ -31,7 +39,6 @@ impl World {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
             stub_urls.insert(name.to_owned(), listener);
         }
-        let http: Arc<dyn HttpTransport> = Arc::new(router::ReqwestTransport::new(30_000));
         let expose = |name: &str, router: axum::Router| {
             let listener = stub_urls
                 .remove(name)
@@ -72,21 +79,7 @@ async fn live_instance(
     transcript: &Transcript,
 ) -> Result<InstanceHandle, String> {
     let mut args = live_args(spec);
-    let mut facilitator = None;
-    if let Some(payment) = &spec.payment {
-        args.extend([
-            "--payment-required".into(),
-            "--pay-to".into(),
-            payment.pay_to.clone(),
-        ]);
-        if let Some(script) = payment.facilitator.script() {
-            let stub = testkit::FacilitatorStub::new(&spec.network);
-            stub.set_script(facilitator_script(script));
-            let url = serve_on_loopback(stub.router()).await?;
-            args.extend(["--facilitator-url".into(), url]);
-            facilitator = Some(stub);
-        }
-    }
+    let facilitator = payment_args(spec, &mut args).await?;
     let schema = cluster.map(|_| live_schema(name));
     let mut processes = Vec::new();
     let mut addrs = Vec::new();
@@ -131,7 +124,84 @@ async fn live_instance(
         },
         more_nodes: Vec::new(),
         shared: None,
+        user_suffix: None,
     })
+}
+
+/// Adds the payment flags of `spec` to `args`; serves its scripted
+/// facilitator, if it has one, and returns it.
+async fn payment_args(
+    spec: &Instance,
+    args: &mut Vec<String>,
+) -> Result<Option<testkit::FacilitatorStub>, String> {
+    let Some(payment) = &spec.payment else {
+        return Ok(None);
+    };
+    args.extend([
+        "--payment-required".into(),
+        "--pay-to".into(),
+        payment.pay_to.clone(),
+    ]);
+    let Some(script) = payment.facilitator.script() else {
+        return Ok(None);
+    };
+    let stub = testkit::FacilitatorStub::new(&spec.network);
+    stub.set_script(facilitator_script(script));
+    let url = serve_on_loopback(stub.router()).await?;
+    args.extend(["--facilitator-url".into(), url]);
+    Ok(Some(stub))
+}
+
+/// Instance `name` on coordinators the harness did not start (`--target`):
+/// one base URL per node. The first node must report the scenario's network.
+async fn remote_instance(
+    name: &str,
+    spec: &Instance,
+    urls: &BTreeMap<String, Vec<String>>,
+    http: &dyn HttpTransport,
+    transcript: &Transcript,
+) -> Result<InstanceHandle, String> {
+    let nodes = urls
+        .get(name)
+        .filter(|nodes| !nodes.is_empty())
+        .ok_or_else(|| format!("no --target for instance {name}"))?;
+    let health_url = format!("{}/v1/health", nodes[0]);
+    let answer = http
+        .send(router::HttpRequest::get(&health_url))
+        .await
+        .map_err(|e| format!("{health_url}: {e}"))?;
+    let health: serde_json::Value = serde_json::from_slice(&answer.body)
+        .map_err(|e| format!("{health_url} answered {} without JSON: {e}", answer.status))?;
+    if health["network"] != spec.network.as_str() {
+        return Err(format!(
+            "{health_url} reports network {}, but the scenario's instance {name} is {}",
+            health["network"], spec.network
+        ));
+    }
+    for url in nodes {
+        transcript.log("harness", format!("using coordinator {name} at {url}"));
+    }
+    // Unique per run: the wall clock of the harness in milliseconds.
+    let run_ms = coordinator::Clock::now_ms(&coordinator::SystemClock);
+    Ok(InstanceHandle {
+        base_url: nodes[0].clone(),
+        poll_url: nodes[nodes.len() - 1].clone(),
+        facilitator: None,
+        driver: Driver::Live {
+            ws_urls: nodes.iter().map(|url| ws_url(url)).collect(),
+            _processes: Vec::new(),
+        },
+        more_nodes: Vec::new(),
+        shared: None,
+        user_suffix: Some(format!("-run{run_ms:x}")),
+    })
+}
+
+/// The worker endpoint of the coordinator at `base_url` (`http` → `ws`,
+/// `https` → `wss`).
+fn ws_url(base_url: &str) -> String {
+    let rest = base_url.strip_prefix("http").unwrap_or(base_url);
+    format!("ws{rest}/v1/workers/ws")
 }
 
 /// The command line of an instance's coordinator process, before its
@@ -187,6 +257,46 @@ fn live_args(spec: &Instance) -> Vec<String> {
         }
     }
     args
+}
+
+/// Where a live run's coordinators come from.
+#[derive(Debug, Clone)]
+pub enum LiveTarget {
+    /// Processes the harness starts from `bin`; with `cluster`, several
+    /// nodes per instance on PostgreSQL.
+    Spawn {
+        bin: std::path::PathBuf,
+        cluster: Option<LiveCluster>,
+    },
+    /// Coordinators already running (`--target NAME=URL`): base URLs by
+    /// instance name, one per node, in the order given.
+    Remote(BTreeMap<String, Vec<String>>),
+}
+
+impl LiveTarget {
+    /// Parses `--target` values: each `NAME=URL[,NAME=URL…]`; a name given
+    /// again adds a node to that instance.
+    pub fn remote(values: &[String]) -> Result<Self, String> {
+        let mut urls: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pair in values.iter().flat_map(|v| v.split(',')) {
+            let (name, url) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--target {pair:?}: expected NAME=URL"))?;
+            let url = url.trim_end_matches('/');
+            if name.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "--target {pair:?}: expected NAME=http(s)://host[:port]"
+                ));
+            }
+            urls.entry(name.to_owned())
+                .or_default()
+                .push(url.to_owned());
+        }
+        if urls.is_empty() {
+            return Err("--target needs at least one NAME=URL".into());
+        }
+        Ok(Self::Remote(urls))
+    }
 }
 
 /// `harness --live --live-db postgres://… --live-nodes N`: each instance is

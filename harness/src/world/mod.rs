@@ -25,7 +25,7 @@ pub mod transcript;
 pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs, PAYER_KEY};
 pub use error::WorldError;
 pub use instance::{SimInstance, DOWN_WAIT_MS};
-pub use live::LiveCluster;
+pub use live::{LiveCluster, LiveTarget};
 
 use crate::spec::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use coordinator::cluster::MemoryShared;
@@ -59,6 +59,11 @@ pub struct InstanceHandle {
     /// driver's), with the store they share.
     pub more_nodes: Vec<SimInstance>,
     pub shared: Option<Arc<MemoryShared>>,
+    /// Against a coordinator the harness did not start (`--target`), which
+    /// keeps every earlier run's pairings: appended to plain user ids the
+    /// `http` steps send (and taken off the ids in answers), so each run has
+    /// users of its own. `None` for coordinators the harness starts fresh.
+    pub user_suffix: Option<String>,
 }
 
 /// How an instance runs.
