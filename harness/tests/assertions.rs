@@ -124,3 +124,37 @@ fn the_properties_that_hold_pass() {
         .iter()
         .any(|l| l.ends_with("temporal 2 (never b-second received {\"type\":\"assign\"}) holds")));
 }
+
+#[test]
+fn at_least_once_fails_when_the_state_is_never_reached_and_holds_when_it_is() {
+    let (outcome, _) = run(
+        "[[temporal]]\nkind = \"at_least_once\"\nevent = { direction = \"sent\", frame = { type = \"reject\" } }\n",
+    );
+    let message = invariant_message(outcome);
+    assert!(
+        message.starts_with("temporal 1 (at_least_once"),
+        "{message}"
+    );
+    assert!(message.ends_with("it never happened"), "{message}");
+    let (outcome, transcript) = run(
+        "[[temporal]]\nkind = \"at_least_once\"\nper = \"job\"\nevent = { direction = \"received\", frame = { type = \"assign\" } }\n",
+    );
+    assert_eq!(outcome, Outcome::Passed);
+    assert!(transcript.iter().any(|l| l.ends_with("holds")));
+}
+
+/// A commit refused with 422 leaves a record with a `job_id`: `per = "job"`
+/// counts it (and so cannot state "every job is accepted once" in a run
+/// with refusals), `per = "acknowledged_job"` judges only the 201s.
+#[test]
+fn per_acknowledged_job_leaves_out_commits_that_were_refused() {
+    let refused = "[[steps]]\nhttp = { method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = { job_type = \"TASK\", user_id = \"nobody\", privacy_class = \"PRIVATE\", payload = { task_type = \"classify\", input = \"x\" } } }\nexpect = { status = 422 }\n\n";
+    let property = |per: &str| {
+        format!("{refused}[[temporal]]\nkind = \"exactly_once\"\nper = \"{per}\"\nevent = {{ direction = \"received\", frame = {{ type = \"result_accepted\" }} }}\n")
+    };
+    let (outcome, _) = run(&property("job"));
+    let message = invariant_message(outcome);
+    assert!(message.ends_with("it never happened"), "{message}");
+    let (outcome, _) = run(&property("acknowledged_job"));
+    assert_eq!(outcome, Outcome::Passed);
+}

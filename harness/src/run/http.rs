@@ -160,6 +160,7 @@ async fn exchange(
                     String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
                 ),
             );
+            world.acknowledged.record(r.status, body["job_id"].as_str());
             Answer {
                 status: Some(r.status),
                 headers: r.headers,

@@ -391,10 +391,11 @@ async fn commit_jobs(
             .send(HttpRequest::post_json(url.clone(), &body))
             .await
             .map_err(|e| format!("commit {i}: {e}"))?;
-        match serde_json::from_slice::<Value>(&r.body)
+        let id = serde_json::from_slice::<Value>(&r.body)
             .ok()
-            .and_then(|b| b["job_id"].as_str().map(str::to_owned))
-        {
+            .and_then(|b| b["job_id"].as_str().map(str::to_owned));
+        world.acknowledged.record(r.status, id.as_deref());
+        match id {
             Some(id) if r.status == 201 => ids.push(id),
             _ => *refused.entry(format!("http_{}", r.status)).or_default() += 1,
         }

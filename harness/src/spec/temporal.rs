@@ -11,6 +11,10 @@
 //! per = "job"
 //! event = { direction = "received", frame = { type = "result_accepted" } }
 //!
+//! [[temporal]]                      # the run reached a lease expiry (not vacuous)
+//! kind = "at_least_once"
+//! event = { direction = "received", frame = { type = "cancel" } }
+//!
 //! [[temporal]]                      # no result before its accept
 //! kind = "before"
 //! per = "job"
@@ -22,8 +26,14 @@
 //! - `exactly_once`: exactly one frame matches `event`; with `per = "job"`,
 //!   exactly one per job, for every job of every instance's store and every
 //!   job id seen in a frame (a job that never got one is a violation).
+//! - `at_least_once`: some frame matches `event` (so a `never` beside it
+//!   cannot hold vacuously); with `per`, at least one per job.
 //! - `before`: every frame matching `event` comes after one matching
 //!   `first`; with `per = "job"`, after one of the same `job_id`.
+//!
+//! `per = "acknowledged_job"` is `per = "job"` over only the jobs a harness
+//! step was answered 201 for (`world::acknowledged`): a commit refused with a
+//! 422 leaves a record with a `job_id`, which `per = "job"` counts.
 //!
 //! Templates in patterns are rendered with the variables at the end of the
 //! run. A violation names the property, the job and the transcript line.
@@ -36,6 +46,7 @@ use serde::Deserialize;
 pub enum Kind {
     Never,
     ExactlyOnce,
+    AtLeastOnce,
     Before,
 }
 
@@ -44,16 +55,19 @@ impl Kind {
         match self {
             Kind::Never => "never",
             Kind::ExactlyOnce => "exactly_once",
+            Kind::AtLeastOnce => "at_least_once",
             Kind::Before => "before",
         }
     }
 }
 
-/// How events are grouped: `job`, by the frame's `job_id`.
+/// How events are grouped, by the frame's `job_id`: `job`, every job the
+/// run knows of; `acknowledged_job`, only jobs answered 201.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Per {
     Job,
+    AcknowledgedJob,
 }
 
 #[derive(Debug, Clone, Deserialize)]

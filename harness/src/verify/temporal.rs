@@ -5,7 +5,7 @@ use crate::expr::matcher::Vars;
 use crate::spec::frames::{FramePattern, FrameRecord};
 use crate::spec::temporal::{Kind, Per, Temporal};
 use crate::world::{Driver, World};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Checks every property; the first violated one is the error.
 pub fn check(temporal: &[Temporal], world: &World, vars: &Vars) -> Result<(), String> {
@@ -26,10 +26,11 @@ pub fn check(temporal: &[Temporal], world: &World, vars: &Vars) -> Result<(), St
         let violation = match property.kind {
             Kind::Never => never(&event, &frames),
             Kind::ExactlyOnce => exactly_once(&event, property.per, &frames, world),
+            Kind::AtLeastOnce => at_least_once(&event, property.per, &frames, world),
             Kind::Before => before(
                 first.as_ref().unwrap_or(&event),
                 &event,
-                property.per,
+                property.per.map(|per| judged_jobs(per, &frames, world)),
                 &frames,
             ),
         };
@@ -67,8 +68,8 @@ fn exactly_once(
     frames: &[FrameRecord],
     world: &World,
 ) -> Option<String> {
-    let hits: Vec<&FrameRecord> = frames.iter().filter(|r| event.matches(r)).collect();
-    let Some(Per::Job) = per else {
+    let Some(per) = per else {
+        let hits: Vec<&FrameRecord> = frames.iter().filter(|r| event.matches(r)).collect();
         return (hits.len() != 1).then(|| {
             let lines: Vec<String> = hits.iter().map(|r| r.line.to_string()).collect();
             format!(
@@ -78,22 +79,8 @@ fn exactly_once(
             )
         });
     };
-    // Every job the run knows of: in a store at the end, or named by a frame.
-    let mut counts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for id in stored_jobs(world) {
-        counts.entry(id).or_default();
-    }
-    for r in frames {
-        if let Some(id) = job_of(r) {
-            counts.entry(id.to_owned()).or_default();
-        }
-    }
-    for r in &hits {
-        if let Some(id) = job_of(r) {
-            counts.entry(id.to_owned()).or_default().push(r.line);
-        }
-    }
-    counts
+    let jobs = judged_jobs(per, frames, world);
+    hits_per_job(event, &jobs, frames)
         .into_iter()
         .find_map(|(job, lines)| match lines.len() {
             1 => None,
@@ -108,23 +95,76 @@ fn exactly_once(
         })
 }
 
-fn before(
-    first: &FramePattern,
+fn at_least_once(
     event: &FramePattern,
     per: Option<Per>,
     frames: &[FrameRecord],
+    world: &World,
+) -> Option<String> {
+    let Some(per) = per else {
+        let reached = frames.iter().any(|r| event.matches(r));
+        return (!reached).then(|| "it never happened".to_owned());
+    };
+    let jobs = judged_jobs(per, frames, world);
+    hits_per_job(event, &jobs, frames)
+        .into_iter()
+        .find(|(_, lines)| lines.is_empty())
+        .map(|(job, _)| format!("job {job}: it never happened"))
+}
+
+/// The jobs a `per` property judges: with `job`, every job the run knows
+/// of (in a store at the end, or named by a frame); with
+/// `acknowledged_job`, those a harness step was answered 201 for.
+fn judged_jobs(per: Per, frames: &[FrameRecord], world: &World) -> BTreeSet<String> {
+    match per {
+        Per::AcknowledgedJob => world.acknowledged.all(),
+        Per::Job => {
+            let named = frames.iter().filter_map(job_of).map(str::to_owned);
+            stored_jobs(world).into_iter().chain(named).collect()
+        }
+    }
+}
+
+/// The transcript lines of the frames matching `event`, for each of `jobs`
+/// (a job with none has an empty list).
+fn hits_per_job(
+    event: &FramePattern,
+    jobs: &BTreeSet<String>,
+    frames: &[FrameRecord],
+) -> BTreeMap<String, Vec<usize>> {
+    let mut hits: BTreeMap<String, Vec<usize>> =
+        jobs.iter().map(|job| (job.clone(), Vec::new())).collect();
+    for r in frames.iter().filter(|r| event.matches(r)) {
+        if let Some(lines) = job_of(r).and_then(|job| hits.get_mut(job)) {
+            lines.push(r.line);
+        }
+    }
+    hits
+}
+
+/// With `jobs` (a `per` property), per job and judging only those jobs'
+/// events; else over the whole run.
+fn before(
+    first: &FramePattern,
+    event: &FramePattern,
+    jobs: Option<BTreeSet<String>>,
+    frames: &[FrameRecord],
 ) -> Option<String> {
     // Jobs (or "" for the whole run) for which `first` has happened so far.
-    let mut seen: BTreeMap<String, ()> = BTreeMap::new();
-    let key = |r: &FrameRecord| match per {
-        Some(Per::Job) => job_of(r).unwrap_or_default().to_owned(),
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let key = |r: &FrameRecord| match &jobs {
+        Some(_) => job_of(r).unwrap_or_default().to_owned(),
         None => String::new(),
+    };
+    let judged = |r: &FrameRecord| {
+        jobs.as_ref()
+            .is_none_or(|jobs| job_of(r).is_some_and(|job| jobs.contains(job)))
     };
     for r in frames {
         if first.matches(r) {
-            seen.insert(key(r), ());
+            seen.insert(key(r));
         }
-        if event.matches(r) && !seen.contains_key(&key(r)) {
+        if event.matches(r) && judged(r) && !seen.contains(&key(r)) {
             let job = job_of(r).map_or(String::new(), |j| format!("job {j}: "));
             return Some(format!(
                 "{job}{} came before any {}",
@@ -202,8 +242,23 @@ mod tests {
         let result = pattern(Direction::Sent, json!({"type": "result"}));
         // Over the whole run, a's accept precedes b's result.
         assert_eq!(before(&accept, &result, None, &log()), None);
-        let v = before(&accept, &result, Some(Per::Job), &log()).unwrap();
+        let every_job = Some(["a", "b"].map(String::from).into());
+        let v = before(&accept, &result, every_job, &log()).unwrap();
         assert!(v.starts_with("job b: v sent"), "{v}");
         assert!(v.contains("line 4"), "{v}");
+        // Judging only job a (say, the only one acknowledged), it holds.
+        let only_a = Some(["a".to_owned()].into());
+        assert_eq!(before(&accept, &result, only_a, &log()), None);
+    }
+
+    #[test]
+    fn hits_are_counted_for_the_judged_jobs_only() {
+        let result = pattern(Direction::Sent, json!({"type": "result"}));
+        let jobs: BTreeSet<String> = ["a", "c"].map(String::from).into();
+        let hits = hits_per_job(&result, &jobs, &log());
+        // b's result is not judged; c, judged, never had one.
+        let want: BTreeMap<String, Vec<usize>> =
+            [("a".to_owned(), vec![3]), ("c".to_owned(), vec![])].into();
+        assert_eq!(hits, want);
     }
 }

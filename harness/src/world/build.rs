@@ -286,6 +286,7 @@ pub(super) fn assemble(
     let world = World {
         transcript,
         frames: frames::FrameLog::default(),
+        acknowledged: Default::default(),
         http,
         net: None,
         idle_sockets: Vec::new(),

@@ -12,6 +12,7 @@
 //! file order, stubs by name), so adding a draw in one component does not
 //! shift the others.
 
+pub mod acknowledged;
 mod build;
 mod error;
 pub mod frames;
@@ -105,6 +106,8 @@ pub struct World {
     pub transcript: Transcript,
     /// Every worker frame, as data (for frame assertions).
     pub frames: frames::FrameLog,
+    /// Every job a harness step was answered 201 for.
+    pub acknowledged: acknowledged::AcknowledgedJobs,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,

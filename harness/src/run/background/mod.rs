@@ -64,6 +64,7 @@ pub fn start(scenario: &Scenario, world: &World, seed: u64) -> Result<Background
             transport: world.client(&spec.name),
             bases: bases.clone(),
             transcript: world.transcript.clone(),
+            acknowledged: world.acknowledged.clone(),
             payer: world.payer.clone(),
             epoch_ms: world.epoch_ms(),
             run_start,

@@ -93,6 +93,8 @@ pub struct Setup {
     /// Base URL of each instance.
     pub bases: BTreeMap<String, String>,
     pub transcript: Transcript,
+    /// Where the 201s are recorded (`World::acknowledged`).
+    pub acknowledged: crate::world::acknowledged::AcknowledgedJobs,
     pub payer: x402::LocalEvmSigner,
     pub epoch_ms: i64,
     /// The start of the run (the transcript's +0).
@@ -243,7 +245,27 @@ async fn commit_one(setup: &mut Setup, progress: &Mutex<Progress>, i: u32, d: Dr
         Some(Err(e)) => transcript.log(&spec.name, format!("#{i} cannot pay: {e}")),
         None => {}
     }
-    let (key, shown, id) = match &answer {
+    let (key, shown, id) = read_answer(&answer);
+    if spec.trace || id.is_none() {
+        transcript.log(&spec.name, format!("< #{i} {shown}"));
+    }
+    if let Some(id) = &id {
+        setup.acknowledged.insert(id);
+    }
+    let mut p = lock(progress);
+    p.committed += 1;
+    *p.answers.entry(key).or_default() += 1;
+    if let Some(id) = id {
+        p.open.push((i, d.instance, id));
+    }
+}
+
+/// A commit's answer: its key in the answer counts (status or
+/// `transport_error`), its transcript form, and the job id when it is a 201.
+fn read_answer(
+    answer: &Result<router::HttpResponse, router::TransportError>,
+) -> (String, String, Option<String>) {
+    match answer {
         Ok(r) => {
             let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
             let id = body["job_id"].as_str().map(str::to_owned);
@@ -262,15 +284,6 @@ async fn commit_one(setup: &mut Setup, progress: &Mutex<Progress>, i: u32, d: Dr
             format!("transport error: {e}"),
             None,
         ),
-    };
-    if spec.trace || id.is_none() {
-        transcript.log(&spec.name, format!("< #{i} {shown}"));
-    }
-    let mut p = lock(progress);
-    p.committed += 1;
-    *p.answers.entry(key).or_default() += 1;
-    if let Some(id) = id {
-        p.open.push((i, d.instance, id));
     }
 }
 
