@@ -67,7 +67,19 @@ pub fn scenario_name(seed: u64, invariant: Option<&str>) -> String {
 /// Renders and parses a world as a scenario.
 pub fn scenario_of(world: &WorldSpec, name: &str, description: &str) -> Result<Scenario, String> {
     let text = render::render(world, name, description);
-    Scenario::parse(&text).map_err(|e| format!("the generator wrote an invalid scenario: {e}"))
+    let scenario = Scenario::parse(&text)
+        .map_err(|e| format!("the generator wrote an invalid scenario: {e}"))?;
+    // What `harness FILE` would refuse is refused here too, so a shrunk
+    // world always replays (a world that fails this fails as `generator`,
+    // which the shrinker never trades for the invariant it shrinks).
+    let path = std::path::PathBuf::from(format!("{name}.toml"));
+    match crate::check::check(&path, &text, &scenario).first() {
+        None => Ok(scenario),
+        Some(p) => Err(format!(
+            "the generator wrote a scenario harness refuses: line {}: {}",
+            p.line, p.message
+        )),
+    }
 }
 
 /// Runs one world once (or twice, comparing transcripts) and judges it.

@@ -63,6 +63,13 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         render_heal(w, world);
         let _ = writeln!(w, "\n[invariants]\nall_jobs_terminal = true");
     }
+    if !out.contains("\n[[steps]]\n") {
+        // A scenario needs a step; a world shrunk to its set-up has none.
+        let _ = writeln!(
+            out,
+            "\n[[steps]]\nname = \"nothing else: the run is its set-up\"\nadvance = \"0ms\""
+        );
+    }
     out
 }
 

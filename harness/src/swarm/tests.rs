@@ -309,3 +309,19 @@ fn the_shrinker_drops_nodes_the_failure_does_not_need() {
     assert_eq!(node_events(&small), 1, "{:#?}", small.events);
     assert!(checked(&small).is_empty());
 }
+
+/// Issue 33, item 7: a shrunk world must be a file `harness FILE` accepts,
+/// whatever the shrinker removed. One shrank to a file with no `[[steps]]`,
+/// which the loader's checks refuse on any build.
+#[test]
+fn a_world_shrunk_to_nothing_still_loads_and_checks() {
+    for seed in 0..40 {
+        let (small, _) = shrink(WorldSpec::generate(seed), |_| true);
+        let name = scenario_name(seed, Some("x"));
+        let text = render::render(&small, &name, "x");
+        let scenario = crate::Scenario::parse(&text).expect("parses");
+        let path = std::path::PathBuf::from(format!("{name}.toml"));
+        let problems = crate::check::check(&path, &text, &scenario);
+        assert!(problems.is_empty(), "seed {seed}: {problems:?}\n{text}");
+    }
+}
