@@ -28,6 +28,9 @@ struct Cli {
     private: bool,
     #[arg(long, global = true, value_enum)]
     chain: Option<ChainArg>,
+    /// Skip a coordinator quoting more than this (e.g. `$0.005`).
+    #[arg(long, global = true)]
+    max_price: Option<protocol::money::Price>,
 }
 
 #[derive(Subcommand)]
@@ -149,6 +152,7 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
                     privacy,
                     user_id: cli.user_id,
                     chain_preference: chain,
+                    max_price: cli.max_price,
                 })
                 .await
         }
@@ -166,6 +170,7 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
                     privacy,
                     user_id: cli.user_id,
                     chain_preference: chain,
+                    max_price: cli.max_price,
                 })
                 .await
         }

@@ -1,11 +1,12 @@
 //! [`ComputeRouter`]: the routing rules of spec 4.8 over the adapters.
 
+use crate::breaker::Breakers;
 use crate::config::{ConfigError, RouterConfig};
 use crate::coordinator::CoordinatorClient;
 use crate::error::{AdapterError, RouterError};
 use crate::hosted::{prompts, AnthropicClient, OpenAiClient};
 use crate::request::{ComputeResult, Job, LlmRequest, TaskRequest};
-use crate::route::{HostedProvider, Route};
+use crate::route::{Chain, HostedProvider, Route};
 use crate::transport::{HttpTransport, ReqwestTransport};
 use protocol::api::{JobSubmission, Payload, PrivacyClass};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use tokio::time::Instant;
 pub struct ComputeRouter {
     config: RouterConfig,
     transport: Arc<dyn HttpTransport>,
+    /// Shared by clones: a coordinator that keeps failing is skipped by all.
+    breakers: Arc<Breakers>,
 }
 
 impl std::fmt::Debug for ComputeRouter {
@@ -36,7 +39,12 @@ impl ComputeRouter {
     /// A router whose HTTP goes through `transport` (in-process in the
     /// simulation, a double in tests).
     pub fn with_transport(config: RouterConfig, transport: Arc<dyn HttpTransport>) -> Self {
-        Self { config, transport }
+        let breakers = Arc::new(Breakers::new(config.breaker));
+        Self {
+            config,
+            transport,
+            breakers,
+        }
     }
 
     /// [`ComputeRouter::new`] with [`RouterConfig::from_env`].
@@ -62,20 +70,26 @@ impl ComputeRouter {
         let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut failures = Vec::new();
 
-        let route = Route::Decentralized(job.chain);
-        match self.run_decentralized(&job).await {
-            Ok(outcome) => {
-                return Ok(ComputeResult {
-                    output: outcome.output,
-                    route,
-                    price: Some(outcome.price),
-                    latency_ms: elapsed_ms(),
-                    receipt: Some(outcome.receipt),
-                })
-            }
-            Err(error) => {
-                tracing::warn!(%route, %error, "compute adapter failed");
-                failures.push((route, error));
+        let chains = match self.config.try_other_chain {
+            true => vec![job.chain, job.chain.other()],
+            false => vec![job.chain],
+        };
+        for chain in chains {
+            let route = Route::Decentralized(chain);
+            match self.run_decentralized(&job, chain).await {
+                Ok(outcome) => {
+                    return Ok(ComputeResult {
+                        output: outcome.output,
+                        route,
+                        price: Some(outcome.price),
+                        latency_ms: elapsed_ms(),
+                        receipt: Some(outcome.receipt),
+                    })
+                }
+                Err(error) => {
+                    tracing::warn!(%route, %error, "compute adapter failed");
+                    failures.push((route, error));
+                }
             }
         }
 
@@ -107,15 +121,23 @@ impl ComputeRouter {
         Err(RouterError::AllAdaptersFailed { failures })
     }
 
+    /// `chain`'s coordinator, unless its breaker is open.
     async fn run_decentralized(
         &self,
         job: &Job,
+        chain: Chain,
     ) -> Result<crate::coordinator::CoordinatorOutcome, AdapterError> {
+        if let Err(remaining_ms) = self.breakers.check(chain) {
+            return Err(AdapterError::CoolingDown {
+                chain,
+                remaining_ms,
+            });
+        }
         let client = CoordinatorClient::new(
             self.transport.clone(),
-            job.chain,
-            self.config.coordinator_urls.get(job.chain),
-            self.config.payment_clients.get(job.chain).cloned(),
+            chain,
+            self.config.coordinator_urls.get(chain),
+            self.config.payment_clients.get(chain).cloned(),
             self.config.poll,
         );
         let submission = JobSubmission {
@@ -124,7 +146,9 @@ impl ComputeRouter {
             payload: job.payload.clone(),
             privacy_class: job.privacy,
         };
-        client.run(&submission, job.tier).await
+        let outcome = client.run(&submission, job.tier, job.max_price).await;
+        self.breakers.record(chain, outcome.as_ref().map(|_| ()));
+        outcome
     }
 
     async fn run_hosted(

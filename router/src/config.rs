@@ -3,6 +3,7 @@
 //! Reading goes through a lookup function so tests pass a map instead of
 //! mutating the process environment.
 
+use crate::breaker::BreakerConfig;
 use crate::hosted::{ProviderSettings, RetryPolicy};
 use crate::payment::PaymentClient;
 use crate::route::{Chain, HostedProvider};
@@ -128,6 +129,12 @@ pub struct RouterConfig {
     /// `max_tokens` of an LLM job whose request leaves it out; the commit
     /// body requires one.
     pub default_max_tokens: u32,
+    /// When a chain's coordinator is skipped for a while (`crate::breaker`).
+    pub breaker: BreakerConfig,
+    /// Off by default (spec 4.8: the selected chain, then the hosted
+    /// providers). On: the other chain's coordinator is tried after the
+    /// selected one and before any hosted provider.
+    pub try_other_chain: bool,
 }
 
 impl RouterConfig {
@@ -141,6 +148,8 @@ impl RouterConfig {
             hosted: HostedConfig::default(),
             poll: PollConfig::default(),
             default_max_tokens: 256,
+            breaker: BreakerConfig::default(),
+            try_other_chain: false,
         }
     }
 
@@ -161,7 +170,8 @@ impl RouterConfig {
     /// `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_MODEL`,
     /// `ROUTER_ALLOW_PRIVATE_HOSTED`, `ROUTER_POLL_INTERVAL_MS`, `ROUTER_POLL_WAIT_MS_MAX`,
     /// `ROUTER_TASK_TIMEOUT_MS`, `ROUTER_LLM_TIMEOUT_MS`,
-    /// `ROUTER_DEFAULT_MAX_TOKENS`. Payment clients are code, not
+    /// `ROUTER_DEFAULT_MAX_TOKENS`, `ROUTER_BREAKER_FAILURES_MAX`,
+    /// `ROUTER_BREAKER_COOLDOWN_MS`, `ROUTER_TRY_OTHER_CHAIN`. Payment clients are code, not
     /// environment: set [`RouterConfig::payment_clients`] afterwards.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
@@ -216,7 +226,33 @@ impl RouterConfig {
                 "too large",
             )
         })?;
+        config.read_fallback(&get)?;
         Ok(config)
+    }
+
+    /// The breaker's and the fallback order's variables.
+    fn read_fallback(&mut self, get: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let number = |name: &'static str| -> Result<Option<u64>, ConfigError> {
+            get(name)
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .map_err(|_| ConfigError::invalid(name, &v, "expected a whole number"))
+                })
+                .transpose()
+        };
+        if let Some(n) = number("ROUTER_BREAKER_FAILURES_MAX")? {
+            self.breaker.failures_max = u32::try_from(n).map_err(|_| {
+                ConfigError::invalid("ROUTER_BREAKER_FAILURES_MAX", &n.to_string(), "too large")
+            })?;
+        }
+        if let Some(ms) = number("ROUTER_BREAKER_COOLDOWN_MS")? {
+            self.breaker.cooldown_ms = ms;
+        }
+        if let Some(value) = get("ROUTER_TRY_OTHER_CHAIN") {
+            self.try_other_chain = parse_bool("ROUTER_TRY_OTHER_CHAIN", &value)?;
+        }
+        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@ use crate::transport::{join_url, HttpRequest, HttpResponse, HttpTransport};
 use protocol::api::{
     CommitResponse, JobStatus, JobSubmission, JobType, NoTrustedWorker, Quote, Tier,
 };
+use protocol::money::Price;
 use protocol::receipt::Receipt;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -73,13 +74,22 @@ impl CoordinatorClient {
         }
     }
 
-    /// Quote, commit, poll until done or timed out, verify the receipt.
+    /// Quote (refused above `max_price`), commit, poll until done or timed
+    /// out, verify the receipt.
     pub async fn run(
         &self,
         submission: &JobSubmission,
         tier: Tier,
+        max_price: Option<Price>,
     ) -> Result<CoordinatorOutcome, AdapterError> {
         let quote = self.quote(submission.job_type, tier).await?;
+        if let Some(max) = max_price.filter(|max| quote.price > *max) {
+            return Err(AdapterError::PriceAboveMax {
+                chain: self.chain,
+                quoted: quote.price,
+                max,
+            });
+        }
         let commit_url = self.commit_url(&quote)?;
         let job_id = self.commit(&commit_url, submission).await?;
         let timeout_ms = match submission.job_type {

@@ -2,6 +2,7 @@
 
 use crate::route::{Chain, HostedProvider, Route};
 use crate::transport::TransportError;
+use protocol::money::Price;
 use std::fmt;
 
 /// The step of the decentralized flow that was under way.
@@ -84,6 +85,32 @@ pub enum AdapterError {
     },
     #[error("extract_json: model output is not JSON: {message}")]
     InvalidJsonOutput { message: String },
+    #[error("{chain} quoted {quoted}, above the call's max_price {max}")]
+    PriceAboveMax {
+        chain: Chain,
+        quoted: Price,
+        max: Price,
+    },
+    #[error(
+        "skipped: {chain}'s coordinator kept failing; cooling down for {remaining_ms} ms more"
+    )]
+    CoolingDown { chain: Chain, remaining_ms: u64 },
+}
+
+impl AdapterError {
+    /// Whether the coordinator itself failed (see `crate::breaker`), not
+    /// what the caller asked for.
+    pub fn is_coordinator_failure(&self) -> bool {
+        match self {
+            AdapterError::Transport { .. }
+            | AdapterError::MalformedResponse { .. }
+            | AdapterError::JobFailed { .. }
+            | AdapterError::PollTimeout { .. }
+            | AdapterError::InvalidReceipt { .. } => true,
+            AdapterError::HttpStatus { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
 }
 
 /// The error of `run_llm` / `run_task`.

@@ -4,6 +4,7 @@
 //!
 //! Layout:
 //! - [`compute_router`]: [`ComputeRouter`], the routing rules and fallback.
+//! - [`breaker`]: a circuit breaker per chain's coordinator (a cooldown after repeated failures).
 //! - [`request`]: [`LlmRequest`], [`TaskRequest`], [`ComputeResult`].
 //! - [`route`]: [`Route`], [`Chain`], [`HostedProvider`] and their wire names.
 //! - [`config`]: [`RouterConfig`] and reading it from the environment.
@@ -31,6 +32,7 @@
 //! All waiting goes through `tokio::time`, so everything runs under a paused
 //! clock; the router never reads the wall clock.
 
+pub mod breaker;
 pub mod compute_router;
 pub mod config;
 pub mod coordinator;
@@ -41,6 +43,7 @@ pub mod request;
 pub mod route;
 pub mod transport;
 
+pub use breaker::BreakerConfig;
 pub use compute_router::ComputeRouter;
 pub use config::{
     ApiKey, ConfigError, CoordinatorUrls, HostedConfig, PaymentClients, PollConfig, RouterConfig,

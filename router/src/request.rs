@@ -2,6 +2,7 @@
 
 use crate::route::{Chain, Route};
 use protocol::api::{Payload, Policy, PrivacyClass, TaskType, Tier};
+use protocol::money::Price;
 use protocol::receipt::Receipt;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,10 @@ pub struct LlmRequest {
     pub user_id: String,
     /// Defaults to `chain_a`.
     pub chain_preference: Option<Chain>,
+    /// A coordinator quoting more than this is not used (its route fails
+    /// with `PriceAboveMax` and the next one is tried). None: any price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price: Option<Price>,
 }
 
 impl LlmRequest {
@@ -42,6 +47,9 @@ pub struct TaskRequest {
     pub user_id: String,
     /// Defaults to `chain_a`.
     pub chain_preference: Option<Chain>,
+    /// As [`LlmRequest::max_price`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price: Option<Price>,
 }
 
 impl TaskRequest {
@@ -53,6 +61,7 @@ impl TaskRequest {
             privacy: None,
             user_id: user_id.into(),
             chain_preference: None,
+            max_price: None,
         }
     }
 }
@@ -81,6 +90,7 @@ pub(crate) struct Job {
     pub privacy: PrivacyClass,
     pub user_id: String,
     pub chain: Chain,
+    pub max_price: Option<Price>,
 }
 
 impl Job {
@@ -96,6 +106,7 @@ impl Job {
             request.user_id,
             request.chain_preference,
         )
+        .with_max_price(request.max_price)
     }
 
     pub fn from_task(request: TaskRequest) -> Self {
@@ -110,6 +121,11 @@ impl Job {
             request.user_id,
             request.chain_preference,
         )
+        .with_max_price(request.max_price)
+    }
+
+    fn with_max_price(self, max_price: Option<Price>) -> Self {
+        Self { max_price, ..self }
     }
 
     fn with_defaults(
@@ -126,6 +142,7 @@ impl Job {
             privacy: privacy.unwrap_or(PrivacyClass::Public),
             user_id,
             chain: chain.unwrap_or_default(),
+            max_price: None,
         }
     }
 }

@@ -50,6 +50,14 @@ pub struct ParseNameError {
 impl Chain {
     pub const ALL: [Chain; 2] = [Chain::ChainA, Chain::ChainB];
 
+    /// The other instance.
+    pub fn other(self) -> Self {
+        match self {
+            Chain::ChainA => Chain::ChainB,
+            Chain::ChainB => Chain::ChainA,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Chain::ChainA => "chain_a",
