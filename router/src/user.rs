@@ -87,6 +87,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_signer_proves_only_its_own_account() {
+        use rand::SeedableRng;
+        let key = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(1));
+        let clock: WallClock = std::sync::Arc::new(protocol::clock::ManualClock::new(1_000));
+        let signer = KeyUserSigner::new(key.clone(), clock, ChaCha20Rng::seed_from_u64(2));
+        let request = ProofRequest {
+            method: "POST",
+            path_and_query: "/v1/jobs/commit/fast",
+            body: b"{}",
+        };
+        for user in [
+            key.address(),
+            format!("eip155:1:{}", key.address().to_lowercase()),
+        ] {
+            let header = signer.proof_header(&user, &request).unwrap();
+            let verified =
+                user_proof::verify(&header, &request, 1_000, user_proof::WINDOW_MS).unwrap();
+            assert_eq!(verified.account.address_hex(), key.address().to_lowercase());
+        }
+        let other = Keypair::generate(&mut ChaCha20Rng::seed_from_u64(3)).address();
+        assert!(signer.proof_header(&other, &request).is_err());
+        assert!(signer.proof_header("alice", &request).is_err());
+    }
+
+    #[test]
     fn path_and_query_of_urls() {
         assert_eq!(
             path_and_query("http://127.0.0.1:8080/v1/jobs/commit/fast"),

@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// Serve a hosted-provider stub (OpenAI Chat Completions or Anthropic Messages).
     StubProvider(StubArgs),
-    /// Write a new worker key file (mode 0600) and print its public key.
+    /// Write a new key file (mode 0600), a worker's or a user's, and print its public key.
     Keygen(KeygenArgs),
     /// Claim a user's pairing code for the key in a key file, so the user's
     /// PRIVATE jobs may go to the worker running with that key.
@@ -219,7 +219,7 @@ fn keygen(args: KeygenArgs) -> Result<(), String> {
     let mut rng = rand_chacha::ChaCha20Rng::from_entropy();
     let keypair = owner::keygen(&args.key_file, args.force, &mut rng).map_err(|e| e.to_string())?;
     eprintln!(
-        "wrote the worker's secret key to {} (keep it private); its public key:",
+        "wrote a secret key (a worker's or a user's) to {} (keep it private); its public key:",
         args.key_file.display()
     );
     println!("{}", keypair.public_key_hex());
