@@ -183,6 +183,18 @@ pub struct NoTrustedWorker {
     pub job_id: Uuid,
 }
 
+/// 401 of a request that acts for a user without that user's proof
+/// (`protocol::user_proof`): `error` is one of the codes of
+/// [`crate::user_proof::RefusalCode`], `message` says what is missing and
+/// how to provide it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UserProofRefused {
+    #[cfg_attr(feature = "openapi", schema(example = "user_proof_required"))]
+    pub error: String,
+    pub message: String,
+}
+
 /// `POST /v1/trust/create` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -192,6 +204,11 @@ pub struct CreatePairing {
         schema(min_length = 1, max_length = 256, pattern = r"\S")
     )]
     pub user_id: String,
+    /// When given, only this worker key can claim the code (a claim for
+    /// another key answers `invalid_code` and leaves the code claimable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^0x0[23][0-9a-fA-F]{64}$"))]
+    pub provider_pubkey: Option<String>,
 }
 
 /// 201 of `POST /v1/trust/create`.

@@ -6,6 +6,8 @@
 //! - [`receipt`]: the worker-signed receipt and how it is hashed, signed and verified.
 //! - [`origin`]: the canonical origin of the coordinator a worker dialled, which its login signs.
 //! - [`signing`]: secp256k1 keys, EIP-191 `personal_sign` and signature recovery.
+//! - [`user_proof`]: the proof of a user (the `X-User-Proof` header): accounts as user ids,
+//!   the signed text, sign and verify.
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON and the `sha256:` output hash.
 //! - [`money`]: USD prices held as integer micro-dollars, never floats.
 //! - [`time`]: the one timestamp format of the API.
@@ -22,4 +24,5 @@ pub mod origin;
 pub mod receipt;
 pub mod signing;
 pub mod time;
+pub mod user_proof;
 pub mod worker;

@@ -139,7 +139,8 @@ impl ComputeRouter {
             self.config.coordinator_urls.get(chain),
             self.config.payment_clients.get(chain).cloned(),
             self.config.poll,
-        );
+        )
+        .with_user_signer(self.config.user_signer.clone());
         let submission = JobSubmission {
             job_type: job.payload.job_type(),
             user_id: job.user_id.clone(),

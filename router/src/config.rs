@@ -135,6 +135,10 @@ pub struct RouterConfig {
     /// providers). On: the other chain's coordinator is tried after the
     /// selected one and before any hosted provider.
     pub try_other_chain: bool,
+    /// Proves the user on PRIVATE commits (`X-User-Proof`), which a
+    /// coordinator with `--user-auth on` (its default) requires. Code, not
+    /// environment, like the payment clients.
+    pub user_signer: Option<Arc<dyn crate::user::UserSigner>>,
 }
 
 impl RouterConfig {
@@ -150,6 +154,7 @@ impl RouterConfig {
             default_max_tokens: 256,
             breaker: BreakerConfig::default(),
             try_other_chain: false,
+            user_signer: None,
         }
     }
 

@@ -151,6 +151,7 @@ fn sim_settings(
 pub fn coordinator_config(instance: &Instance) -> Config {
     let mut config = Config {
         network: instance.network.clone(),
+        user_auth: instance.user_auth.config(),
         ..Config::default()
     };
     instance.prices.apply(&mut config.prices);
