@@ -68,9 +68,10 @@ pub(super) async fn quote(
     ))]
 pub(super) async fn commit_fast(
     State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Fast, request).await
+    commit(c, Tier::Fast, &client, request).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/commit/cheap", tag = "jobs",
@@ -94,9 +95,10 @@ pub(super) async fn commit_fast(
     ))]
 pub(super) async fn commit_cheap(
     State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Cheap, request).await
+    commit(c, Tier::Cheap, &client, request).await
 }
 
 /// Validates (400, never charged), then with payments on: authorizes the
@@ -105,9 +107,12 @@ pub(super) async fn commit_cheap(
 /// settles (402 on failure, no job), and only then creates the job with the
 /// settlement as its `payment_ref`, spending the nonce in the same write.
 /// A retry of a payment that already bought this job gets the same 201.
+/// The job is charged to `client`, its owner for the byte budgets
+/// (decision 0018).
 pub(super) async fn commit(
     c: Coordinator,
     tier: Tier,
+    client: &str,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
     let CommitRequest {
@@ -120,8 +125,8 @@ pub(super) async fn commit(
     let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
     let Some(gate) = c.payments() else {
         let committed = c.with(|core, now_ms| match elsewhere {
-            true => core.commit_trusted_elsewhere(submission, tier, None, now_ms),
-            false => core.commit(submission, tier, None, now_ms),
+            true => core.commit_trusted_elsewhere(client, submission, tier, None, now_ms),
+            false => core.commit_from(client, submission, tier, None, now_ms),
         });
         count_commit(&c, &committed, tier, job_type);
         return answer_commit(&c, committed, None).await;
@@ -155,14 +160,14 @@ pub(super) async fn commit(
     // One decision: a refusal is recorded here, under the same lock, and
     // admission is never asked again for this request.
     let admitted = c.with(|core, now_ms| match elsewhere {
-        true => core.admit_trusted_elsewhere(&submission),
-        false => core.admit(&submission, tier, now_ms),
+        true => core.admit_trusted_elsewhere(client, &submission),
+        false => core.admit_from(client, &submission, tier, now_ms),
     });
     if let Err(refused) = admitted {
         gate.cancel(&auth);
         return answer_commit(&c, Err(refused), None).await;
     }
-    settle_and_commit(&c, gate, auth, submission, tier).await
+    settle_and_commit(&c, gate, auth, client, submission, tier).await
 }
 
 /// Settles an authorized payment (402 on failure, no job) and creates the
@@ -172,6 +177,7 @@ async fn settle_and_commit(
     c: &Coordinator,
     gate: &x402::PaymentGate,
     auth: x402::Authorized,
+    client: &str,
     submission: JobSubmission,
     tier: Tier,
 ) -> Result<Response, ApiError> {
@@ -191,7 +197,8 @@ async fn settle_and_commit(
             response_header: response_header.clone(),
         },
     };
-    let committed = c.with(|core, now_ms| core.commit(submission, tier, Some(payment), now_ms));
+    let committed =
+        c.with(|core, now_ms| core.commit_from(client, submission, tier, Some(payment), now_ms));
     count_commit(c, &committed, tier, job_type);
     answer_commit(c, committed, Some(&response_header)).await
 }

@@ -52,7 +52,8 @@ pub struct Held {
 }
 
 /// Checks the result of job `job_id` against what it was assigned with:
-/// output shape, and a receipt for this job, this worker's key and this
+/// output size (at most `output_bytes_max` as compact JSON, as the store
+/// keeps it: decision 0018), output shape, and a receipt for this job, this worker's key and this
 /// payment that verifies.
 pub fn check_result(
     pubkey: &str,
@@ -61,7 +62,15 @@ pub fn check_result(
     job: &Held,
     output: &serde_json::Value,
     receipt: &protocol::receipt::Receipt,
+    output_bytes_max: usize,
 ) -> Result<(), (FailureReason, ErrorCode, String)> {
+    if crate::core::json_len(output) > output_bytes_max {
+        return Err((
+            FailureReason::InvalidOutput,
+            ErrorCode::InvalidOutput,
+            format!("output is larger than {output_bytes_max} bytes as JSON"),
+        ));
+    }
     if !job.shape.fits(output) {
         return Err((
             FailureReason::InvalidOutput,
