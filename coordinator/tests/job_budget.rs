@@ -65,12 +65,34 @@ async fn queued_jobs_have_a_byte_budget() {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
 }
 
-/// A flood of refused commits fills the kept budget and no further: then
-/// every commit gets 503 (until retention frees room) and nothing grows.
+/// Issue 29, finding 1: a flood of refused commits no longer fills the
+/// results' budget: refusals are failure records, in a ledger and budget
+/// of their own. Before, 200 refusals filled a 64 KiB `kept_bytes_max` and
+/// then every commit, honest ones included, got 503.
 #[tokio::test]
-async fn a_flood_of_refusals_stops_at_the_kept_budget() {
+async fn a_flood_of_refusals_leaves_the_results_budget_alone() {
     let mut config = Config::default();
     config.limits.kept_bytes_max = 64 * 1024;
+    let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
+    let app = app(c.clone());
+    for _ in 0..200 {
+        let r = commit(&app, "fast", private(big_llm_job("mallory", 100 * 1024))).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    }
+    let (kept, failed) = c.read(|core| core.kept_bytes_by_ledger());
+    assert_eq!(kept, 0);
+    assert!(failed > 64 * 1024, "{failed}");
+    let r = commit(&app, "fast", big_llm_job("bob", 2 * 1024)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+/// A flood of refused commits fills the failure records' budget and no
+/// further: then refusals get 503 (until retention frees room) and
+/// nothing grows.
+#[tokio::test]
+async fn a_flood_of_refusals_stops_at_the_failure_budget() {
+    let mut config = Config::default();
+    config.limits.failed_kept_bytes_max = 64 * 1024;
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
     let mut refused = 0;
@@ -85,7 +107,7 @@ async fn a_flood_of_refusals_stops_at_the_kept_budget() {
     assert!(refused > 0 && refused < 200, "{refused} recorded");
     let (_, kept) = c.read(|core| core.job_bytes());
     assert!(kept <= 64 * 1024, "{kept}");
-    let r = commit(&app, "fast", big_llm_job("bob", 2 * 1024)).await;
+    let r = commit(&app, "fast", private(big_llm_job("bob", 2 * 1024))).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
 }
 
@@ -107,6 +129,8 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
     const KEPT_BYTES_MAX: usize = 64 * 1024;
     let mut config = Config::default();
     config.limits.kept_bytes_max = KEPT_BYTES_MAX;
+    // These jobs fail: failure records, with a budget of their own.
+    config.limits.failed_kept_bytes_max = KEPT_BYTES_MAX;
     config.limits.finished_jobs_cached_max = 4;
     // No worker: each job fails `pending_timeout` a second after its commit.
     config.timing.pending_timeout_ms = 1_000;
@@ -127,9 +151,10 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
     let c = server.coordinator().clone();
     let app = app(c.clone());
 
-    // 100 jobs of about 2 KiB: three times the budget, in 150 s; a job
-    // ends every 1.5 s, and its bytes are a thirtieth of the budget, so a
-    // check a second keeps up.
+    // 100 jobs of about 2 KiB, 1 KiB once ended (the prompt is dropped):
+    // over one and a half times the budget, in 150 s; a job ends every
+    // 1.5 s, and its bytes are a sixtieth of the budget, so a check a
+    // second keeps up.
     let mut ids = Vec::new();
     for i in 0..100 {
         let r = commit(&app, "fast", big_llm_job("alice", 1024)).await;
@@ -155,7 +180,7 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
         .iter()
         .filter(|id| c.job(&id.parse().unwrap()).unwrap().is_some());
     let kept_jobs = kept_jobs.count();
-    let expected = KEPT_BYTES_MAX * KEPT_LOW_WATER_PERCENT / 100 / (2 * 1024);
+    let expected = KEPT_BYTES_MAX * KEPT_LOW_WATER_PERCENT / 100 / 1024;
     assert!(
         (expected / 2..=expected * 2).contains(&kept_jobs),
         "{kept_jobs} of 100 jobs kept, about {expected} expected"
@@ -178,8 +203,9 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
         sample(r#"retention_deleted_jobs_total{reason="age"} "#),
         None
     );
-    let (_, kept) = c.read(|core| core.job_bytes());
+    let (kept, failed) = c.read(|core| core.kept_bytes_by_ledger());
     assert_eq!(sample(r#"job_bytes{state="kept"} "#), Some(kept));
+    assert_eq!(sample(r#"job_bytes{state="failed"} "#), Some(failed));
     // The oldest job kept was created after the cut, the newest deleted one
     // before it (seconds: each job is 1.5 s after the one before).
     let cut_ms = c.read(|core| core.retention_cut_ms()).expect("a cut");

@@ -551,6 +551,12 @@ impl Core {
         (self.queued_bytes, self.kept_bytes)
     }
 
+    /// The kept bytes by ledger (ended.rs): results (`kept_bytes_max`),
+    /// failure records (`failed_kept_bytes_max`).
+    pub fn kept_bytes_by_ledger(&self) -> (usize, usize) {
+        (self.ended.results().bytes(), self.ended.failures().bytes())
+    }
+
     /// Whether a job would be accepted now: a PRIVATE job needs a trusted
     /// worker of its user online with the capability, and the queue and the
     /// byte budgets need room.
