@@ -108,6 +108,10 @@ pub struct Limits {
     /// Bytes of non-terminal jobs one client address may have queued; a
     /// commit beyond it gets 503.
     pub queued_bytes_per_client_max: usize,
+    /// Refused commits (422, no trusted worker) one client address may make
+    /// per minute; beyond it 429, and nothing is recorded. Accepted commits
+    /// are bounded by the per-client byte shares instead (decision 0018).
+    pub refusals_per_client_per_minute_max: u32,
     /// Largest job output (as stored, compact JSON) a result may carry;
     /// a larger one is refused as `invalid_output`. Below `frame_bytes_max`.
     pub output_bytes_max: usize,
@@ -169,6 +173,7 @@ impl Default for Limits {
             kept_min_ms: 120_000,
             failed_kept_bytes_max: 64 * 1024 * 1024,
             queued_bytes_per_client_max: 32 * 1024 * 1024,
+            refusals_per_client_per_minute_max: 600,
             output_bytes_max: 256 * 1024,
             finished_jobs_cached_max: 256,
             max_tokens_max: 32_768,

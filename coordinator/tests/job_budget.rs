@@ -86,6 +86,29 @@ async fn a_flood_of_refusals_leaves_the_results_budget_alone() {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
 }
 
+/// Issue 29: refused commits have a rate budget per client address (429
+/// beyond it, with Retry-After, and nothing recorded); another client is
+/// still refused (422) as usual.
+#[tokio::test]
+async fn refusals_are_rate_limited_per_client() {
+    let mut config = Config::default();
+    config.limits.refusals_per_client_per_minute_max = 5;
+    let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
+    let app = app(c.clone());
+    for _ in 0..5 {
+        let r = commit(&app, "fast", private(llm_job("mallory"))).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    }
+    let (_, failed) = c.read(|core| core.kept_bytes_by_ledger());
+    let r = commit(&app, "fast", private(llm_job("mallory"))).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(c.read(|core| core.kept_bytes_by_ledger()).1, failed);
+    // An accepted commit is not a refusal.
+    let r = commit(&app, "fast", llm_job("bob")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
 /// A flood of refused commits fills the failure records' budget and no
 /// further: then refusals get 503 (until retention frees room) and
 /// nothing grows.
@@ -93,6 +116,7 @@ async fn a_flood_of_refusals_leaves_the_results_budget_alone() {
 async fn a_flood_of_refusals_stops_at_the_failure_budget() {
     let mut config = Config::default();
     config.limits.failed_kept_bytes_max = 64 * 1024;
+    config.limits.refusals_per_client_per_minute_max = u32::MAX;
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
     let mut refused = 0;

@@ -64,6 +64,7 @@ pub(super) async fn quote(
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
         (status = 422, response = crate::api::docs::NoTrustedWorkerAnswer),
+        (status = 429, response = crate::api::docs::RateLimited),
         (status = 503, response = crate::api::docs::Unavailable),
     ))]
 pub(super) async fn commit_fast(
@@ -91,6 +92,7 @@ pub(super) async fn commit_fast(
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
         (status = 422, response = crate::api::docs::NoTrustedWorkerAnswer),
+        (status = 429, response = crate::api::docs::RateLimited),
         (status = 503, response = crate::api::docs::Unavailable),
     ))]
 pub(super) async fn commit_cheap(
@@ -262,6 +264,10 @@ pub(super) async fn answer_commit(
         Err(e @ (CommitError::QueueFull | CommitError::StorageFull)) => {
             Err(ApiError::Unavailable(e.to_string()))
         }
+        Err(e @ CommitError::RateLimited { retry_after_ms }) => Err(ApiError::RateLimited {
+            message: e.to_string(),
+            retry_after_s: u64::try_from(retry_after_ms.max(0) + 999).unwrap_or(0) / 1000,
+        }),
     }
 }
 

@@ -110,6 +110,13 @@ struct Args {
     /// Most bytes of unfinished jobs one client address may have queued.
     #[arg(long, env = "COORDINATOR_QUEUED_BYTES_PER_CLIENT_MAX", default_value_t = 32 * 1024 * 1024)]
     queued_bytes_per_client_max: usize,
+    /// Refused commits (422) one client address may make per minute; 429 beyond.
+    #[arg(
+        long,
+        env = "COORDINATOR_REFUSALS_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 600
+    )]
+    refusals_per_client_per_minute_max: u32,
     /// Largest job output a result may carry (compact JSON bytes); larger
     /// is refused invalid_output. Below --frame-bytes-max.
     #[arg(long, env = "COORDINATOR_OUTPUT_BYTES_MAX", default_value_t = 256 * 1024)]
@@ -304,6 +311,7 @@ impl Args {
         l.failed_kept_bytes_max = self.failed_kept_bytes_max;
         l.queued_bytes_per_client_max = self.queued_bytes_per_client_max;
         l.output_bytes_max = self.output_bytes_max;
+        l.refusals_per_client_per_minute_max = self.refusals_per_client_per_minute_max;
         l.finished_jobs_cached_max = self.finished_jobs_cached_max;
         l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
         l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;

@@ -269,6 +269,9 @@ pub enum CommitError {
     QueueFull,
     #[error("job storage is full; retry later")]
     StorageFull,
+    /// The client's refusals this minute are used up: nothing recorded.
+    #[error("too many refused commits from this client; retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: i64 },
 }
 
 /// Why a worker frame about a job was refused.
@@ -411,6 +414,8 @@ pub struct Core {
     queued_by_owner: BTreeMap<String, usize>,
     /// Footprint of the terminal jobs kept, both ledgers (ended.rs).
     kept_bytes: usize,
+    /// Refused commits by client (`limits.refusals_per_client_per_minute_max`).
+    refusals_by_client: rate::Windows,
     /// The latest retention cut applied: terminal jobs created before it
     /// may be gone (restore.rs).
     retention_cut_ms: Option<i64>,
@@ -446,6 +451,7 @@ impl Core {
             queued_bytes: 0,
             queued_by_owner: BTreeMap::new(),
             kept_bytes: 0,
+            refusals_by_client: rate::Windows::default(),
             retention_cut_ms: None,
             timers: timers::Timers::default(),
             next_seq: 0,
@@ -592,11 +598,11 @@ impl Core {
             return Err(Refused::StorageFull);
         }
         // Past the high-water mark an owner over its share waits for
-        // retention to delete its own results: the room left is the
-        // others' (decision 0018).
+        // retention (within a second) to delete its own results: the room
+        // left is the others' (decision 0018).
         let high = percent_of(limits.kept_bytes_max, KEPT_HIGH_WATER_PERCENT);
         let share = percent_of(limits.kept_bytes_max, limits.kept_share_per_client_percent);
-        if results.bytes() + bytes > high && results.owner_bytes(owner) > share {
+        if results.bytes() > high && results.owner_bytes(owner) > share {
             return Err(Refused::StorageFull);
         }
         Ok(())
@@ -645,6 +651,16 @@ impl Core {
         tier: Tier,
         now_ms: i64,
     ) -> CommitError {
+        let limits = &self.config.limits;
+        let (max, keys_max) = (
+            limits.refusals_per_client_per_minute_max,
+            limits.rate_limited_keys_max,
+        );
+        if let Err(limited) = self.refusals_by_client.take(owner, now_ms, max, keys_max) {
+            return CommitError::RateLimited {
+                retry_after_ms: limited.retry_after_ms,
+            };
+        }
         let submission = without_payload(submission);
         let mut job = self.new_job(owner, submission, tier, None, now_ms);
         // Refusals are failure records: their own ledger and budget, so a

@@ -680,7 +680,11 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
                     .commit(submission(job_type, user, privacy), tier, paid, r.now_ms);
                 match out {
                     Ok(id) | Err(CommitError::NoTrustedWorker(id)) => ids.push(id),
-                    Err(CommitError::QueueFull | CommitError::StorageFull) => {}
+                    Err(
+                        CommitError::QueueFull
+                        | CommitError::StorageFull
+                        | CommitError::RateLimited { .. },
+                    ) => {}
                 }
             }
             30..=39 => {
@@ -1226,6 +1230,7 @@ fn refused_commits_never_evict_results() {
     let (mut r, w) = budget_rig(100 * 1024);
     let mut config = r.core.config().clone();
     config.limits.failed_kept_bytes_max = 20 * 1024;
+    config.limits.refusals_per_client_per_minute_max = u32::MAX;
     r.core.config = config;
     let honest = finish_for(&mut r, w, "10.0.0.1", 100);
     r.now_ms += 3_600_000;
