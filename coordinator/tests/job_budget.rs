@@ -257,3 +257,83 @@ async fn metrics_text(app: &axum::Router) -> String {
     let body = r.into_body().collect().await.unwrap().to_bytes();
     String::from_utf8(body.to_vec()).unwrap()
 }
+
+/// A commit from the client at `peer`, as the binary's `ConnectInfo` gives it.
+async fn commit_from(app: &axum::Router, peer: &str, job: serde_json::Value) -> Response {
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    let req = axum::http::Request::builder()
+        .method("POST")
+        .uri("/v1/jobs/commit/cheap")
+        .header("content-type", "application/json")
+        .extension(axum::extract::ConnectInfo(peer))
+        .body(axum::body::Body::from(job.to_string()))
+        .unwrap();
+    send(app, req).await
+}
+
+/// Issue 29, finding 1: a flood of big results from one address deletes
+/// that address's own results, never an older honest result of another
+/// (before: past 90 % of the budget the oldest by creation went, whoever
+/// owned them, and the honest result answered 404). Through the
+/// composition root with its retention task, as the binary runs it.
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_results_from_one_address_keeps_another_addresses_result() {
+    use coordinator::server::{self, Parts, Runtime, Settings};
+    use coordinator::TokioClock;
+    use rand::SeedableRng;
+    use std::time::Duration;
+
+    let mut config = Config::default();
+    config.limits.kept_bytes_max = 256 * 1024;
+    config.limits.finished_jobs_cached_max = 4;
+    let settings = Settings {
+        config,
+        db: "file:/kept-for-their-owners?vfs=memdb".into(),
+        retention_hours: Some(24),
+        ..Settings::default()
+    };
+    let parts = Parts {
+        runtime: Runtime::Simulation,
+        ..Parts::new(
+            Arc::new(TokioClock::new(EPOCH_MS)),
+            rand_chacha::ChaCha20Rng::seed_from_u64(1),
+        )
+    };
+    let server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    let app = app(c.clone());
+    let mut worker = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER"], 4).await;
+
+    let honest = commit_from(&app, "10.0.0.1:1000", llm_job("honest")).await;
+    assert_eq!(honest.status, StatusCode::CREATED, "{}", honest.body);
+    let honest_id = honest.body["job_id"].as_str().unwrap().to_owned();
+    let a = worker.expect_assign().await;
+    worker.complete(&a).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    // 200 results of about 5 KiB (the worker echoes the prompt): four
+    // times the budget, from another address.
+    let mut accepted = 0;
+    for i in 0..200 {
+        let r = commit_from(&app, "10.6.6.6:1000", big_llm_job("mallory", 4 * 1024)).await;
+        match r.status {
+            StatusCode::CREATED => {
+                accepted += 1;
+                let a = worker.expect_assign().await;
+                worker.complete(&a).await;
+            }
+            // Its own 503 while it is over its share, until retention runs.
+            StatusCode::SERVICE_UNAVAILABLE => {}
+            other => panic!("flood commit {i}: {other} {}", r.body),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(accepted > 100, "{accepted} flood jobs accepted");
+    let record = job_status(&app, &honest_id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    // The honest client still commits.
+    let r = commit_from(&app, "10.0.0.1:1000", llm_job("honest")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (kept, _) = c.read(|core| core.kept_bytes_by_ledger());
+    assert!(kept <= 256 * 1024, "{kept}");
+}
