@@ -93,8 +93,7 @@ pub struct Limits {
     pub kept_bytes_max: usize,
     /// Of those, the share (per cent) one client address (IPv6: one /64)
     /// may hold before its own oldest results are the first deleted, at any
-    /// age, once the budget passes its high-water mark; while over it and
-    /// the budget is past that mark, its commits get 503 (decision 0018).
+    /// age, once the budget passes its high-water mark (decision 0018).
     /// A share, not bytes, so a small budget keeps the same shape.
     pub kept_share_per_client_percent: usize,
     /// A finished result younger than this is deleted for room only when
