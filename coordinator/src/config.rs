@@ -110,6 +110,29 @@ pub struct Limits {
     /// Bytes of terminal jobs kept (with their outputs) until retention
     /// deletes them; while at or over it, commits get 503.
     pub kept_bytes_max: usize,
+    /// Of those, the share (per cent) one client address (IPv6: one /64)
+    /// may hold before its own oldest results are the first deleted, at any
+    /// age, once the budget passes its high-water mark (decision 0018).
+    /// A share, not bytes, so a small budget keeps the same shape.
+    pub kept_share_per_client_percent: usize,
+    /// A finished result younger than this is deleted for room only when
+    /// its client is over `kept_bytes_per_client_max`: when the budget is
+    /// full of younger results of lighter clients, commits get 503 instead.
+    pub kept_min_ms: i64,
+    /// Bytes of failed jobs kept (refusals and failures: no output), a
+    /// ledger apart from `kept_bytes_max`, so a flood of refused commits
+    /// deletes failure records (the heaviest client's first), never results.
+    pub failed_kept_bytes_max: usize,
+    /// Bytes of non-terminal jobs one client address may have queued; a
+    /// commit beyond it gets 503.
+    pub queued_bytes_per_client_max: usize,
+    /// Refused commits (422, no trusted worker) one client address may make
+    /// per minute; beyond it 429, and nothing is recorded. Accepted commits
+    /// are bounded by the per-client byte shares instead (decision 0018).
+    pub refusals_per_client_per_minute_max: u32,
+    /// Largest job output (as stored, compact JSON) a result may carry;
+    /// a larger one is refused as `invalid_output`. Below `frame_bytes_max`.
+    pub output_bytes_max: usize,
     /// Finished jobs kept in memory, the most recent; older ones are read
     /// from the store when polled (core/ended.rs). Bounds the memory of
     /// finished jobs, which the store keeps anyway.
@@ -168,6 +191,12 @@ impl Default for Limits {
             queue_len_max: 100_000,
             queued_bytes_max: 256 * 1024 * 1024,
             kept_bytes_max: 1024 * 1024 * 1024,
+            kept_share_per_client_percent: 12,
+            kept_min_ms: 120_000,
+            failed_kept_bytes_max: 64 * 1024 * 1024,
+            queued_bytes_per_client_max: 32 * 1024 * 1024,
+            refusals_per_client_per_minute_max: 600,
+            output_bytes_max: 256 * 1024,
             finished_jobs_cached_max: 256,
             max_tokens_max: 32_768,
             max_tokens_default: 256,

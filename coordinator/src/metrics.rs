@@ -448,8 +448,9 @@ impl Metrics {
                 })
                 .set(i64::try_from(jobs).unwrap_or(i64::MAX));
         }
-        let (queued, kept) = core.job_bytes();
-        for (state, bytes) in [("queued", queued), ("kept", kept)] {
+        let (queued, _) = core.job_bytes();
+        let (kept, failed) = core.kept_bytes_by_ledger();
+        for (state, bytes) in [("queued", queued), ("kept", kept), ("failed", failed)] {
             self.job_bytes
                 .get_or_create(&StateLabel { state })
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));

@@ -1,60 +1,43 @@
-//! Retention: when finished jobs are deleted.
+//! Retention: when finished jobs are deleted (decisions 0010 and 0018).
 //!
 //! A finished job is kept for polling until it is older than
-//! `--retention-hours`, or until the kept jobs' bytes pass
-//! [`KEPT_HIGH_WATER_PERCENT`] of `limits.kept_bytes_max`, whichever comes
-//! first; the oldest go first. A log with both a time and a size limit
-//! drops its oldest segments the same way (Kafka's `retention.ms` and
-//! `retention.bytes`).
+//! `--retention-hours`, or until its ledger's bytes pass
+//! [`KEPT_HIGH_WATER_PERCENT`] of their budget: then the heaviest client's
+//! oldest finished jobs go first, down to 80 % (core/ended.rs: results
+//! younger than `limits.kept_min_ms` only from a client over its share;
+//! failure records, which carry no result, in a ledger and budget apart).
+//! A log with both a time and a size limit drops its oldest segments the
+//! same way (Kafka's `retention.ms` and `retention.bytes`); charging the
+//! heaviest client first is what keeps one client's flood from deleting
+//! everyone else's results (issue 29).
 //!
 //! Why by size too: 1 GiB of finished jobs is about 950,000 small ones:
 //! three minutes at 5,000 jobs/s, or a day at 11 jobs/s. With the age cut
 //! alone, a busy coordinator filled the budget and then answered every
-//! commit 503 until its oldest jobs were a day old. Clients read a result
-//! within seconds of its end (a held poll at once), so the oldest results
-//! are the ones nobody reads; refusing new work to keep them served no one.
-//! A commit still gets 503 when its bytes would not fit at all, which now
-//! takes deletion falling behind (jobs ending faster than one pass a second
-//! can delete: more than a tenth of the budget a second).
+//! commit 503 until its oldest jobs were a day old.
 //!
-//! The decision is the core's ([`Core::size_cut_ms`], plain code over its
-//! counters); the loops that act on it are the stores' (the SQLite store in
-//! `server.rs`, the cluster's in `node/tasks.rs`). Without a retention task
+//! The decision is the core's ([`Core::retention_pass`], plain code over
+//! its ledgers), which returns the ids it forgot; the loops here and in
+//! `node/tasks.rs` have the store delete exactly those, so a cluster node
+//! deletes only jobs its own ledger counts. Without a retention task
 //! (tests and the simulation, `Settings::retention_hours` `None`) nothing
-//! is deleted and the budget refuses at its limit.
+//! is deleted and the budgets refuse at their limits.
 //!
-//! [`Core::size_cut_ms`]: crate::core::Core::size_cut_ms
+//! [`Core::retention_pass`]: crate::core::Core::retention_pass
 //! [`KEPT_HIGH_WATER_PERCENT`]: crate::core::KEPT_HIGH_WATER_PERCENT
 
+use crate::core::Forgotten;
 use crate::shell::Coordinator;
 use std::time::Duration;
 
 /// How often the age cut is applied.
 pub const AGE_INTERVAL_MS: u64 = 5 * 60 * 1000;
 
-/// How often the kept bytes are compared with their high-water mark. The
+/// How often the ledgers are compared with their high-water marks. A
 /// budget's last tenth lasts about 18 s at 5,000 small jobs a second.
 pub const SIZE_CHECK_INTERVAL_MS: u64 = 1_000;
 
-/// Why a retention pass deletes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// Jobs older than the retention period.
-    Age,
-    /// The oldest jobs, to bring the kept bytes under the high-water mark.
-    Size,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Age => "age",
-            Reason::Size => "size",
-        }
-    }
-}
-
-/// When the next pass is due, and what it cuts.
+/// When the next age cut is due.
 #[derive(Debug)]
 pub struct Retention {
     /// `None`: no age limit (`--retention-hours 0`), the size limit only.
@@ -80,24 +63,37 @@ impl Retention {
         every
     }
 
-    /// The cut to apply now, if any: terminal jobs created before it are
-    /// deleted. The later of the age cut (every [`AGE_INTERVAL_MS`]) and
-    /// the size cut.
-    pub fn due(&mut self, c: &Coordinator) -> Option<(i64, Reason)> {
-        let now_ms = c.now_ms();
-        let age = match self.retention_ms {
-            Some(retention_ms) if now_ms >= self.next_age_pass_ms => {
-                self.next_age_pass_ms = now_ms.saturating_add(AGE_INTERVAL_MS as i64);
-                Some(now_ms.saturating_sub(retention_ms))
-            }
-            _ => None,
-        };
-        let size = c.read(|core| core.size_cut_ms());
-        match (age, size) {
-            (Some(age), Some(size)) if size > age => Some((size, Reason::Size)),
-            (Some(age), _) => Some((age, Reason::Age)),
-            (None, Some(size)) => Some((size, Reason::Size)),
-            (None, None) => None,
+    /// The age cut to apply now, if one is due (every [`AGE_INTERVAL_MS`]).
+    pub fn age_cut(&mut self, now_ms: i64) -> Option<i64> {
+        let retention_ms = self.retention_ms?;
+        if now_ms < self.next_age_pass_ms {
+            return None;
+        }
+        self.next_age_pass_ms = now_ms.saturating_add(AGE_INTERVAL_MS as i64);
+        Some(now_ms.saturating_sub(retention_ms))
+    }
+
+    /// One pass: what the core forgets now (by age when due, by size when
+    /// a ledger is past its mark). The caller deletes the same ids from
+    /// its store.
+    pub fn pass(&mut self, c: &Coordinator) -> Forgotten {
+        let age = self.age_cut(c.now_ms());
+        c.with(|core, now_ms| core.retention_pass(now_ms, age))
+    }
+}
+
+/// Counts and logs a pass that deleted `forgotten` from the store.
+pub fn report(c: &Coordinator, forgotten: &Forgotten) {
+    for (reason, jobs) in [("age", forgotten.by_age), ("size", forgotten.by_size)] {
+        if jobs > 0 {
+            c.metrics().jobs_deleted(reason, jobs as u64);
         }
     }
+    let (_, kept_bytes) = c.read(|core| core.job_bytes());
+    tracing::info!(
+        by_age = forgotten.by_age,
+        by_size = forgotten.by_size,
+        kept_bytes,
+        "retention: finished jobs deleted"
+    );
 }

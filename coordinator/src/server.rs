@@ -174,6 +174,12 @@ impl Settings {
         l.handshakes_max = l.handshakes_max.max(1);
         l.handshakes_per_client_max = l.handshakes_per_client_max.clamp(1, l.handshakes_max);
         l.body_bytes_max = l.body_bytes_max.max(1024);
+        // An output must fit in a frame with its receipt; a share is a share.
+        l.output_bytes_max = l
+            .output_bytes_max
+            .min(l.frame_bytes_max.saturating_sub(4096));
+        l.kept_share_per_client_percent = l.kept_share_per_client_percent.clamp(1, 100);
+        l.kept_min_ms = l.kept_min_ms.max(0);
         if let Some(payment) = &self.payment {
             if payment.network != self.config.network {
                 return invalid(format!(
@@ -733,29 +739,22 @@ pub fn listen_origins(addr: SocketAddr) -> Vec<String> {
     vec![origin]
 }
 
-/// Deletes terminal jobs, from memory and from the database, when
-/// [`Retention`] says so: by age every few minutes, by the kept budget's
-/// high-water mark within a second.
+/// Deletes finished jobs, from memory and from the database, when
+/// [`Retention`] says so: by age every few minutes, by a ledger's
+/// high-water mark within a second; the database deletes exactly the ids
+/// the core forgot.
 async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
     let mut retention = Retention::new(hours);
     let mut every = Retention::ticks();
     loop {
         every.tick().await;
-        let Some((before_ms, reason)) = retention.due(&c) else {
+        let forgotten = retention.pass(&c);
+        if forgotten.ids.is_empty() {
             continue;
-        };
-        let forgotten = c.with(|core, _| core.forget_terminal_jobs(before_ms));
-        if let Err(e) = store.purge_terminal_jobs(before_ms) {
-            tracing::error!(error = %e, "retention purge failed");
-        } else if forgotten > 0 {
-            c.metrics().jobs_deleted(reason.as_str(), forgotten as u64);
-            let (_, kept_bytes) = c.read(|core| core.job_bytes());
-            tracing::info!(
-                forgotten,
-                reason = reason.as_str(),
-                kept_bytes,
-                "retention: old terminal jobs deleted"
-            );
+        }
+        match store.purge_jobs(forgotten.ids.clone()) {
+            Ok(()) => crate::retention::report(&c, &forgotten),
+            Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
     }
 }

@@ -122,6 +122,19 @@ fn retention_is_on_by_default_and_job_bytes_are_bounded() {
     );
     assert!(help_of(&help, "--queued-bytes-max").contains("[default: 268435456]"));
     assert!(help_of(&help, "--kept-bytes-max").contains("[default: 1073741824]"));
+    // Issue 29: the per-client shares, the minimum keep time, the failure
+    // ledger and the output limit are flags too.
+    for (flag, default) in [
+        ("--kept-share-per-client-percent", "12"),
+        ("--kept-min-ms", "120000"),
+        ("--failed-kept-bytes-max", "67108864"),
+        ("--queued-bytes-per-client-max", "33554432"),
+        ("--output-bytes-max", "262144"),
+        ("--refusals-per-client-per-minute-max", "600"),
+    ] {
+        let expected = format!("[default: {default}]");
+        assert!(help_of(&help, flag).contains(&expected), "{flag}: {help}");
+    }
 }
 
 /// Issue 16 #4: a public URL that names no worker origin refuses start-up,

@@ -377,6 +377,7 @@ async fn run_binary(args: &[&str]) -> (tokio::process::Child, String, Option<Str
         .env("RUST_LOG", "info")
         .env_remove("COORDINATOR_LISTEN")
         .env_remove("COORDINATOR_METRICS_LISTEN")
+        .env_remove("COORDINATOR_METRICS_ON_API")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -421,9 +422,19 @@ async fn get(url: &str) -> (u16, String) {
     panic!("{url} never answered");
 }
 
+/// Issue 29, finding 9: by default `/metrics` is not on the public port,
+/// where it showed anyone how full the kept budget is (decision 0018).
 #[tokio::test]
-async fn metrics_are_on_the_api_listener_by_default() {
+async fn metrics_are_off_the_api_listener_by_default() {
     let (_child, api, metrics) = run_binary(&[]).await;
+    assert_eq!(metrics, None);
+    assert_eq!(get(&format!("{api}/v1/health")).await.0, 200);
+    assert_eq!(get(&format!("{api}/metrics")).await.0, 404);
+}
+
+#[tokio::test]
+async fn metrics_on_api_serves_them_beside_the_api() {
+    let (_child, api, metrics) = run_binary(&["--metrics-on-api"]).await;
     assert_eq!(metrics, None);
     let (status, text) = get(&format!("{api}/metrics")).await;
     assert_eq!(status, 200);

@@ -67,13 +67,15 @@ pub(super) async fn quote(
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
         (status = 422, response = crate::api::docs::NoTrustedWorkerAnswer),
+        (status = 429, response = crate::api::docs::RateLimited),
         (status = 503, response = crate::api::docs::Unavailable),
     ))]
 pub(super) async fn commit_fast(
     State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Fast, request).await
+    commit(c, Tier::Fast, &client, request).await
 }
 
 #[utoipa::path(post, path = "/v1/jobs/commit/cheap", tag = "jobs",
@@ -95,13 +97,15 @@ pub(super) async fn commit_fast(
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
         (status = 422, response = crate::api::docs::NoTrustedWorkerAnswer),
+        (status = 429, response = crate::api::docs::RateLimited),
         (status = 503, response = crate::api::docs::Unavailable),
     ))]
 pub(super) async fn commit_cheap(
     State(c): State<Coordinator>,
+    ClientAddr(client): ClientAddr,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
-    commit(c, Tier::Cheap, request).await
+    commit(c, Tier::Cheap, &client, request).await
 }
 
 /// Validates (400, never charged), then with payments on: authorizes the
@@ -111,9 +115,12 @@ pub(super) async fn commit_cheap(
 /// settles (402 on failure, no job), and only then creates the job with the
 /// settlement as its `payment_ref`, spending the nonce in the same write.
 /// A retry of a payment that already bought this job gets the same 201.
+/// The job is charged to `client`, its owner for the byte budgets
+/// (decision 0018).
 pub(super) async fn commit(
     c: Coordinator,
     tier: Tier,
+    client: &str,
     request: CommitRequest,
 ) -> Result<Response, ApiError> {
     let CommitRequest {
@@ -128,8 +135,8 @@ pub(super) async fn commit(
         // Cluster mode: the user's trusted worker may be on another node.
         let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
         let committed = c.with(|core, now_ms| match elsewhere {
-            true => core.commit_trusted_elsewhere(submission, tier, None, now_ms),
-            false => core.commit(submission, tier, None, now_ms),
+            true => core.commit_trusted_elsewhere(client, submission, tier, None, now_ms),
+            false => core.commit_from(client, submission, tier, None, now_ms),
         });
         count_commit(&c, &committed, tier, job_type);
         return answer_commit(&c, committed, None).await;
@@ -168,14 +175,14 @@ pub(super) async fn commit(
     // One decision: a refusal is recorded here, under the same lock, and
     // admission is never asked again for this request.
     let admitted = c.with(|core, now_ms| match elsewhere {
-        true => core.admit_trusted_elsewhere(&submission),
-        false => core.admit(&submission, tier, now_ms),
+        true => core.admit_trusted_elsewhere(client, &submission),
+        false => core.admit_from(client, &submission, tier, now_ms),
     });
     if let Err(refused) = admitted {
         gate.refuse(auth);
         return answer_commit(&c, Err(refused), None).await;
     }
-    settle_and_commit(&c, gate, auth, submission, tier).await
+    settle_and_commit(&c, gate, auth, client, submission, tier).await
 }
 
 /// A PRIVATE commit acts for its user: with user auth on, the user id
@@ -224,6 +231,7 @@ async fn settle_and_commit(
     c: &Coordinator,
     gate: &x402::PaymentGate,
     auth: x402::Authorized,
+    client: &str,
     submission: JobSubmission,
     tier: Tier,
 ) -> Result<Response, ApiError> {
@@ -243,7 +251,8 @@ async fn settle_and_commit(
             response_header: response_header.clone(),
         },
     };
-    let committed = c.with(|core, now_ms| core.commit(submission, tier, Some(payment), now_ms));
+    let committed =
+        c.with(|core, now_ms| core.commit_from(client, submission, tier, Some(payment), now_ms));
     count_commit(c, &committed, tier, job_type);
     answer_commit(c, committed, Some(&response_header)).await
 }
@@ -307,6 +316,10 @@ pub(super) async fn answer_commit(
         Err(e @ (CommitError::QueueFull | CommitError::StorageFull)) => {
             Err(ApiError::Unavailable(e.to_string()))
         }
+        Err(e @ CommitError::RateLimited { retry_after_ms }) => Err(ApiError::RateLimited {
+            message: e.to_string(),
+            retry_after_s: u64::try_from(retry_after_ms.max(0) + 999).unwrap_or(0) / 1000,
+        }),
     }
 }
 

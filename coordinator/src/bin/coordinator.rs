@@ -26,10 +26,19 @@ struct Args {
     /// Address to listen on.
     #[arg(long, env = "COORDINATOR_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Serve `GET /metrics` on this address only, instead of on --listen
-    /// (to keep it off a public address). Default: on --listen.
+    /// Serve `GET /metrics` on this address (e.g. 127.0.0.1:9464). Without
+    /// it or --metrics-on-api, metrics are not served: on the public port
+    /// they show anyone how full the kept budget is (decision 0018).
     #[arg(long, env = "COORDINATOR_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve `GET /metrics` on --listen too, beside the API (opt-in: only
+    /// where --listen is not reachable by strangers).
+    #[arg(
+        long,
+        env = "COORDINATOR_METRICS_ON_API",
+        conflicts_with = "metrics_listen"
+    )]
+    metrics_on_api: bool,
     /// CAIP-2 chain id this instance reports (namespace:reference).
     #[arg(long, env = "COORDINATOR_NETWORK", default_value = "eip155:84532")]
     network: String,
@@ -77,11 +86,41 @@ struct Args {
     /// payload text); a commit beyond it gets 503.
     #[arg(long, env = "COORDINATOR_QUEUED_BYTES_MAX", default_value_t = 256 * 1024 * 1024)]
     queued_bytes_max: usize,
-    /// Most bytes held by finished jobs kept for polling (with outputs).
-    /// Past 90 % of it the oldest are deleted, down to 80 %, whatever their
-    /// age; a commit that would not fit gets 503.
+    /// Most bytes held by completed jobs kept for polling (with outputs).
+    /// Past 90 % of it the heaviest client's oldest are deleted, down to
+    /// 80 % (decision 0018); a commit that would not fit gets 503.
     #[arg(long, env = "COORDINATOR_KEPT_BYTES_MAX", default_value_t = 1024 * 1024 * 1024)]
     kept_bytes_max: usize,
+    /// Share of --kept-bytes-max (per cent) one client address may hold
+    /// before its own results go first, at any age.
+    #[arg(
+        long,
+        env = "COORDINATOR_KEPT_SHARE_PER_CLIENT_PERCENT",
+        default_value_t = 12
+    )]
+    kept_share_per_client_percent: usize,
+    /// A result younger than this is deleted for room only from a client
+    /// over its share; otherwise commits get 503.
+    #[arg(long, env = "COORDINATOR_KEPT_MIN_MS", default_value_t = 120_000)]
+    kept_min_ms: i64,
+    /// Most bytes held by failed and refused jobs (no output), a budget
+    /// apart from --kept-bytes-max.
+    #[arg(long, env = "COORDINATOR_FAILED_KEPT_BYTES_MAX", default_value_t = 64 * 1024 * 1024)]
+    failed_kept_bytes_max: usize,
+    /// Most bytes of unfinished jobs one client address may have queued.
+    #[arg(long, env = "COORDINATOR_QUEUED_BYTES_PER_CLIENT_MAX", default_value_t = 32 * 1024 * 1024)]
+    queued_bytes_per_client_max: usize,
+    /// Refused commits (422) one client address may make per minute; 429 beyond.
+    #[arg(
+        long,
+        env = "COORDINATOR_REFUSALS_PER_CLIENT_PER_MINUTE_MAX",
+        default_value_t = 600
+    )]
+    refusals_per_client_per_minute_max: u32,
+    /// Largest job output a result may carry (compact JSON bytes); larger
+    /// is refused invalid_output. Below --frame-bytes-max.
+    #[arg(long, env = "COORDINATOR_OUTPUT_BYTES_MAX", default_value_t = 256 * 1024)]
+    output_bytes_max: usize,
     /// Finished jobs kept in memory, the most recent; a poll of an older
     /// one reads it from the database.
     #[arg(
@@ -283,6 +322,12 @@ impl Args {
         l.queue_len_max = self.queue_len_max;
         l.queued_bytes_max = self.queued_bytes_max;
         l.kept_bytes_max = self.kept_bytes_max;
+        l.kept_share_per_client_percent = self.kept_share_per_client_percent;
+        l.kept_min_ms = self.kept_min_ms;
+        l.failed_kept_bytes_max = self.failed_kept_bytes_max;
+        l.queued_bytes_per_client_max = self.queued_bytes_per_client_max;
+        l.output_bytes_max = self.output_bytes_max;
+        l.refusals_per_client_per_minute_max = self.refusals_per_client_per_minute_max;
         l.finished_jobs_cached_max = self.finished_jobs_cached_max;
         l.claim_failures_per_client_per_minute_max = self.claim_failures_per_client_per_minute_max;
         l.claim_failures_per_minute_max = self.claim_failures_per_minute_max;
@@ -299,9 +344,11 @@ impl Args {
             db: self.db.clone(),
             payment: self.payment_config()?,
             retention_hours: Some(self.retention_hours),
-            metrics_at: match self.metrics_listen {
-                Some(_) => MetricsAt::Apart,
-                None => MetricsAt::Api,
+            // Off the API unless asked for; `Apart` with no listener of its
+            // own serves it nowhere.
+            metrics_at: match self.metrics_on_api {
+                true => MetricsAt::Api,
+                false => MetricsAt::Apart,
             },
             cluster: self.cluster_settings()?,
         })

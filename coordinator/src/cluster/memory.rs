@@ -460,10 +460,16 @@ impl SharedStore for MemoryShared {
         Box::pin(std::future::ready(Ok(count)))
     }
 
-    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64> {
+    fn purge(&self, ids: Vec<Uuid>, orphans_before_ms: Option<i64>, now_s: u64) -> Call<'_, u64> {
         let mut t = self.tables();
         let before = t.jobs.len();
-        let old = |r: &Row| r.job.status.is_terminal() && r.job.created_at_ms < created_before_ms;
+        for id in ids {
+            if t.jobs.get(&id).is_some_and(|r| r.job.status.is_terminal()) {
+                t.jobs.remove(&id);
+            }
+        }
+        let cut_ms = orphans_before_ms.unwrap_or(i64::MIN);
+        let old = |r: &Row| r.job.status.is_terminal() && r.job.created_at_ms < cut_ms;
         t.jobs.retain(|_, r| !old(r));
         t.nonces.retain(|_, n| n.valid_before_s >= now_s);
         let now_ms = i64::try_from(now_s.saturating_mul(1000)).unwrap_or(i64::MAX);

@@ -154,11 +154,14 @@ pub trait SharedStore: Send + Sync + 'static {
     fn present(&self, keys: &[String], job_type: JobType) -> Call<'_, bool>;
     /// Workers connected to any node (a key counts once per node).
     fn workers_online(&self) -> Call<'_, u64>;
-    /// Retention: deletes terminal jobs created before `created_before_ms`
-    /// and payment nonces whose `validBefore` passed before `now_s` (a
-    /// payment that old is refused as expired). Returns the jobs deleted.
-    /// Budget windows that ended before `now_s` go too.
-    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64>;
+    /// Retention: deletes the finished jobs `ids` (those this node's
+    /// ledger forgot: never another node's), finished jobs created before
+    /// `orphans_before_ms` (rows no live node's ledger counts any more:
+    /// their node restarted), and payment nonces whose `validBefore`
+    /// passed before `now_s` (a payment that old is refused as expired).
+    /// Returns the jobs deleted. Budget windows that ended before `now_s`
+    /// go too.
+    fn purge(&self, ids: Vec<Uuid>, orphans_before_ms: Option<i64>, now_s: u64) -> Call<'_, u64>;
     /// Pending jobs in the pool (no owner): what `queue_len_max` bounds
     /// cluster-wide.
     fn pool_len(&self, node: &str) -> Call<'_, u64>;

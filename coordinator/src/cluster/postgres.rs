@@ -805,14 +805,31 @@ impl SharedStore for PgShared {
         })
     }
 
-    fn purge(&self, created_before_ms: i64, now_s: u64) -> Call<'_, u64> {
+    fn purge(&self, ids: Vec<Uuid>, orphans_before_ms: Option<i64>, now_s: u64) -> Call<'_, u64> {
         Box::pin(async move {
             let client = self.client().await?;
-            // In batches, each its own transaction, oldest first: a large
-            // backlog is never one long statement holding its rows; what
-            // one pass leaves, the next takes.
             let mut deleted = 0;
-            for _ in 0..PURGE_BATCHES_MAX {
+            // This node's forgotten jobs, by primary key, in batches.
+            for batch in ids.chunks(PURGE_BATCH_MAX as usize) {
+                let batch: Vec<String> = batch.iter().map(Uuid::to_string).collect();
+                deleted += client
+                    .execute(
+                        "DELETE FROM jobs WHERE id = ANY($1) AND status IN ('completed', 'failed')",
+                        &[&batch],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+            }
+            // Orphans in batches, each its own transaction, oldest first: a
+            // large backlog is never one long statement holding its rows;
+            // what one pass leaves, the next takes.
+            let created_before_ms = orphans_before_ms.unwrap_or(i64::MIN);
+            let batches = if orphans_before_ms.is_some() {
+                PURGE_BATCHES_MAX
+            } else {
+                0
+            };
+            for _ in 0..batches {
                 let batch = client
                     .execute(
                         "DELETE FROM jobs WHERE id IN (

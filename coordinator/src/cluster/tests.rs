@@ -45,8 +45,17 @@ struct Node {
 
 impl Node {
     async fn join(shared: &dyn SharedStore, name: &'static str, seed: u64) -> Node {
+        Self::join_with(shared, name, seed, Config::default()).await
+    }
+
+    async fn join_with(
+        shared: &dyn SharedStore,
+        name: &'static str,
+        seed: u64,
+        config: Config,
+    ) -> Node {
         let snapshot = shared.join(name, T0, LEASE_MS).await.unwrap();
-        let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(seed));
+        let mut core = Core::new(config, ChaCha20Rng::seed_from_u64(seed));
         core.restore(snapshot, T0);
         let mut node = Node { name, core };
         node.end_event(shared, T0).await.unwrap();
@@ -460,7 +469,7 @@ async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
     // Admitted on A for B's worker, pooled, claimed by B only.
     let id = a
         .core
-        .commit_trusted_elsewhere(private, Tier::Fast, None, T0)
+        .commit_trusted_elsewhere(crate::core::LOCAL_OWNER, private, Tier::Fast, None, T0)
         .unwrap();
     a.end_event(shared, T0).await.unwrap();
     assert!(a.core.job(&id).is_none(), "pooled");
@@ -539,7 +548,11 @@ async fn retention_deletes_old_terminal_jobs_and_expired_nonces(shared: &dyn Sha
     };
     assert!(shared.reserve_nonce("a", nonce, 100).await.unwrap());
 
-    let deleted = shared.purge(due_ms + 1, 101).await.unwrap();
+    // As orphans (no ledger names them): finished and created before the cut.
+    let deleted = shared
+        .purge(Vec::new(), Some(due_ms + 1), 101)
+        .await
+        .unwrap();
     assert_eq!(deleted, 1, "the failed job, not the pending one");
     assert!(shared.job(done).await.unwrap().is_none());
     assert!(shared.job(pending).await.unwrap().is_some());
@@ -547,6 +560,53 @@ async fn retention_deletes_old_terminal_jobs_and_expired_nonces(shared: &dyn Sha
         shared.reserve_nonce("a", nonce, 200).await.unwrap(),
         "the expired nonce is gone"
     );
+}
+
+/// Finding 5 (issue 29): one node's size retention deletes only the jobs
+/// its own ledger counts (before, a cut by creation time deleted every
+/// node's finished rows, and the others answered 404 for jobs they still
+/// counted).
+async fn retention_deletes_only_this_nodes_jobs(shared: &dyn SharedStore) {
+    let mut config = Config::default();
+    config.limits.failed_kept_bytes_max = 4 * 1024;
+    let mut a = Node::join_with(shared, "a", 1, config.clone()).await;
+    let mut b = Node::join_with(shared, "b", 2, config).await;
+    let timeout = Config::default().timing.pending_timeout_ms;
+    // Jobs fail on the node that claims them due: one on B, then four on A.
+    let want = Want {
+        max: 10,
+        ..Want::default()
+    };
+    let on_b = b.commit(shared, Tier::Cheap, T0).await;
+    let due_ms = T0 + timeout;
+    b.core
+        .adopt(shared.claim("b", &want, due_ms).await.unwrap(), due_ms);
+    b.end_event(shared, due_ms).await.unwrap();
+    let b_counts = b.core.job_bytes();
+    let mut on_a = Vec::new();
+    for _ in 0..4 {
+        on_a.push(a.commit(shared, Tier::Cheap, due_ms).await);
+    }
+    let due2_ms = due_ms + timeout;
+    a.core
+        .adopt(shared.claim("a", &want, due2_ms).await.unwrap(), due2_ms);
+    a.end_event(shared, due2_ms).await.unwrap();
+
+    // A's failure records pass its budget's mark: its pass forgets its own.
+    let forgotten = a.core.retention_pass(due2_ms, None);
+    assert!(forgotten.by_size > 0);
+    assert!(forgotten.ids.iter().all(|id| on_a.contains(id)));
+    let deleted = shared.purge(forgotten.ids.clone(), None, 0).await.unwrap();
+    assert_eq!(deleted as usize, forgotten.ids.len());
+    assert!(
+        shared.job(on_b).await.unwrap().is_some(),
+        "B's job was deleted"
+    );
+    assert_eq!(b.core.job_bytes(), b_counts);
+    // What A kept is still there too.
+    for id in on_a.iter().filter(|id| !forgotten.ids.contains(id)) {
+        assert!(shared.job(*id).await.unwrap().is_some());
+    }
 }
 
 async fn a_code_drawn_twice_stays_its_first_users(shared: &dyn SharedStore) {
@@ -711,6 +771,9 @@ const CHECKS: &[(&str, Check)] = &[
     }),
     ("retention", |s| {
         Box::pin(retention_deletes_old_terminal_jobs_and_expired_nonces(s))
+    }),
+    ("retention_own_ledger", |s| {
+        Box::pin(retention_deletes_only_this_nodes_jobs(s))
     }),
     ("code_collision", |s| {
         Box::pin(a_code_drawn_twice_stays_its_first_users(s))

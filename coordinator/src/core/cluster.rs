@@ -57,6 +57,7 @@ impl Core {
             self.clear_timer(id);
             let job = self.jobs.remove(id).expect("queued job exists");
             self.queued_bytes -= job.footprint_bytes;
+            super::uncount_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
             if let Some(paid) = &job.paid_with {
                 self.paid.remove(&paid.nonce);
             }
@@ -143,6 +144,7 @@ impl Core {
         job.worker = None;
         job.footprint_bytes = footprint_bytes(&job);
         self.queued_bytes += job.footprint_bytes;
+        super::count_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
         if let Some(paid) = &job.paid_with {
             self.paid.insert(paid.nonce, (job.id, job.created_at_ms));
         }
@@ -200,26 +202,29 @@ impl Core {
     /// pool, where only that worker's node claims it.
     pub fn commit_trusted_elsewhere(
         &mut self,
+        owner: &str,
         submission: protocol::api::JobSubmission,
         tier: protocol::api::Tier,
         payment: Option<super::Payment>,
         now_ms: i64,
     ) -> Result<Uuid, super::CommitError> {
         if payment.is_none() {
-            self.admit_trusted_elsewhere(&submission)?;
+            self.admit_trusted_elsewhere(owner, &submission)?;
         }
-        Ok(self.enter(submission, tier, payment, now_ms))
+        Ok(self.enter(owner, submission, tier, payment, now_ms))
     }
 
     /// Admission of such a job: queue and byte room only.
     pub fn admit_trusted_elsewhere(
         &self,
+        owner: &str,
         submission: &protocol::api::JobSubmission,
     ) -> Result<(), super::CommitError> {
-        self.room_for(submission).map_err(|refused| match refused {
-            super::Refused::QueueFull => super::CommitError::QueueFull,
-            _ => super::CommitError::StorageFull,
-        })
+        self.room_for(submission, owner)
+            .map_err(|refused| match refused {
+                super::Refused::QueueFull => super::CommitError::QueueFull,
+                _ => super::CommitError::StorageFull,
+            })
     }
 
     /// Whether `client` may try a pairing claim now (its failure budgets).

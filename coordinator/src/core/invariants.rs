@@ -435,14 +435,18 @@ impl Core {
 
     /// The byte budgets' counters match the jobs they count, held or evicted.
     fn check_bytes(&self) -> Result<(), InvariantViolation> {
-        // The evicted jobs' total against the ledger it sums.
-        let evicted = self.ended.evicted_bytes();
-        if evicted != self.ended.evicted_bytes_summed() {
+        // The ledgers' totals against their entries, and against the kept
+        // bytes; the queued bytes by owner against their total.
+        let ledgers = self.ended.results().bytes() + self.ended.failures().bytes();
+        let summed = self.ended.results().bytes_summed() + self.ended.failures().bytes_summed();
+        let by_owner: usize = self.queued_by_owner.values().sum();
+        if (ledgers, summed, by_owner) != (self.kept_bytes, self.kept_bytes, self.queued_bytes) {
             return Err(InvariantViolation::JobBytes {
-                counted: (0, evicted),
-                held: (0, self.ended.evicted_bytes_summed()),
+                counted: (self.queued_bytes, self.kept_bytes),
+                held: (by_owner, summed),
             });
         }
+        let evicted = self.ended.evicted_bytes();
         let mut held = (0, evicted);
         for job in self.jobs.values() {
             if job.status.is_terminal() {

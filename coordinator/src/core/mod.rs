@@ -28,9 +28,10 @@ mod tracked;
 pub mod trust;
 
 pub use cluster::Want;
-pub use ended::bought_with;
+pub use ended::{bought_with, percent_of, Forgotten, PASS_JOBS_MAX};
+pub use ended::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
 pub use invariants::InvariantViolation;
-pub use restore::{Snapshot, KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
+pub use restore::Snapshot;
 
 use crate::config::Config;
 use crate::core::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
@@ -91,9 +92,19 @@ impl FailureReason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub id: Uuid,
-    /// Shared, never changed after commit: copying a job (see [`Change`])
-    /// then copies no payload text.
+    /// Shared, never changed after commit but once: copying a job (see
+    /// [`Change`]) then copies no payload text. When the job ends its
+    /// payload is emptied (`payload_digest` keeps its digest).
     pub submission: Arc<JobSubmission>,
+    /// The client address (IPv6: its /64) that committed the job, which
+    /// the byte budgets charge (decision 0018); [`LOCAL_OWNER`] for
+    /// in-process callers and jobs stored before owners were recorded.
+    #[serde(default = "local_owner")]
+    pub owner: String,
+    /// SHA-256 of the payload as JSON, hex, once the job ended and its
+    /// payload was dropped: a retried paid commit is compared by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_digest: Option<String>,
     pub tier: Tier,
     pub status: JobStatus,
     pub output: Option<serde_json::Value>,
@@ -157,8 +168,18 @@ pub struct Payment {
     pub paid_with: PaidWith,
 }
 
+/// The owner of jobs committed in-process (tests, benches) and of jobs
+/// stored without one: the client key a request without a peer address
+/// gets (`api::extract::ClientAddr`).
+pub const LOCAL_OWNER: &str = "local";
+
+fn local_owner() -> String {
+    LOCAL_OWNER.to_owned()
+}
+
 /// Bytes a job is taken to hold, in memory and on disk, beyond its
-/// variable parts: ids, times, status, receipt, map and index entries.
+/// variable parts: ids, times, status, receipt, owner (a client key, at
+/// most 45 bytes), payload digest, map and index entries.
 const JOB_OVERHEAD_BYTES: usize = 1024;
 
 /// What a job counts against the byte budgets: a fixed overhead plus its
@@ -168,8 +189,10 @@ fn footprint_bytes(job: &Job) -> usize {
     JOB_OVERHEAD_BYTES + submission_bytes(&job.submission) + output_bytes
 }
 
-/// The length of `value` as compact JSON, counted without building the text.
-fn json_len(value: &serde_json::Value) -> usize {
+/// The length of `value` as compact JSON, counted without building the
+/// text: what the store writes, escapes included (a control character
+/// is six bytes there), so the budgets count what the disk holds.
+pub fn json_len(value: &impl Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -246,6 +269,9 @@ pub enum CommitError {
     QueueFull,
     #[error("job storage is full; retry later")]
     StorageFull,
+    /// The client's refusals this minute are used up: nothing recorded.
+    #[error("too many refused commits from this client; retry after {retry_after_ms} ms")]
+    RateLimited { retry_after_ms: i64 },
 }
 
 /// Why a worker frame about a job was refused.
@@ -383,8 +409,13 @@ pub struct Core {
     ended: ended::Ended,
     /// Footprint of the non-terminal jobs (`limits.queued_bytes_max`).
     queued_bytes: usize,
-    /// Footprint of the terminal jobs kept (`limits.kept_bytes_max`).
+    /// The same by owner (`limits.queued_bytes_per_client_max`); owners
+    /// with nothing queued are not listed.
+    queued_by_owner: BTreeMap<String, usize>,
+    /// Footprint of the terminal jobs kept, both ledgers (ended.rs).
     kept_bytes: usize,
+    /// Refused commits by client (`limits.refusals_per_client_per_minute_max`).
+    refusals_by_client: rate::Windows,
     /// The latest retention cut applied: terminal jobs created before it
     /// may be gone (restore.rs).
     retention_cut_ms: Option<i64>,
@@ -418,7 +449,9 @@ impl Core {
             paid: HashMap::new(),
             ended: ended::Ended::default(),
             queued_bytes: 0,
+            queued_by_owner: BTreeMap::new(),
             kept_bytes: 0,
+            refusals_by_client: rate::Windows::default(),
             retention_cut_ms: None,
             timers: timers::Timers::default(),
             next_seq: 0,
@@ -524,10 +557,16 @@ impl Core {
         (self.queued_bytes, self.kept_bytes)
     }
 
+    /// The kept bytes by ledger (ended.rs): results (`kept_bytes_max`),
+    /// failure records (`failed_kept_bytes_max`).
+    pub fn kept_bytes_by_ledger(&self) -> (usize, usize) {
+        (self.ended.results().bytes(), self.ended.failures().bytes())
+    }
+
     /// Whether a job would be accepted now: a PRIVATE job needs a trusted
     /// worker of its user online with the capability, and the queue and the
     /// byte budgets need room.
-    fn admission(&self, submission: &JobSubmission) -> Result<(), Refused> {
+    fn admission(&self, submission: &JobSubmission, owner: &str) -> Result<(), Refused> {
         let private = submission.privacy_class == PrivacyClass::Private;
         if private
             && self
@@ -537,23 +576,31 @@ impl Core {
         {
             return Err(Refused::NoTrustedWorker);
         }
-        self.room_for(submission)
+        self.room_for(submission, owner)
     }
 
-    /// Whether the queue and the byte budgets have room for a job.
-    fn room_for(&self, submission: &JobSubmission) -> Result<(), Refused> {
+    /// Whether the queue and the byte budgets have room for a job of
+    /// `owner`'s: the whole budgets, and the owner's share of the queued one.
+    fn room_for(&self, submission: &JobSubmission, owner: &str) -> Result<(), Refused> {
         if self.pending_count + self.pool_len >= self.config.limits.queue_len_max {
             return Err(Refused::QueueFull);
         }
         let limits = &self.config.limits;
         let bytes = JOB_OVERHEAD_BYTES + submission_bytes(submission);
+        let results = self.ended.results();
+        let queued_by_owner = self.queued_by_owner.get(owner).copied().unwrap_or(0);
         // It must fit where it waits and where it will be kept once done
         // (its output then counts too; see docs/operations.md, "Limits").
         if self.queued_bytes + bytes > limits.queued_bytes_max
-            || self.kept_bytes + bytes > limits.kept_bytes_max
+            || queued_by_owner + bytes > limits.queued_bytes_per_client_max
+            || results.bytes() + bytes > limits.kept_bytes_max
         {
             return Err(Refused::StorageFull);
         }
+        // No share is checked here: retention deletes an owner's results
+        // beyond its share within a second once the budget passes its mark
+        // (refusing the owner in between made a lone busy client's commits
+        // 503 where they fit; found by the swarm, seed 15).
         Ok(())
     }
 
@@ -569,11 +616,24 @@ impl Core {
         tier: Tier,
         now_ms: i64,
     ) -> Result<(), CommitError> {
-        match self.admission(submission) {
+        self.admit_from(LOCAL_OWNER, submission, tier, now_ms)
+    }
+
+    /// [`Self::admit`] for a job of `owner`'s (its client address).
+    pub fn admit_from(
+        &mut self,
+        owner: &str,
+        submission: &JobSubmission,
+        tier: Tier,
+        now_ms: i64,
+    ) -> Result<(), CommitError> {
+        match self.admission(submission, owner) {
             Ok(()) => Ok(()),
             Err(Refused::QueueFull) => Err(CommitError::QueueFull),
             Err(Refused::StorageFull) => Err(CommitError::StorageFull),
-            Err(Refused::NoTrustedWorker) => Err(self.record_refusal(submission, tier, now_ms)),
+            Err(Refused::NoTrustedWorker) => {
+                Err(self.record_refusal(owner, submission, tier, now_ms))
+            }
         }
     }
 
@@ -582,23 +642,27 @@ impl Core {
     /// park data here. Returns the refusal to answer.
     fn record_refusal(
         &mut self,
+        owner: &str,
         submission: &JobSubmission,
         tier: Tier,
         now_ms: i64,
     ) -> CommitError {
-        let mut submission = submission.clone();
-        submission.payload = match submission.payload {
-            Payload::Llm { max_tokens, .. } => Payload::Llm {
-                prompt: String::new(),
-                max_tokens,
-            },
-            Payload::Task { task_type, .. } => Payload::Task {
-                task_type,
-                input: String::new(),
-            },
-        };
-        let mut job = self.new_job(submission, tier, None, now_ms);
-        if self.kept_bytes + job.footprint_bytes > self.config.limits.kept_bytes_max {
+        let limits = &self.config.limits;
+        let (max, keys_max) = (
+            limits.refusals_per_client_per_minute_max,
+            limits.rate_limited_keys_max,
+        );
+        if let Err(limited) = self.refusals_by_client.take(owner, now_ms, max, keys_max) {
+            return CommitError::RateLimited {
+                retry_after_ms: limited.retry_after_ms,
+            };
+        }
+        let submission = without_payload(submission);
+        let mut job = self.new_job(owner, submission, tier, None, now_ms);
+        // Refusals are failure records: their own ledger and budget, so a
+        // flood of them never deletes results (ended.rs).
+        let failures = self.ended.failures().bytes();
+        if failures + job.footprint_bytes > self.config.limits.failed_kept_bytes_max {
             return CommitError::StorageFull;
         }
         let id = job.id;
@@ -624,23 +688,37 @@ impl Core {
         payment: Option<Payment>,
         now_ms: i64,
     ) -> Result<Uuid, CommitError> {
+        self.commit_from(LOCAL_OWNER, submission, tier, payment, now_ms)
+    }
+
+    /// [`Self::commit`] for a job of `owner`'s (its client address).
+    pub fn commit_from(
+        &mut self,
+        owner: &str,
+        submission: JobSubmission,
+        tier: Tier,
+        payment: Option<Payment>,
+        now_ms: i64,
+    ) -> Result<Uuid, CommitError> {
         if payment.is_none() {
-            self.admit(&submission, tier, now_ms)?;
+            self.admit_from(owner, &submission, tier, now_ms)?;
         }
-        Ok(self.enter(submission, tier, payment, now_ms))
+        Ok(self.enter(owner, submission, tier, payment, now_ms))
     }
 
     /// Creates an admitted (or paid) job and places it.
     fn enter(
         &mut self,
+        owner: &str,
         submission: JobSubmission,
         tier: Tier,
         payment: Option<Payment>,
         now_ms: i64,
     ) -> Uuid {
-        let job = self.new_job(submission, tier, payment, now_ms);
+        let job = self.new_job(owner, submission, tier, payment, now_ms);
         let id = job.id;
         self.queued_bytes += job.footprint_bytes;
+        count_queued(&mut self.queued_by_owner, owner, job.footprint_bytes);
         let spent = job.paid_with.as_ref().map(|p| p.nonce);
         self.jobs.insert(Arc::new(job));
         self.place(id, None, false, now_ms);
@@ -661,6 +739,7 @@ impl Core {
     /// A fresh pending job with the next id and commit order.
     fn new_job(
         &mut self,
+        owner: &str,
         submission: JobSubmission,
         tier: Tier,
         payment: Option<Payment>,
@@ -676,6 +755,8 @@ impl Core {
         let mut job = Job {
             id,
             submission: Arc::new(submission),
+            owner: owner.to_owned(),
+            payload_digest: None,
             tier,
             status: JobStatus::Pending,
             output: None,
@@ -885,6 +966,9 @@ impl Core {
         let job = self.jobs.get_mut(&id).expect("failed job exists");
         debug_assert!(!job.status.is_terminal(), "job {id} failed twice");
         self.queued_bytes -= job.footprint_bytes;
+        uncount_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
+        drop_payload(job);
+        job.footprint_bytes = footprint_bytes(job);
         self.kept_bytes += job.footprint_bytes;
         job.status = JobStatus::Failed;
         job.error = Some(reason);
@@ -941,6 +1025,8 @@ impl Core {
         job.output = Some(output);
         job.receipt = Some(Box::new(receipt));
         self.queued_bytes -= job.footprint_bytes;
+        uncount_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
+        drop_payload(job);
         job.footprint_bytes = footprint_bytes(job);
         self.kept_bytes += job.footprint_bytes;
         job.completed_at_ms = Some(now_ms);
@@ -1225,12 +1311,89 @@ impl Core {
 }
 
 /// The variable bytes of a submission: its user id and payload text.
+/// A submission's bytes as the store writes them (JSON, escapes
+/// included): counting the raw text let prompts of control characters
+/// take up to six times their count on disk (issue 29).
 fn submission_bytes(s: &JobSubmission) -> usize {
-    let payload_bytes = match &s.payload {
-        Payload::Llm { prompt, .. } => prompt.len(),
-        Payload::Task { input, .. } => input.len(),
+    let payload = match &s.payload {
+        Payload::Llm { prompt, .. } => prompt,
+        Payload::Task { input, .. } => input,
     };
-    s.user_id.len() + payload_bytes
+    escaped_len(&s.user_id) + escaped_len(payload)
+}
+
+/// A string's length in JSON, escapes included, without its quotes.
+fn escaped_len(text: &str) -> usize {
+    json_len(&text).saturating_sub(2)
+}
+
+/// The submission with its payload emptied, as a finished job keeps it.
+fn without_payload(s: &JobSubmission) -> JobSubmission {
+    let payload = match &s.payload {
+        Payload::Llm { max_tokens, .. } => Payload::Llm {
+            prompt: String::new(),
+            max_tokens: *max_tokens,
+        },
+        Payload::Task { task_type, .. } => Payload::Task {
+            task_type: *task_type,
+            input: String::new(),
+        },
+    };
+    JobSubmission {
+        job_type: s.job_type,
+        user_id: s.user_id.clone(),
+        payload,
+        privacy_class: s.privacy_class,
+    }
+}
+
+/// SHA-256 of a payload as JSON, hex.
+fn payload_digest(payload: &Payload) -> String {
+    use sha2::{Digest, Sha256};
+    let text = serde_json::to_vec(payload).unwrap_or_default();
+    hex::encode(Sha256::digest(&text))
+}
+
+/// Drops a finished job's payload, keeping its digest: no poll returns
+/// it, and the disk then holds outputs, not inputs (issue 29).
+fn drop_payload(job: &mut Job) {
+    if job.payload_digest.is_some() {
+        return;
+    }
+    job.payload_digest = Some(payload_digest(&job.submission.payload));
+    job.submission = Arc::new(without_payload(&job.submission));
+}
+
+/// Whether `submission` is the one `job` was committed with: whole while
+/// the job is live, by the payload's digest once it ended.
+pub(crate) fn same_submission(job: &Job, submission: &JobSubmission) -> bool {
+    match &job.payload_digest {
+        None => *job.submission == *submission,
+        Some(digest) => {
+            *job.submission == without_payload(submission)
+                && *digest == payload_digest(&submission.payload)
+        }
+    }
+}
+
+/// Counts `bytes` queued for `owner` (`limits.queued_bytes_per_client_max`).
+fn count_queued(by_owner: &mut BTreeMap<String, usize>, owner: &str, bytes: usize) {
+    match by_owner.get_mut(owner) {
+        Some(held) => *held += bytes,
+        None => {
+            by_owner.insert(owner.to_owned(), bytes);
+        }
+    }
+}
+
+/// Takes `bytes` off what `owner` has queued; an owner at zero leaves.
+fn uncount_queued(by_owner: &mut BTreeMap<String, usize>, owner: &str, bytes: usize) {
+    if let Some(held) = by_owner.get_mut(owner) {
+        *held -= bytes;
+        if *held == 0 {
+            by_owner.remove(owner);
+        }
+    }
 }
 
 /// Puts `job`, borrowed out of the job map, in its queue (the caller

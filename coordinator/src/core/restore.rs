@@ -1,6 +1,6 @@
 //! The core's side of persistence: rebuilding the state from a store's
-//! snapshot at start, and forgetting old terminal jobs (retention, by age
-//! or by the kept budget's high-water mark).
+//! snapshot at start (retention, which forgets finished jobs, is
+//! ended.rs).
 //!
 //! Recovery rules (the process died with no worker connected afterwards):
 //! - `assigned` / `running` jobs lost their worker because the coordinator
@@ -28,14 +28,6 @@ pub struct Snapshot {
     pub pairings: Vec<Pairing>,
     pub trust: Vec<TrustEntry>,
 }
-
-/// Share of `limits.kept_bytes_max` (per cent) above which retention
-/// deletes the oldest terminal jobs, whatever their age (see
-/// `retention.rs` above the shell).
-pub const KEPT_HIGH_WATER_PERCENT: usize = 90;
-/// Share of `limits.kept_bytes_max` (per cent) such a deletion brings the
-/// kept bytes down to: a tenth of the budget a pass, so passes stay rare.
-pub const KEPT_LOW_WATER_PERCENT: usize = 80;
 
 /// A restore under way: what [`Core::restore_job`] gathers, one stored job
 /// at a time, for [`Core::finish_restore`]. Holds ids, not jobs: a restart
@@ -96,6 +88,7 @@ impl Core {
             self.kept_bytes += job.footprint_bytes;
         } else {
             self.queued_bytes += job.footprint_bytes;
+            super::count_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
         }
         if let Some(paid_with) = &job.paid_with {
             self.paid.insert(paid_with.nonce, (id, job.created_at_ms));
@@ -184,71 +177,10 @@ impl Core {
         self.add_timer(deadline_ms, TimerKind::Pending, id);
     }
 
-    /// The retention cut that brings the kept bytes down to
-    /// [`KEPT_LOW_WATER_PERCENT`] of `kept_bytes_max`, if they are above
-    /// [`KEPT_HIGH_WATER_PERCENT`]: the oldest terminal jobs by creation
-    /// time (evicted ones by the ledger's whole seconds), for
-    /// [`Self::forget_terminal_jobs`] and the store's purge. `None` while
-    /// they are at or below the high-water mark.
-    pub fn size_cut_ms(&self) -> Option<i64> {
-        let max = self.config.limits.kept_bytes_max;
-        let share = |percent: usize| (max as u128 * percent as u128 / 100) as usize;
-        if self.kept_bytes <= share(KEPT_HIGH_WATER_PERCENT) {
-            return None;
-        }
-        let excess = self.kept_bytes - share(KEPT_LOW_WATER_PERCENT);
-        // What a cut at each point frees: (the cut that forgets it, bytes).
-        let mut parts: Vec<(i64, usize)> = self.ended.evicted_by_cut().collect();
-        parts.extend(self.ended.ids().map(|id| {
-            let job = &self.jobs[id];
-            (job.created_at_ms.saturating_add(1), job.footprint_bytes)
-        }));
-        parts.sort_unstable_by_key(|&(cut_ms, _)| cut_ms);
-        let mut freed = 0;
-        for &(cut_ms, bytes) in &parts {
-            freed += bytes;
-            if freed >= excess {
-                return Some(cut_ms);
-            }
-        }
-        // Unreachable while the kept bytes are exactly the ledger's and the
-        // cached jobs' (checked by `check_invariants`); were they not, every
-        // terminal job goes.
-        parts.last().map(|&(cut_ms, _)| cut_ms)
-    }
-
-    /// The latest cut [`Self::forget_terminal_jobs`] applied in this
-    /// process: finished jobs created before it may have been deleted.
+    /// The latest retention cut: every finished job deleted so far was
+    /// created before it (a job created later may still be here).
     pub fn retention_cut_ms(&self) -> Option<i64> {
         self.retention_cut_ms
-    }
-
-    /// Forgets terminal jobs created before `created_before_ms`, those in
-    /// memory and those evicted from it (the store deletes its copies
-    /// itself); returns how many. Terminal jobs have no queue entry or live
-    /// timer, so nothing else refers to them.
-    pub fn forget_terminal_jobs(&mut self, created_before_ms: i64) -> usize {
-        self.retention_cut_ms = self.retention_cut_ms.max(Some(created_before_ms));
-        // Jobs leave without a note: the next check looks at all.
-        self.checked.whole_next();
-        let before = self.jobs.len();
-        let mut freed_bytes = 0;
-        self.jobs.retain(|_, j: &mut Arc<Job>| {
-            let keep = !(j.status.is_terminal() && j.created_at_ms < created_before_ms);
-            if !keep {
-                freed_bytes += j.footprint_bytes;
-            }
-            keep
-        });
-        let held = before - self.jobs.len();
-        let (evicted, evicted_bytes) = self.forget_ended(created_before_ms);
-        self.kept_bytes -= freed_bytes + evicted_bytes;
-        // A paid job not in the map after that is evicted or forgotten.
-        let jobs = &self.jobs;
-        self.paid.retain(|_, &mut (id, created_at_ms)| {
-            created_at_ms >= created_before_ms || jobs.contains_key(&id)
-        });
-        held + evicted
     }
 }
 
@@ -596,20 +528,21 @@ mod tests {
         c.tick(T0 + 40_000);
         assert_eq!(c.job(&ids[0]).unwrap().status, JobStatus::Failed);
         assert!(matches!(c.take_changes().as_slice(), [Change::Job(_)]));
-        assert_eq!(c.forget_terminal_jobs(T0 + 60_000), 1);
+        let gone = c.retention_pass(T0 + 60_000, Some(T0 + 60_000));
+        assert_eq!((gone.ids, gone.by_age), (vec![ids[0]], 1));
         assert!(c.job(&ids[0]).is_none());
         assert_eq!(c.job(&ids[1]).unwrap().status, JobStatus::Pending);
     }
 
-    /// The size cut frees the oldest finished jobs until the kept bytes are
-    /// at the low-water mark, whether they are evicted (the ledger's
-    /// seconds) or still cached; below the high-water mark there is none.
+    /// The size cut frees the oldest failure records until their bytes
+    /// are at the low-water mark, whether they are evicted or still
+    /// cached; below the high-water mark there is none.
     #[test]
     fn the_size_cut_forgets_the_oldest_down_to_the_low_water_mark() {
         use crate::core::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
         for cached in [0, 3, 1_000] {
             let mut config = config();
-            config.limits.kept_bytes_max = 40 * 1024;
+            config.limits.failed_kept_bytes_max = 40 * 1024;
             config.limits.finished_jobs_cached_max = cached;
             config.timing.attempts_max = 1;
             config.check_invariants = true;
@@ -617,26 +550,24 @@ mod tests {
             let timeout = config.timing.pending_timeout_ms;
             let mut ids = Vec::new();
             let mut now = T0;
-            while c.size_cut_ms().is_none() {
+            while c.job_bytes().1 <= 40 * 1024 * KEPT_HIGH_WATER_PERCENT / 100 {
                 // Each job fails its pending timeout (no worker).
                 ids.push(commit(&mut c, now));
                 now += timeout + 1;
                 c.tick(now);
                 assert!(ids.len() < 1_000, "the budget never filled");
             }
-            let (_, kept) = c.job_bytes();
-            assert!(kept > 40 * 1024 * KEPT_HIGH_WATER_PERCENT / 100);
-            let cut = c.size_cut_ms().unwrap();
-            assert!(c.forget_terminal_jobs(cut) > 0);
+            let gone = c.retention_pass(now, None);
+            assert!(gone.by_size > 0);
             c.check_invariants(now).unwrap();
             let (_, kept) = c.job_bytes();
             assert!(
                 kept <= 40 * 1024 * KEPT_LOW_WATER_PERCENT / 100,
                 "{cached}: {kept}"
             );
-            assert!(c.size_cut_ms().is_none());
-            // The oldest went, the newest stayed (evicted ones are in the
-            // ledger only: the newest finished job is cached unless none are).
+            assert!(c.retention_pass(now, None).ids.is_empty());
+            // The oldest went, the newest stayed.
+            assert_eq!(gone.ids[0], ids[0]);
             assert!(c.job(&ids[0]).is_none());
             if cached > 0 {
                 assert!(c.job(ids.last().unwrap()).is_some());

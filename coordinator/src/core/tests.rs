@@ -8,7 +8,7 @@ use super::{
     Change, CommitError, Core, FailureReason, FrameError, InvariantViolation, Outbound, Queue,
     SessionId, TimerKind,
 };
-use super::{Job, Snapshot};
+use super::{Job, Snapshot, KEPT_HIGH_WATER_PERCENT};
 use crate::config::Config;
 use protocol::api::{JobStatus, JobSubmission, JobType, Payload, PrivacyClass, TaskType, Tier};
 use protocol::receipt::Receipt;
@@ -680,7 +680,11 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
                     .commit(submission(job_type, user, privacy), tier, paid, r.now_ms);
                 match out {
                     Ok(id) | Err(CommitError::NoTrustedWorker(id)) => ids.push(id),
-                    Err(CommitError::QueueFull | CommitError::StorageFull) => {}
+                    Err(
+                        CommitError::QueueFull
+                        | CommitError::StorageFull
+                        | CommitError::RateLimited { .. },
+                    ) => {}
                 }
             }
             30..=39 => {
@@ -745,8 +749,9 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
                 r.core.restore(store.load(), r.now_ms);
             }
             86 => {
-                // Retention: terminal jobs created over 4 s ago go.
-                r.core.forget_terminal_jobs(r.now_ms - 4_000);
+                // Retention: finished jobs that ended over 4 s ago go, and
+                // the size cuts of the (default, large) budgets.
+                r.core.retention_pass(r.now_ms, Some(r.now_ms - 4_000));
             }
             _ => {
                 r.now_ms += rng.gen_range(0..2_000);
@@ -815,25 +820,24 @@ fn finished_jobs_beyond_the_cache_leave_memory_but_keep_their_bytes() {
 }
 
 #[test]
-fn retention_forgets_evicted_jobs_by_their_creation_time() {
+fn retention_forgets_evicted_jobs_by_their_end_time() {
     let mut config = Config::default();
     config.limits.finished_jobs_cached_max = 1;
     let mut r = Rig::with_config(config);
     let ids = finish_jobs(&mut r, 4);
     let (_, kept) = r.core.job_bytes();
     let per_job = kept / 4;
-    // Created in seconds T0+1 s..T0+4 s: a cut at T0+3 s forgets two,
-    // both evicted.
-    assert_eq!(r.core.forget_terminal_jobs(T0 + 3_000), 2);
+    // Ended at T0+1 s..T0+4 s: a cut at T0+3 s forgets two, both evicted.
+    let gone = r.core.retention_pass(r.now_ms, Some(T0 + 3_000));
+    assert_eq!((gone.ids, gone.by_age), (ids[..2].to_vec(), 2));
     r.check();
     assert_eq!(r.core.job_bytes().1, kept - 2 * per_job);
-    // A cut inside the second of the third (evicted) job leaves it counted
-    // until a cut past that second.
-    assert_eq!(r.core.forget_terminal_jobs(T0 + 3_500), 0);
+    // Per job, not per second: a cut just past the third's end takes it.
+    let gone = r.core.retention_pass(r.now_ms, Some(T0 + 3_001));
+    assert_eq!(gone.ids, [ids[2]]);
     r.check();
-    assert_eq!(r.core.job_bytes().1, kept - 2 * per_job);
-    // The rest, one evicted and the one held.
-    assert_eq!(r.core.forget_terminal_jobs(T0 + 10_000), 2);
+    // The rest, the one held.
+    assert_eq!(r.core.retention_pass(r.now_ms, Some(T0 + 10_000)).by_age, 1);
     r.check();
     assert_eq!(r.core.job_bytes(), (0, 0));
     assert!(r.core.job(&ids[3]).is_none());
@@ -855,7 +859,7 @@ fn a_paid_job_is_found_after_eviction_until_retention() {
     r.complete(w, id);
     assert!(r.core.job(&id).is_none(), "evicted at once");
     assert_eq!(r.core.paid_job_id(&nonce), Some(id));
-    r.core.forget_terminal_jobs(r.now_ms + 1);
+    r.core.retention_pass(r.now_ms + 1, Some(r.now_ms + 1));
     r.check();
     assert_eq!(r.core.paid_job_id(&nonce), None);
 }
@@ -1164,4 +1168,251 @@ fn a_queue_compacted_after_timeouts_keeps_its_order() {
         held[i % 2] = (session, *id);
     }
     assert!(r.core.queues.is_empty());
+}
+
+// ---- the kept budget charged per client (issue 29, decision 0018) ----
+
+/// A rig with a small kept budget (100 KiB) and a worker answering every
+/// LLM job with `output_bytes` of text.
+fn budget_rig(kept_bytes_max: usize) -> (Rig, SessionId) {
+    let mut config = Config::default();
+    config.limits.kept_bytes_max = kept_bytes_max;
+    config.limits.finished_jobs_cached_max = 8;
+    let mut r = Rig::with_config(config);
+    let w = r.worker("0xw", &[LLM], 64);
+    (r, w)
+}
+
+/// Commits a job for `owner` and completes it with `output_bytes` of text.
+fn finish_for(r: &mut Rig, w: SessionId, owner: &str, output_bytes: usize) -> Uuid {
+    let sub = submission(LLM, "u", PrivacyClass::Public);
+    let id = r
+        .core
+        .commit_from(owner, sub, Tier::Cheap, None, r.now_ms)
+        .unwrap();
+    r.check();
+    let output = serde_json::json!("x".repeat(output_bytes));
+    r.core
+        .complete(w, id, output, receipt(id), r.now_ms)
+        .unwrap();
+    r.check();
+    id
+}
+
+/// Finding 1: a flood of big results from one client, older than the
+/// minimum keep time or not, deletes that client's own results, never an
+/// honest client's older one (before: the oldest by creation, whoever's).
+#[test]
+fn a_flood_of_results_evicts_its_own_jobs_not_an_older_honest_one() {
+    let (mut r, w) = budget_rig(100 * 1024);
+    let honest = finish_for(&mut r, w, "10.0.0.1", 100);
+    r.now_ms += 3_600_000;
+    let mut flood = Vec::new();
+    for _ in 0..200 {
+        r.now_ms += 10;
+        flood.push(finish_for(&mut r, w, "10.6.6.6", 4 * 1024));
+        let gone = r.core.retention_pass(r.now_ms, None);
+        r.check();
+        assert!(!gone.ids.contains(&honest), "the honest result was deleted");
+    }
+    // The flood's oldest went; it stays under the high-water mark.
+    assert!(r.core.job_bytes().1 <= 100 * 1024 * KEPT_HIGH_WATER_PERCENT / 100);
+    assert!(r.core.retention_cut_ms().is_some());
+    let kept = r.core.ended.results();
+    assert!(kept.owner_bytes("10.0.0.1") > 0);
+    assert!(kept.owner_bytes("10.6.6.6") > 0);
+}
+
+/// Finding 1: a flood of refused commits (422, no trusted worker) fills
+/// the failure ledger only; the results are never deleted for it.
+#[test]
+fn refused_commits_never_evict_results() {
+    let (mut r, w) = budget_rig(100 * 1024);
+    let mut config = r.core.config().clone();
+    config.limits.failed_kept_bytes_max = 20 * 1024;
+    config.limits.refusals_per_client_per_minute_max = u32::MAX;
+    r.core.config = config;
+    let honest = finish_for(&mut r, w, "10.0.0.1", 100);
+    r.now_ms += 3_600_000;
+    for i in 0..2_000 {
+        r.now_ms += 1;
+        let sub = submission(LLM, &format!("nobody{i}"), PrivacyClass::Private);
+        let refused = r
+            .core
+            .commit_from("10.6.6.6", sub, Tier::Fast, None, r.now_ms);
+        assert!(matches!(
+            refused,
+            Err(CommitError::NoTrustedWorker(_) | CommitError::StorageFull)
+        ));
+        let gone = r.core.retention_pass(r.now_ms, None);
+        assert!(!gone.ids.contains(&honest));
+    }
+    r.check();
+    assert!(r.core.ended.failures().bytes() <= 20 * 1024);
+    assert!(r.core.ended.results().owner_bytes("10.0.0.1") > 0);
+}
+
+/// Finding 1: the size cut orders by end time: a long job that just
+/// finished is not among the first deleted (before: by creation time).
+#[test]
+fn the_size_cut_takes_the_longest_finished_first_not_the_longest_created() {
+    let (mut r, w) = budget_rig(100 * 1024);
+    let sub = submission(LLM, "u", PrivacyClass::Public);
+    let long = r
+        .core
+        .commit_from("10.6.6.6", sub, Tier::Cheap, None, r.now_ms)
+        .unwrap();
+    r.now_ms += 30_000;
+    let mut short = Vec::new();
+    for _ in 0..10 {
+        r.now_ms += 10;
+        short.push(finish_for(&mut r, w, "10.6.6.6", 8 * 1024));
+    }
+    r.core
+        .complete(
+            w,
+            long,
+            serde_json::json!("x".repeat(8 * 1024)),
+            receipt(long),
+            r.now_ms,
+        )
+        .unwrap();
+    r.check();
+    let gone = r.core.retention_pass(r.now_ms, None);
+    assert!(!gone.ids.is_empty());
+    assert!(
+        !gone.ids.contains(&long),
+        "the job that just ended went first"
+    );
+    assert_eq!(gone.ids[0], short[0]);
+}
+
+/// Finding 1: a result younger than the minimum keep time is not deleted
+/// for a client within its share: commits get 503 instead.
+#[test]
+fn young_results_of_clients_within_their_share_are_kept_and_commits_get_503() {
+    let (mut r, w) = budget_rig(100 * 1024);
+    let mut ids = Vec::new();
+    // Ten clients, each well within its share (12 %), fill the budget.
+    'fill: for round in 0..100 {
+        for client in 0..10 {
+            r.now_ms += 1;
+            let sub = submission(LLM, "u", PrivacyClass::Public);
+            let owner = format!("10.0.0.{client}");
+            match r.core.commit_from(&owner, sub, Tier::Cheap, None, r.now_ms) {
+                Ok(id) => {
+                    let output = serde_json::json!("x".repeat(1024));
+                    r.core
+                        .complete(w, id, output, receipt(id), r.now_ms)
+                        .unwrap();
+                    ids.push(id);
+                }
+                Err(e) => {
+                    assert_eq!(e, CommitError::StorageFull, "round {round}");
+                    break 'fill;
+                }
+            }
+            assert!(r.core.retention_pass(r.now_ms, None).ids.is_empty());
+        }
+    }
+    r.check();
+    assert!(ids.len() > 20);
+    // Past the minimum keep time the oldest go, heaviest client first.
+    r.now_ms += r.core.config().limits.kept_min_ms;
+    let gone = r.core.retention_pass(r.now_ms, None);
+    assert!(gone.by_size > 0);
+    r.check();
+}
+
+/// Finding 9: a finished job keeps no payload; a retried paid commit is
+/// still recognised by the payload's digest.
+#[test]
+fn a_finished_job_drops_its_payload_and_keeps_its_digest() {
+    let mut r = Rig::new();
+    let w = r.worker("0xw", &[LLM], 1);
+    let (_, payment) = payment(x402::evm::Bytes32([9; 32]));
+    let mut sub = submission(LLM, "u", PrivacyClass::Public);
+    sub.payload = Payload::Llm {
+        prompt: "p".repeat(10_000),
+        max_tokens: 8,
+    };
+    let id = r
+        .core
+        .commit(sub.clone(), Tier::Cheap, Some(payment), r.now_ms)
+        .unwrap();
+    r.check();
+    let queued = r.core.job_bytes().0;
+    assert!(queued > 10_000);
+    r.complete(w, id);
+    let job = r.core.job(&id).unwrap().clone();
+    assert_eq!(
+        job.submission.payload,
+        Payload::Llm {
+            prompt: String::new(),
+            max_tokens: 8
+        }
+    );
+    assert!(job.payload_digest.is_some());
+    assert!(
+        r.core.job_bytes().1 < 2_000,
+        "the input left the kept bytes"
+    );
+    assert!(crate::core::bought_with(&job, &sub, Tier::Cheap).is_some());
+    let mut other = sub.clone();
+    other.payload = Payload::Llm {
+        prompt: "q".repeat(10_000),
+        max_tokens: 8,
+    };
+    assert!(crate::core::bought_with(&job, &other, Tier::Cheap).is_none());
+}
+
+/// Finding 9: the budgets count what the store writes: a prompt of
+/// control characters is six bytes a character as JSON.
+#[test]
+fn control_characters_count_as_the_store_writes_them() {
+    let mut r = Rig::new();
+    let mut sub = submission(LLM, "u", PrivacyClass::Public);
+    sub.payload = Payload::Llm {
+        prompt: "\u{1}".repeat(10_000),
+        max_tokens: 8,
+    };
+    let id = r.commit_as(Tier::Cheap, sub).unwrap();
+    let stored = serde_json::to_string(r.core.job(&id).unwrap())
+        .unwrap()
+        .len();
+    assert!(stored > 60_000);
+    assert!(
+        r.core.job_bytes().0 >= stored,
+        "{} < {stored}",
+        r.core.job_bytes().0
+    );
+}
+
+/// Finding 1: a queue flood from one client gets 503 at its share; another
+/// client still commits.
+#[test]
+fn one_client_cannot_fill_the_queued_budget() {
+    let mut config = Config::default();
+    config.limits.queued_bytes_per_client_max = 64 * 1024;
+    let mut r = Rig::with_config(config);
+    let mut sub = submission(LLM, "u", PrivacyClass::Public);
+    sub.payload = Payload::Llm {
+        prompt: "p".repeat(8 * 1024),
+        max_tokens: 8,
+    };
+    let mut accepted = 0;
+    while r
+        .core
+        .commit_from("10.6.6.6", sub.clone(), Tier::Cheap, None, r.now_ms)
+        .is_ok()
+    {
+        accepted += 1;
+        assert!(accepted < 100);
+    }
+    assert!(accepted >= 6);
+    r.check();
+    assert!(r
+        .core
+        .commit_from("10.0.0.1", sub, Tier::Cheap, None, r.now_ms)
+        .is_ok());
 }

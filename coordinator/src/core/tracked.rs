@@ -112,12 +112,6 @@ impl Jobs {
         Some(job)
     }
 
-    /// Drops the jobs `keep` refuses. Not noted: the caller asks for a
-    /// whole check instead.
-    pub fn retain(&mut self, keep: impl FnMut(&Uuid, &mut Arc<Job>) -> bool) {
-        self.map.retain(keep);
-    }
-
     pub fn noting(&self) -> bool {
         self.touched.is_some()
     }

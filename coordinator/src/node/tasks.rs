@@ -228,31 +228,37 @@ pub async fn run_remote_watch(c: Coordinator, link: Arc<ClusterLink>, store: Arc
     }
 }
 
-/// Retention in cluster mode, as [`Retention`] says: forgets this node's
-/// terminal jobs created before the cut and deletes them, and expired
-/// payment nonces, from the shared store (every node does it; the deletes
-/// are idempotent).
+/// Retention in cluster mode, as [`Retention`] says: forgets the jobs
+/// this node's ledger says to and deletes exactly those from the shared
+/// store, never another node's (issue 29: one node's size cut deleted
+/// every node's rows, and the others then answered 404 for jobs they still
+/// counted). Each age pass also deletes orphans, finished rows created an
+/// hour before the age cut, which no live node's ledger counts any more
+/// (their node restarted), and expired payment nonces.
 pub async fn run_retention(c: Coordinator, link: Arc<ClusterLink>, hours: u64) {
     let mut retention = Retention::new(hours);
     let mut every = Retention::ticks();
     loop {
         every.tick().await;
-        let Some((before_ms, reason)) = retention.due(&c) else {
+        let now_ms = c.now_ms();
+        let age = retention.age_cut(now_ms);
+        let forgotten = c.with(|core, now_ms| core.retention_pass(now_ms, age));
+        if forgotten.ids.is_empty() && age.is_none() {
             continue;
-        };
-        c.with(|core, _| core.forget_terminal_jobs(before_ms));
-        let now_s = u64::try_from(c.now_ms() / 1000).unwrap_or(0);
-        match link.shared.purge(before_ms, now_s).await {
-            Ok(0) => {}
-            Ok(deleted) => {
-                c.metrics().jobs_deleted(reason.as_str(), deleted);
-                tracing::info!(
-                    deleted,
-                    reason = reason.as_str(),
-                    "retention: old terminal jobs deleted"
-                )
-            }
+        }
+        let orphans_before_ms = age.map(|cut| cut.saturating_sub(ORPHAN_GRACE_MS));
+        let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
+        let ids = forgotten.ids.clone();
+        match link.shared.purge(ids, orphans_before_ms, now_s).await {
+            Ok(_) if !forgotten.ids.is_empty() => crate::retention::report(&c, &forgotten),
+            Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "retention purge failed"),
         }
     }
 }
+
+/// How long before the age cut a finished row counts as an orphan: every
+/// job ends within minutes of its creation (pending timeout, leases), and
+/// a live node's own age pass forgets it within `AGE_INTERVAL_MS` of the
+/// cut, so no live node still counts a row this old.
+const ORPHAN_GRACE_MS: i64 = 3_600_000;

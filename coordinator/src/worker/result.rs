@@ -52,7 +52,8 @@ pub struct Held {
 }
 
 /// Checks the result of job `job_id` against what it was assigned with:
-/// output shape, and a receipt for this job, this worker's key and this
+/// output size (at most `output_bytes_max` as compact JSON, as the store
+/// keeps it: decision 0018), output shape, and a receipt for this job, this worker's key and this
 /// payment that verifies.
 pub fn check_result(
     pubkey: &str,
@@ -61,7 +62,15 @@ pub fn check_result(
     job: &Held,
     output: &serde_json::Value,
     receipt: &protocol::receipt::Receipt,
+    output_bytes_max: usize,
 ) -> Result<(), (FailureReason, ErrorCode, String)> {
+    if crate::core::json_len(output) > output_bytes_max {
+        return Err((
+            FailureReason::InvalidOutput,
+            ErrorCode::InvalidOutput,
+            format!("output is larger than {output_bytes_max} bytes as JSON"),
+        ));
+    }
     if !job.shape.fits(output) {
         return Err((
             FailureReason::InvalidOutput,
@@ -126,5 +135,37 @@ mod tests {
         assert!(structured.fits(&json!({"a": 1})));
         assert!(structured.fits(&json!([1])));
         assert!(!structured.fits(&json!("a")));
+    }
+
+    /// Issue 29: an output larger than `output_bytes_max` as JSON (escapes
+    /// included) is refused before anything else is checked.
+    #[test]
+    fn an_output_over_the_limit_is_invalid() {
+        let keypair = protocol::signing::Keypair::from_secret_hex(&"07".repeat(32)).unwrap();
+        let pubkey = keypair.public_key_hex();
+        let key = protocol::signing::parse_public_key(&pubkey).unwrap();
+        let held = Held {
+            shape: OutputShape::Text,
+            payment_ref: None,
+        };
+        let receipt = protocol::receipt::Receipt {
+            job_id: Uuid::nil(),
+            provider_pubkey: pubkey.clone(),
+            output_hash: "0x00".into(),
+            completed_at: "2026-11-24T00:00:00.000Z".into(),
+            payment_ref: None,
+            signature: "0x00".into(),
+        };
+        // 100 control characters: 600 bytes as JSON, over a 500-byte limit.
+        let output = json!("\u{1}".repeat(100));
+        let refused = check_result(&pubkey, &key, Uuid::nil(), &held, &output, &receipt, 500);
+        let (reason, code, _) = refused.unwrap_err();
+        assert_eq!(
+            (reason, code),
+            (FailureReason::InvalidOutput, ErrorCode::InvalidOutput)
+        );
+        // Within the limit, the receipt is what fails here.
+        let refused = check_result(&pubkey, &key, Uuid::nil(), &held, &output, &receipt, 700);
+        assert_eq!(refused.unwrap_err().0, FailureReason::InvalidReceipt);
     }
 }

@@ -454,7 +454,17 @@ async fn result(
             Some((e.code(), e.to_string(), Some(job_id)))
         }
         Some(job) => {
-            match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
+            let output_max = c.config().limits.output_bytes_max;
+            let checked = check_result(
+                &peer.pubkey,
+                &peer.key,
+                job_id,
+                &job,
+                &output,
+                &receipt,
+                output_max,
+            );
+            match checked {
                 Ok(()) => {
                     let completed = c.with(|core, now_ms| {
                         core.complete(session, job_id, output, receipt, now_ms)

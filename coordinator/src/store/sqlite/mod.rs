@@ -160,8 +160,8 @@ struct Pending {
     /// database, never in between. An `Arc` so a read scans it without
     /// holding this lock (wrapping the `Vec` moves no change).
     committing: Option<Arc<Vec<Change>>>,
-    /// Terminal jobs created before this time are to be deleted.
-    purge_before_ms: Option<i64>,
+    /// Finished jobs retention forgot, to be deleted after `changes`.
+    purge: Vec<Uuid>,
     /// `apply` calls so far; the sequence number of the latest one.
     appended: u64,
     /// `appended` when the writer last took the batch.
@@ -285,19 +285,17 @@ impl SqliteStore {
         schema_version(&self.shared.conn())
     }
 
-    /// Deletes completed and failed jobs created before `before_ms` (the
-    /// retention cut). Jobs reach a terminal state within minutes of their
-    /// creation (pending timeout plus bounded leases), so creation time is
-    /// the age that matters. Ordered after every change appended so far.
-    pub fn purge_terminal_jobs(&self, before_ms: i64) -> Result<(), StoreError> {
-        if self.shared.is_halted() {
+    /// Deletes the finished jobs `ids` (those retention forgot), ordered
+    /// after every change appended so far.
+    pub fn purge_jobs(&self, ids: Vec<Uuid>) -> Result<(), StoreError> {
+        if self.shared.is_halted() || ids.is_empty() {
             return Ok(());
         }
         match self.mode {
-            CommitMode::PerEvent => Ok(self.shared.commit(&[], Some(before_ms))?),
+            CommitMode::PerEvent => Ok(self.shared.commit(&[], &ids)?),
             CommitMode::Group => {
                 let mut pending = self.shared.pending();
-                pending.purge_before_ms = Some(before_ms);
+                pending.purge.extend(ids);
                 pending.appended += 1;
                 self.shared.wake_writer();
                 Ok(())
@@ -365,7 +363,7 @@ impl Store for SqliteStore {
         }
         match self.mode {
             CommitMode::PerEvent => {
-                let written = self.shared.commit(changes, None);
+                let written = self.shared.commit(changes, &[]);
                 // Memory now holds what the disk does not: on failure
                 // `flush` must not claim durability from here on.
                 let appended = {

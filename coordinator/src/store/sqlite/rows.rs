@@ -29,10 +29,10 @@ pub(super) const UPDATE: &str = "UPDATE jobs SET status = ?1, seq = ?2, deadline
 /// A job's body from its row; the id is checked, as in `UPDATE`.
 pub(super) const SELECT: &str = "SELECT body FROM jobs WHERE rowid = ?1 AND id = ?2";
 
-/// The retention cut; returns the ids it deleted, for the map.
+/// One finished job retention forgot, by its row; the id is checked, as
+/// in `UPDATE`.
 const PURGE: &str =
-    "DELETE FROM jobs WHERE status IN ('completed', 'failed') AND created_at_ms < ?1
-     RETURNING id";
+    "DELETE FROM jobs WHERE rowid = ?1 AND id = ?2 AND status IN ('completed', 'failed')";
 
 /// Job id to rowid, for every job row in the database. Ids are drawn by
 /// the core's seeded RNG (never chosen by a client), so a fast unkeyed
@@ -96,18 +96,22 @@ impl RowChanges {
     }
 }
 
-/// Deletes completed and failed jobs created before `before_ms`.
+/// Deletes the jobs `ids` (retention forgot them), found by their rows:
+/// in the map, or inserted by this very transaction.
 pub(super) fn purge(
     tx: &Transaction<'_>,
-    before_ms: i64,
+    rows: &JobRows,
+    ids: &[Uuid],
     changes: &mut RowChanges,
 ) -> Result<(), SqliteError> {
     let mut stmt = tx.prepare_cached(PURGE)?;
-    let mut deleted = stmt.query(params![before_ms])?;
-    while let Some(row) = deleted.next()? {
-        // Every stored id parsed at open or was written from a `Uuid`.
-        if let Ok(id) = Uuid::parse_str(&row.get::<_, String>(0)?) {
-            changes.deleted.push(id);
+    let fresh: FxHashMap<Uuid, i64> = changes.inserted.iter().copied().collect();
+    for id in ids {
+        let Some(rowid) = fresh.get(id).copied().or_else(|| rows.get(id)) else {
+            continue;
+        };
+        if stmt.execute(params![rowid, id.to_string()])? > 0 {
+            changes.deleted.push(*id);
         }
     }
     Ok(())

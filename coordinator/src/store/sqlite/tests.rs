@@ -216,7 +216,7 @@ async fn purge_deletes_old_terminal_jobs_only() {
     let mut done = job.clone();
     Arc::make_mut(&mut done).status = JobStatus::Completed;
     store.apply(&[Change::Job(done)]).unwrap();
-    store.purge_terminal_jobs(1_001).unwrap();
+    store.purge_jobs(vec![job.id]).unwrap();
     let loaded = store.load().unwrap();
     assert_eq!(loaded.jobs.len(), 1);
     assert_eq!(loaded.jobs[0].status, JobStatus::Pending);
@@ -234,7 +234,7 @@ async fn group_purge_is_ordered_after_earlier_changes() {
     let mut done = job.clone();
     Arc::make_mut(&mut done).status = JobStatus::Failed;
     store.apply(&[Change::Job(done)]).unwrap();
-    store.purge_terminal_jobs(1_001).unwrap();
+    store.purge_jobs(vec![job.id]).unwrap();
     store.flush().await.unwrap();
     let loaded = store.load().unwrap();
     assert_eq!(loaded.jobs.len(), 1);
@@ -402,7 +402,7 @@ fn the_row_map_follows_committed_transactions_only() {
     store
         .apply(&[with_status(job, JobStatus::Completed)])
         .unwrap();
-    store.purge_terminal_jobs(1_001).unwrap();
+    store.purge_jobs(vec![job.id]).unwrap();
     assert_eq!(store.shared.rows().len(), 1);
     // Written again after its purge (as the upsert did), it is a new row.
     store.apply(&[with_status(job, JobStatus::Failed)]).unwrap();
@@ -545,7 +545,7 @@ async fn a_purged_job_reads_as_none() {
     store.apply(&changes).unwrap();
     store.apply(std::slice::from_ref(&done)).unwrap();
     assert!(store.job(&job.id).unwrap().is_some());
-    store.purge_terminal_jobs(1_001).unwrap();
+    store.purge_jobs(vec![job.id]).unwrap();
     assert!(store.job(&job.id).unwrap().is_none());
     assert!(store.job(&other.id).unwrap().is_some());
 
@@ -554,7 +554,7 @@ async fn a_purged_job_reads_as_none() {
     let writer_conn = store.shared.conn();
     store.apply(&changes).unwrap();
     store.apply(std::slice::from_ref(&done)).unwrap();
-    store.purge_terminal_jobs(1_001).unwrap();
+    store.purge_jobs(vec![job.id]).unwrap();
     let read = store.job(&job.id).unwrap().expect("not purged yet");
     assert_eq!(read.status, JobStatus::Completed);
     drop(writer_conn);

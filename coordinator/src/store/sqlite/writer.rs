@@ -40,20 +40,19 @@ impl Shared {
         self.rows.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes `changes`, then the retention cut if any, in one transaction.
-    pub(super) fn commit(
-        &self,
-        changes: &[Change],
-        purge_before_ms: Option<i64>,
-    ) -> Result<(), SqliteError> {
+    /// Writes `changes`, then deletes the jobs `purge`, in one transaction.
+    pub(super) fn commit(&self, changes: &[Change], purge: &[Uuid]) -> Result<(), SqliteError> {
         let mut conn = self.conn();
         let mut moved = RowChanges::default();
         let tx = conn.transaction()?;
         // A read lock: readers go on finding rows meanwhile; only this
         // thread, holding `conn`, ever changes the map.
         write_changes(&tx, &self.rows(), changes, &mut moved)?;
-        if let Some(before_ms) = purge_before_ms {
-            rows::purge(&tx, before_ms, &mut moved)?;
+        if !purge.is_empty() {
+            // The map as this batch leaves it: a job written and purged in
+            // one batch has its row from this transaction.
+            let rows = self.rows();
+            rows::purge(&tx, &rows, purge, &mut moved)?;
         }
         tx.commit()?;
         self.rows_mut().committed(moved);
@@ -148,12 +147,12 @@ impl Shared {
 
     /// Commits everything pending in one transaction; `false` once closed.
     pub(super) fn commit_pending(&self) -> bool {
-        let (changes, purge_before_ms, upto, events) = {
+        let (changes, purge, upto, events) = {
             let mut pending = self.pending();
             if self.is_halted() {
                 return false;
             }
-            if pending.changes.is_empty() && pending.purge_before_ms.is_none() {
+            if pending.changes.is_empty() && pending.purge.is_empty() {
                 return !pending.closed;
             }
             let events = pending.appended - pending.taken;
@@ -162,7 +161,7 @@ impl Shared {
             pending.committing = Some(Arc::clone(&changes));
             (
                 changes,
-                pending.purge_before_ms.take(),
+                std::mem::take(&mut pending.purge),
                 pending.appended,
                 events,
             )
@@ -170,7 +169,7 @@ impl Shared {
         // tokio's clock: monotonic on the writer thread (no runtime there),
         // virtual under the simulation, where the commit takes no time.
         let started = tokio::time::Instant::now();
-        let result = self.commit(&changes, purge_before_ms);
+        let result = self.commit(&changes, &purge);
         // The database answers for the batch now, and before the flushes
         // are answered: once `flush` resolves, reads come from the rows (a
         // purge in the batch has taken effect). A failed commit leaves the
@@ -194,7 +193,7 @@ impl Shared {
 
     pub(super) fn has_work(&self) -> bool {
         let pending = self.pending();
-        pending.closed || !pending.changes.is_empty() || pending.purge_before_ms.is_some()
+        pending.closed || !pending.changes.is_empty() || !pending.purge.is_empty()
     }
 }
 
@@ -204,8 +203,7 @@ pub(super) fn run_writer(shared: &Shared) {
     loop {
         {
             let mut pending = shared.pending();
-            while pending.changes.is_empty() && pending.purge_before_ms.is_none() && !pending.closed
-            {
+            while pending.changes.is_empty() && pending.purge.is_empty() && !pending.closed {
                 pending.writer_waiting = true;
                 pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
             }
