@@ -3,8 +3,10 @@
 
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
-use crate::spec::{Alter, HttpCall, Pay};
+use crate::spec::{Alter, HttpCall, Pay, ProofSpec};
+use crate::world::users::{normal, SentProof};
 use crate::world::World;
+use protocol::user_proof::{ProofRequest, HEADER};
 use router::HttpRequest;
 use serde_json::{json, Value};
 
@@ -48,8 +50,13 @@ pub(super) async fn run_http(
             .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
         request.headers.push((k.to_ascii_lowercase(), v));
     }
+    let honest = match &call.user_proof {
+        Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+        None => None,
+    };
     let from = call.client.as_deref();
     let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    record_trust(world, &call.instance, &request, &path, honest, &answer);
     let Some(pay) = &call.pay else {
         return Ok(answer);
     };
@@ -70,8 +77,97 @@ pub(super) async fn run_http(
     Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
 }
 
+/// Adds the `X-User-Proof` header the step asks for; returns the proof
+/// when it is its user's own (signed by the key of the account it names),
+/// the one kind of proof that makes a pairing proven.
+fn add_user_proof(
+    world: &mut World,
+    proof: &ProofSpec,
+    request: &mut HttpRequest,
+    path: &str,
+) -> Result<Option<SentProof>, String> {
+    let header = match proof.signer()? {
+        None => {
+            let last = world.users.last_proof.clone();
+            last.ok_or("user_proof: replay = true, but no step sent a proof before")?
+                .header
+        }
+        Some((user, key)) => {
+            let user_id = world.users.get(user)?.id.clone();
+            let now_ms = world.transcript.elapsed_ms() + world.epoch_ms();
+            let method = request.method.to_string();
+            let signed = ProofRequest {
+                method: &method,
+                path_and_query: path,
+                body: &request.body,
+            };
+            let header = world.users.sign(key, &user_id, &signed, now_ms)?;
+            let own = world.users.is_own(key, &user_id);
+            world.transcript.log(
+                "harness",
+                format!(
+                    "{key} signs a user proof as {user}{}",
+                    if own { "" } else { " (not its key)" }
+                ),
+            );
+            request
+                .headers
+                .push((HEADER.to_ascii_lowercase(), header.clone()));
+            return Ok(own.then(|| world.users.last_proof.clone()).flatten());
+        }
+    };
+    world
+        .transcript
+        .log("harness", "a user proof sent again (replay)".to_owned());
+    request.headers.push((HEADER.to_ascii_lowercase(), header));
+    Ok(None)
+}
+
+/// Keeps the ledger of proven pairings (`world::users`): a code created
+/// with its user's own proof, and every successful claim.
+pub(super) fn record_trust(
+    world: &mut World,
+    instance: &str,
+    request: &HttpRequest,
+    path: &str,
+    honest: Option<SentProof>,
+    answer: &Answer,
+) {
+    if !answer.status.is_some_and(|s| (200..300).contains(&s)) {
+        return;
+    }
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let path = path.split('?').next().unwrap_or_default();
+    match path {
+        "/v1/trust/create" => {
+            let (Some(sent), Some(user), Some(code)) = (
+                honest,
+                body["user_id"].as_str(),
+                answer.body["pairing_code"].as_str(),
+            ) else {
+                return;
+            };
+            // A proof of one user never makes a pairing of another proven.
+            if normal(&sent.user_id) != normal(user) {
+                return;
+            }
+            let bound = body["provider_pubkey"].as_str();
+            world.users.record_create(instance, user, code, bound, sent);
+        }
+        "/v1/trust/claim" => {
+            if let (Some(code), Some(key)) = (
+                body["pairing_code"].as_str(),
+                body["provider_pubkey"].as_str(),
+            ) {
+                world.users.record_claim(instance, code, key);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Sends one request and logs it and its answer.
-async fn exchange(
+pub(super) async fn exchange(
     world: &World,
     instance: &str,
     client: Option<&str>,

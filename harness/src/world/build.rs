@@ -294,6 +294,7 @@ pub(super) fn assemble(
         router,
         payer,
         payer_rng,
+        users: users::Users::new(scenario.seed, &scenario.user_chains()),
         epoch_ms,
         worker_clock,
     };
