@@ -28,6 +28,24 @@ pub struct Config {
     /// per-client limits. Empty (the default): the header is ignored, since
     /// anyone can send it.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Whether acting for a user needs that user's proof (`X-User-Proof`,
+    /// `protocol::user_proof`; decision 0017): on by default, so a user id
+    /// alone never reaches a user's trusted workers. `Off` is the spec's
+    /// literal behaviour, for closed deployments and conformance runs.
+    pub user_auth: UserAuth,
+}
+
+/// `--user-auth on|off`: what `trust/create`, `trust/list` and PRIVATE
+/// commits need to act for a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UserAuth {
+    /// The user's proof: a signature by the account the user id names (or,
+    /// for a paid PRIVATE commit, a payment by that account's address).
+    #[default]
+    On,
+    /// The user id alone, as the spec shows it; anyone who knows a user id
+    /// acts for that user.
+    Off,
 }
 
 impl Default for Config {
@@ -40,6 +58,7 @@ impl Default for Config {
             public_urls: Vec::new(),
             check_invariants: cfg!(debug_assertions),
             trusted_proxies: Vec::new(),
+            user_auth: UserAuth::On,
         }
     }
 }
@@ -135,6 +154,10 @@ pub struct Limits {
     /// Job polls one client address (IPv6: one /64) may hold open at once;
     /// beyond it its polls are answered at once.
     pub held_polls_per_client_max: usize,
+    /// User-proof nonces remembered at once (each for the proof window);
+    /// a new proof beyond it gets 503 rather than a nonce being forgotten
+    /// early, which would let its proof be replayed.
+    pub user_proof_nonces_max: usize,
 }
 
 impl Default for Limits {
@@ -164,6 +187,7 @@ impl Default for Limits {
             poll_wait_ms_max: 30_000,
             held_polls_max: 10_000,
             held_polls_per_client_max: 1_000,
+            user_proof_nonces_max: 100_000,
         }
     }
 }
@@ -188,6 +212,9 @@ pub struct Timing {
     /// Expired or claimed codes are remembered this long after expiry, so
     /// claims answer `expired` / `already_claimed` rather than `invalid_code`.
     pub pairing_code_retention_ms: i64,
+    /// How far a user proof's issue time may lie from the coordinator's
+    /// clock, either way; its nonce is remembered that long after it.
+    pub user_proof_window_ms: i64,
 }
 
 impl Default for Timing {
@@ -202,6 +229,7 @@ impl Default for Timing {
             auth_timeout_ms: 10_000,
             pairing_code_ttl_ms: 3_600_000,
             pairing_code_retention_ms: 24 * 3_600_000,
+            user_proof_window_ms: protocol::user_proof::WINDOW_MS,
         }
     }
 }

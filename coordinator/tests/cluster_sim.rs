@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{call, TestWorker, Wire, EPOCH_MS};
+use common::{call, spec_config, TestWorker, Wire, EPOCH_MS};
 use coordinator::cluster::{MemoryShared, SharedStore};
 use coordinator::config::Config;
 use coordinator::node::ClusterSettings;
@@ -23,7 +23,7 @@ use std::time::Duration;
 const PENDING_TIMEOUT_MS: i64 = 5_000;
 
 async fn node(shared: &Arc<MemoryShared>, name: &str, seed: u64) -> Server {
-    node_with(shared, name, seed, Config::default()).await
+    node_with(shared, name, seed, spec_config()).await
 }
 
 async fn node_with(
@@ -166,7 +166,7 @@ async fn a_code_another_node_drew_first_is_not_handed_out() {
 #[tokio::test(start_paused = true)]
 async fn failed_claims_on_two_nodes_share_one_budget() {
     let shared = Arc::new(MemoryShared::default());
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.claim_failures_per_minute_max = 4;
     let a = node_with(&shared, "a", 1, config.clone()).await;
     let b = node_with(&shared, "b", 2, config).await;
@@ -216,7 +216,7 @@ async fn failed_claims_on_two_nodes_share_one_budget() {
 #[tokio::test(start_paused = true)]
 async fn creates_for_one_user_on_two_nodes_share_one_budget() {
     let shared = Arc::new(MemoryShared::default());
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.pairing_creates_per_user_per_minute_max = 3;
     let a = node_with(&shared, "a", 1, config.clone()).await;
     let b = node_with(&shared, "b", 2, config).await;
@@ -243,7 +243,7 @@ async fn creates_for_one_user_on_two_nodes_share_one_budget() {
 #[tokio::test(start_paused = true)]
 async fn the_pool_is_bounded_by_queue_len_max_across_nodes() {
     let shared = Arc::new(MemoryShared::default());
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.queue_len_max = 3;
     let a = node_with(&shared, "a", 1, config.clone()).await;
     let b = node_with(&shared, "b", 2, config).await;
@@ -280,7 +280,7 @@ async fn the_pool_is_bounded_by_queue_len_max_across_nodes() {
 #[tokio::test(start_paused = true)]
 async fn held_polls_of_another_nodes_job_keep_the_per_client_bound() {
     let shared = Arc::new(MemoryShared::default());
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.held_polls_per_client_max = 2;
     let a = node_with(&shared, "a", 1, config.clone()).await;
     let b = node_with(&shared, "b", 2, config).await;

@@ -67,6 +67,8 @@ async fn start(db: &Path) -> Running {
         .args(["--claim-failures-per-client-per-minute-max", "100000"])
         .args(["--pairing-creates-per-client-per-minute-max", "100000"])
         .args(["--payment-required", "--pay-to", PAY_TO])
+        // The spec's flows with plain user ids (decision 0017).
+        .args(["--user-auth", "off"])
         .env("RUST_LOG", "info")
         .env_remove("COORDINATOR_LISTEN")
         .stdout(std::process::Stdio::null())
@@ -441,6 +443,7 @@ async fn in_process_restart_from_a_crash_image() {
     let open = |path: &Path| {
         let settings = Settings {
             db: path.to_str().unwrap().to_owned(),
+            config: common::spec_config(),
             ..Settings::default()
         };
         // Paused time: the writer must be a task of this runtime (a thread

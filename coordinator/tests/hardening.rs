@@ -76,7 +76,7 @@ async fn claim(
 
 #[tokio::test]
 async fn claim_judges_the_code_before_the_curve_point() {
-    let (app, clock) = setup(Config::default()).await;
+    let (app, clock) = setup(spec_config()).await;
     let r = claim(&app, "192.0.2.1:1", &[], "abcdef", NOT_A_POINT).await;
     assert_eq!(
         (r.status, r.body),
@@ -110,7 +110,7 @@ async fn claim_judges_the_code_before_the_curve_point() {
 
 #[tokio::test]
 async fn a_malformed_key_gets_a_shape_message_that_is_true() {
-    let (app, _) = setup(Config::default()).await;
+    let (app, _) = setup(spec_config()).await;
     for bad in [
         "0x1234",
         "02ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
@@ -131,7 +131,7 @@ async fn a_malformed_key_gets_a_shape_message_that_is_true() {
 
 #[tokio::test]
 async fn null_in_a_typed_optional_field_is_400() {
-    let (app, _) = setup(Config::default()).await;
+    let (app, _) = setup(spec_config()).await;
     let llm = |payload: Value| json!({"job_type": "LLM_INFER", "user_id": "u", "payload": payload});
     let cases = [
         (
@@ -170,7 +170,7 @@ async fn null_in_a_typed_optional_field_is_400() {
 
 #[tokio::test]
 async fn creates_are_rate_limited_per_client_and_honest_clients_still_pair() {
-    let (app, clock) = setup(Config::default()).await;
+    let (app, clock) = setup(spec_config()).await;
     for i in 0..10 {
         let r = create(&app, "198.51.100.7:1", &format!("flood-{i}")).await;
         assert_eq!(r.status, StatusCode::CREATED);
@@ -192,7 +192,7 @@ async fn creates_are_rate_limited_per_client_and_honest_clients_still_pair() {
 
 #[tokio::test]
 async fn a_user_holds_a_bounded_number_of_live_codes() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.pairing_creates_per_user_per_minute_max = 100;
     let (app, clock) = setup(config).await;
     for i in 0..5 {
@@ -215,7 +215,7 @@ async fn a_user_holds_a_bounded_number_of_live_codes() {
 
 #[tokio::test]
 async fn only_live_codes_count_against_the_global_cap() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.pairing_codes_max = 3;
     let (app, clock) = setup(config).await;
     for i in 0..3 {
@@ -234,7 +234,7 @@ async fn only_live_codes_count_against_the_global_cap() {
 
 #[tokio::test]
 async fn successful_claims_do_not_use_up_the_budget() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.pairing_creates_per_client_per_minute_max = 100;
     let (app, _) = setup(config).await;
     for i in 0..12 {
@@ -249,7 +249,7 @@ async fn successful_claims_do_not_use_up_the_budget() {
 
 #[tokio::test]
 async fn ipv6_clients_are_grouped_by_64() {
-    let (app, _) = setup(Config::default()).await;
+    let (app, _) = setup(spec_config()).await;
     for i in 0..10 {
         let peer = format!("[2001:db8:1:2::{i:x}]:1");
         let r = claim(&app, &peer, &[], "000000", &key(1)).await;
@@ -264,7 +264,7 @@ async fn ipv6_clients_are_grouped_by_64() {
 
 #[tokio::test]
 async fn failed_claims_have_a_global_budget() {
-    let (app, clock) = setup(Config::default()).await;
+    let (app, clock) = setup(spec_config()).await;
     for i in 0..60 {
         let peer = format!("10.0.{}.{}:1", i / 200, i % 200);
         let r = claim(&app, &peer, &[], "000000", &key(1)).await;
@@ -285,7 +285,7 @@ async fn failed_claims_have_a_global_budget() {
 async fn forwarded_for_counts_only_from_a_trusted_proxy() {
     let config = Config {
         trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
-        ..Config::default()
+        ..spec_config()
     };
     let (app, _) = setup(config).await;
     // Behind the proxy, each client has its own budget.

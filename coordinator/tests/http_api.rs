@@ -6,7 +6,6 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use coordinator::config::Config;
 use coordinator::{app, ManualClock};
 use protocol::signing::Keypair;
 use rand::SeedableRng;
@@ -15,7 +14,7 @@ use std::sync::Arc;
 
 async fn setup() -> (axum::Router, ManualClock) {
     let clock = ManualClock::new(EPOCH_MS);
-    let c = coordinator(Config::default(), Arc::new(clock.clone()), 7).await;
+    let c = coordinator(spec_config(), Arc::new(clock.clone()), 7).await;
     (app(c), clock)
 }
 
@@ -493,7 +492,7 @@ async fn malformed_requests_get_json_errors() {
 async fn the_same_seed_gives_the_same_bytes() {
     async fn transcript(seed: u64) -> Vec<u8> {
         let clock = ManualClock::new(EPOCH_MS);
-        let app = app(coordinator(Config::default(), Arc::new(clock.clone()), seed).await);
+        let app = app(coordinator(spec_config(), Arc::new(clock.clone()), seed).await);
         let mut out = Vec::new();
         let k = key(9).public_key_hex();
         for step in 0..6 {

@@ -6,7 +6,6 @@ mod common;
 
 use axum::http::StatusCode;
 use common::*;
-use coordinator::config::Config;
 use coordinator::{app, ManualClock};
 use protocol::api::Payload;
 use serde_json::json;
@@ -21,7 +20,7 @@ fn big_llm_job(user: &str, prompt_bytes: usize) -> serde_json::Value {
 /// prompt included, in memory and on disk, for ever.
 #[tokio::test]
 async fn a_job_refused_at_admission_keeps_no_payload() {
-    let c = coordinator(Config::default(), Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
+    let c = coordinator(spec_config(), Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
     let r = commit(&app, "fast", private(big_llm_job("alice", 200 * 1024))).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
@@ -47,7 +46,7 @@ async fn a_job_refused_at_admission_keeps_no_payload() {
 /// up to 256 KiB each); now their bytes are too.
 #[tokio::test]
 async fn queued_jobs_have_a_byte_budget() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.queued_bytes_max = 100 * 1024;
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
@@ -69,7 +68,7 @@ async fn queued_jobs_have_a_byte_budget() {
 /// every commit gets 503 (until retention frees room) and nothing grows.
 #[tokio::test]
 async fn a_flood_of_refusals_stops_at_the_kept_budget() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.kept_bytes_max = 64 * 1024;
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 1).await;
     let app = app(c.clone());
@@ -105,7 +104,7 @@ async fn a_full_kept_budget_deletes_the_oldest_finished_jobs_not_new_commits() {
     use std::time::Duration;
 
     const KEPT_BYTES_MAX: usize = 64 * 1024;
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.limits.kept_bytes_max = KEPT_BYTES_MAX;
     config.limits.finished_jobs_cached_max = 4;
     // No worker: each job fails `pending_timeout` a second after its commit.

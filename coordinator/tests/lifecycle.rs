@@ -41,7 +41,7 @@ async fn wait_status(app: &axum::Router, job: &str, status: &str) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_runs_to_completion_with_a_verified_receipt() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER", "TASK"], 2).await;
     assert_eq!(
         call(&app, "GET", "/v1/health", None).await.body["workers_online"],
@@ -81,7 +81,7 @@ async fn a_job_runs_to_completion_with_a_verified_receipt() {
 
 #[tokio::test(start_paused = true)]
 async fn fast_jobs_are_served_before_cheap_ones() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let cheap1 = id(&commit(&app, "cheap", task_job("u")).await);
     let cheap2 = id(&commit(&app, "cheap", task_job("u")).await);
     let fast = id(&commit(&app, "fast", task_job("u")).await);
@@ -97,7 +97,7 @@ async fn fast_jobs_are_served_before_cheap_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn slots_bound_concurrent_jobs_and_capabilities_are_respected() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 2).await;
     let llm = id(&commit(&app, "fast", llm_job("u")).await);
     let t1 = commit(&app, "cheap", task_job("u")).await;
@@ -118,7 +118,7 @@ async fn slots_bound_concurrent_jobs_and_capabilities_are_respected() {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_nobody_can_take_fails_with_no_eligible_worker() {
-    let (_c, app) = setup(Config::default()).await;
+    let (_c, app) = setup(spec_config()).await;
     let job = id(&commit(&app, "fast", llm_job("u")).await);
     tokio::time::sleep(Duration::from_millis(29_999)).await;
     assert_eq!(job_status(&app, &job).await["status"], "pending");
@@ -131,7 +131,7 @@ async fn a_job_nobody_can_take_fails_with_no_eligible_worker() {
 
 #[tokio::test(start_paused = true)]
 async fn a_disconnected_workers_job_is_completed_elsewhere() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w1 = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = w1.expect_assign().await;
@@ -152,7 +152,7 @@ async fn a_disconnected_workers_job_is_completed_elsewhere() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_goes_to_another_worker() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w1 = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut w2 = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
@@ -168,7 +168,7 @@ async fn a_rejected_job_goes_to_another_worker() {
 
 #[tokio::test(start_paused = true)]
 async fn rejects_until_attempts_run_out_fail_the_job() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     for _ in 0..3 {
@@ -182,7 +182,7 @@ async fn rejects_until_attempts_run_out_fail_the_job() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_worker_loses_the_job_at_the_lease_end() {
-    let mut config = Config::default();
+    let mut config = spec_config();
     config.timing.lease_ms = 5_000;
     config.timing.attempts_max = 2;
     let (c, app) = setup(config).await;
@@ -219,7 +219,7 @@ async fn a_silent_worker_loses_the_job_at_the_lease_end() {
 
 #[tokio::test(start_paused = true)]
 async fn a_bad_receipt_never_completes_a_job() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = w.expect_assign().await;
@@ -266,7 +266,7 @@ async fn a_bad_receipt_never_completes_a_job() {
 /// assigned with, which it keeps without the payload (`session::Held`).
 #[tokio::test(start_paused = true)]
 async fn a_receipt_for_another_payment_or_job_is_refused() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let signed = |w: &TestWorker, a: &Assignment, job_id, payment_ref| {
@@ -305,7 +305,7 @@ async fn a_receipt_for_another_payment_or_job_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_session_is_dropped_at_the_heartbeat_timeout() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let _ = w.expect_assign().await;
@@ -326,7 +326,7 @@ async fn a_silent_session_is_dropped_at_the_heartbeat_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn private_jobs_go_only_to_trusted_workers() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut stranger = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 4).await;
     let mut trusted = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     pair(&app, "alice", &trusted.key).await;
@@ -350,7 +350,7 @@ async fn private_jobs_go_only_to_trusted_workers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_private_job_waits_for_its_trusted_worker_to_come_back() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut trusted = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     pair(&app, "alice", &trusted.key).await;
     let p = id(&commit(&app, "fast", private(task_job("alice"))).await);
@@ -367,7 +367,7 @@ async fn a_private_job_waits_for_its_trusted_worker_to_come_back() {
 
 #[tokio::test(start_paused = true)]
 async fn a_second_session_with_the_same_key_replaces_the_first() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut first = TestWorker::connect(Wire::channel(&c), 5, &["TASK"], 1).await;
     let job = id(&commit(&app, "fast", task_job("u")).await);
     let a = first.expect_assign().await;
@@ -391,7 +391,7 @@ async fn a_second_session_with_the_same_key_replaces_the_first() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_waits_for_a_busy_worker_rather_than_returning_to_the_rejecter() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let first = id(&commit(&app, "fast", task_job("u")).await);
@@ -418,7 +418,7 @@ async fn a_rejected_job_waits_for_a_busy_worker_rather_than_returning_to_the_rej
 
 #[tokio::test(start_paused = true)]
 async fn a_rejected_job_returns_to_the_rejecter_once_the_other_worker_leaves() {
-    let (c, app) = setup(Config::default()).await;
+    let (c, app) = setup(spec_config()).await;
     let mut rejecter = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     let mut busy = TestWorker::connect(Wire::channel(&c), 2, &["TASK"], 1).await;
     let first = id(&commit(&app, "fast", task_job("u")).await);

@@ -52,7 +52,7 @@ fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 #[tokio::test(start_paused = true)]
 async fn a_scrape_reports_what_the_run_did() {
-    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 11).await;
+    let c = coordinator(spec_config(), Arc::new(TokioClock::new(EPOCH_MS)), 11).await;
     let app = app(c.clone());
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER", "TASK"], 1).await;
 
@@ -179,7 +179,7 @@ fn bucket(scrape: &Scrape, name: &str, le: f64) -> Option<f64> {
 
 #[tokio::test(start_paused = true)]
 async fn rejected_results_are_counted_by_reason() {
-    let c = coordinator(Config::default(), Arc::new(TokioClock::new(EPOCH_MS)), 3).await;
+    let c = coordinator(spec_config(), Arc::new(TokioClock::new(EPOCH_MS)), 3).await;
     let app = app(c.clone());
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["TASK"], 1).await;
     assert_eq!(
@@ -226,7 +226,7 @@ async fn payments_are_counted_by_reason_and_settlement_outcome() {
     let c = coordinator(
         Config {
             network: "eip155:84532".into(),
-            ..Config::default()
+            ..spec_config()
         },
         Arc::new(coordinator::ManualClock::new(EPOCH_MS)),
         5,

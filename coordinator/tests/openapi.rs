@@ -55,7 +55,7 @@ fn statuses(doc: &Value, path: &str, method: &str) -> Vec<String> {
 fn every_route_and_status_is_documented() {
     let doc = document();
     assert_eq!(doc["openapi"], "3.1.0");
-    let commit = ["201", "400", "402", "413", "415", "422", "503"];
+    let commit = ["201", "400", "401", "402", "413", "415", "422", "503"];
     for path in ["/v1/jobs/commit/fast", "/v1/jobs/commit/cheap"] {
         assert_eq!(statuses(&doc, path, "post"), commit, "{path}");
     }
@@ -66,14 +66,14 @@ fn every_route_and_status_is_documented() {
         (
             "/v1/trust/create",
             "post",
-            &["201", "400", "413", "415", "429", "503"],
+            &["201", "400", "401", "413", "415", "429", "503"],
         ),
         (
             "/v1/trust/claim",
             "post",
             &["200", "400", "413", "415", "429", "503"],
         ),
-        ("/v1/trust/list", "get", &["200", "400"]),
+        ("/v1/trust/list", "get", &["200", "400", "401", "503"]),
         ("/v1/openapi.json", "get", &["200"]),
         ("/metrics", "get", &["200"]),
         ("/v1/workers/ws", "get", &["101", "400", "503"]),

@@ -61,7 +61,7 @@ impl NonceStore for HookedNonces {
 async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
     let config = Config {
         network: "eip155:84532".into(),
-        ..Config::default()
+        ..spec_config()
     };
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
     let nonces = Arc::new(HookedNonces::default());
@@ -111,7 +111,7 @@ async fn start_paid(db: &str, clock: Arc<TokioClock>, seed: u64) -> server::Serv
     let settings = Settings {
         config: Config {
             network: "eip155:84532".into(),
-            ..Config::default()
+            ..spec_config()
         },
         db: db.to_owned(),
         payment: Some(payment_config()),

@@ -24,7 +24,7 @@ async fn gated(
 ) -> (Coordinator, axum::Router) {
     let config = Config {
         network: "eip155:84532".into(),
-        ..Config::default()
+        ..spec_config()
     };
     let c = coordinator(config, clock, 5).await;
     let settler: Arc<dyn x402::Settler> = match stub {
@@ -360,7 +360,7 @@ async fn bad_requests_and_422s_are_never_charged() {
 
 #[tokio::test]
 async fn with_gating_off_no_header_is_needed_and_payment_ref_is_null() {
-    let c = coordinator(Config::default(), Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
+    let c = coordinator(spec_config(), Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
     assert!(c.payments().is_none());
     let app = app(c);
     let r = commit(&app, "fast", llm_job("alice")).await;

@@ -11,7 +11,7 @@
 use protocol::api::{
     ClaimPairing, Claimed, CommitResponse, CreatePairing, ErrorBody, Health, JobRecord, JobStatus,
     JobType, NoTrustedWorker, PairingCode, Policy, PrivacyClass, Quote, TaskType, Tier, TrustList,
-    TrustedProvider,
+    TrustedProvider, UserProofRefused,
 };
 use protocol::receipt::Receipt;
 use utoipa::{OpenApi, ToResponse, ToSchema};
@@ -32,11 +32,11 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
             Health, Quote, Tier, Policy, JobType, TaskType, PrivacyClass, JobStatus,
             SubmissionRequest, LlmSubmission, TaskSubmission, LlmPayloadRequest, TaskPayloadRequest, CommitResponse, JobRecord,
             Receipt, ErrorBody, NoTrustedWorker, CreatePairing, PairingCode, ClaimPairing, Claimed,
-            TrustedProvider, TrustList, PaymentRequiredBody, PaymentOption,
+            TrustedProvider, TrustList, PaymentRequiredBody, PaymentOption, UserProofRefused,
         ),
         responses(
             BadRequest, NotFound, UnsupportedMediaType, PayloadTooLarge, RateLimited,
-            Unavailable, PaymentRequired, NoTrustedWorkerAnswer,
+            Unavailable, PaymentRequired, NoTrustedWorkerAnswer, UserProofRequired,
         ),
     ),
     tags(
@@ -233,3 +233,27 @@ pub struct PaymentRequired(pub PaymentRequiredBody);
     "job_id": "0b6c1f0e-9c53-4d5e-8a0f-2f5d4c3b2a19"
 }))]
 pub struct NoTrustedWorkerAnswer(pub NoTrustedWorker);
+
+/// What the `X-User-Proof` header is, for every operation that reads it.
+pub const USER_PROOF_HEADER: &str =
+    "The user's proof (decision 0017), needed with `--user-auth on` \
+    (the default) by trust/create, trust/list and PRIVATE commits: base64 of the JSON object \
+    `{user_id, issued_at_ms, nonce, signature}`, the signature an EIP-191 personal_sign by the \
+    user id's account over the text `protocol::user_proof::message` builds from the user id, \
+    method, path with query, body SHA-256, issue time (within 300 s of the coordinator's clock) \
+    and nonce (16 to 64 hex, once per address). A paid PRIVATE commit may instead pay from \
+    the user's address.";
+
+/// `--user-auth on` (the default) and the request acts for a user without
+/// that user's proof. `error` is `user_proof_required`,
+/// `user_proof_invalid`, `user_proof_expired`, `user_proof_replayed` or
+/// `user_id_not_provable`; `message` says what is missing and how to
+/// provide it.
+#[derive(ToResponse)]
+#[response(examples(
+    ("no proof" = (value = json!({"error": "user_proof_required",
+        "message": "this request acts for 0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266 and needs that user's proof: an X-User-Proof header, ..."}))),
+    ("a plain name" = (value = json!({"error": "user_id_not_provable",
+        "message": "user_id \"alice\" is not an account, so no signature can prove it: ..."}))),
+))]
+pub struct UserProofRequired(pub UserProofRefused);

@@ -5,7 +5,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use protocol::api::{ErrorBody, NoTrustedWorker};
+use protocol::api::{ErrorBody, NoTrustedWorker, UserProofRefused};
+use protocol::user_proof::RefusalCode;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +28,10 @@ pub enum ApiError {
     NoTrustedWorker(Uuid),
     #[error("{message}")]
     RateLimited { message: String, retry_after_s: u64 },
+    /// 401: the request acts for a user without that user's proof; the
+    /// body is `{"error": code, "message": ...}`.
+    #[error("{code}: {message}")]
+    UserProof { code: RefusalCode, message: String },
     /// 503: a bounded resource is full; retry later.
     #[error("{0}")]
     Unavailable(String),
@@ -54,6 +59,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::UserProof { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Payment(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -74,6 +80,14 @@ impl IntoResponse for ApiError {
                 Json(NoTrustedWorker {
                     error: self.to_string(),
                     job_id: *job_id,
+                }),
+            )
+                .into_response(),
+            ApiError::UserProof { code, message } => (
+                status,
+                Json(UserProofRefused {
+                    error: code.as_str().to_owned(),
+                    message: message.clone(),
                 }),
             )
                 .into_response(),

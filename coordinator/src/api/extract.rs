@@ -2,6 +2,7 @@
 //! validation), the query map, and the client's address for rate limits.
 
 use super::error::ApiError;
+use super::user_auth::ProofContext;
 use super::validate;
 use crate::shell::Coordinator;
 use axum::body::Bytes;
@@ -29,6 +30,34 @@ impl FromRequest<Coordinator> for JsonBody {
     }
 }
 
+/// A JSON object body with what a user's proof is checked against (the
+/// `X-User-Proof` header, method, path and the exact body bytes).
+pub struct ProvenJson {
+    pub body: Value,
+    pub proof: ProofContext,
+}
+
+impl FromRequest<Coordinator> for ProvenJson {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Coordinator) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let (parts, body) = req.into_parts();
+        let (headers, method, uri) = (
+            parts.headers.clone(),
+            parts.method.clone(),
+            parts.uri.clone(),
+        );
+        let bytes = read_body(Request::from_parts(parts, body), state).await?;
+        Ok(Self {
+            body: parse_json(&bytes)?,
+            proof: ProofContext::new(&headers, &method, &uri, bytes),
+        })
+    }
+}
+
 /// A commit request: its headers (payments read them; moved out of the
 /// request, not cloned) and its body as a submission, or why it is not
 /// one. Checked and parsed as [`JsonBody`] then `validate::submission`
@@ -36,6 +65,8 @@ impl FromRequest<Coordinator> for JsonBody {
 pub struct CommitRequest {
     pub(super) headers: HeaderMap,
     pub(super) submission: Result<JobSubmission, String>,
+    /// What a PRIVATE commit's user proof is checked against.
+    pub(super) proof: ProofContext,
 }
 
 impl FromRequest<Coordinator> for CommitRequest {
@@ -48,15 +79,18 @@ impl FromRequest<Coordinator> for CommitRequest {
         let (mut parts, body) = req.into_parts();
         // Reading the body needs the extensions (the size limit), not the headers.
         let headers = std::mem::take(&mut parts.headers);
+        let (method, uri) = (parts.method.clone(), parts.uri.clone());
         let bytes = read_body(Request::from_parts(parts, body), state).await?;
         let limits = &state.config().limits;
         let submission = match validate::plain_submission(&bytes, limits) {
             Some(judged) => judged,
             None => validate::submission(&parse_json(&bytes)?, limits),
         };
+        let proof = ProofContext::new(&headers, &method, &uri, bytes);
         Ok(Self {
             headers,
             submission,
+            proof,
         })
     }
 }

@@ -3,6 +3,7 @@
 
 use super::error::ApiError;
 use super::extract::{ClientAddr, CommitRequest, QueryMap};
+use super::user_auth;
 use super::validate;
 use crate::core::{CommitError, PaidWith, Payment};
 use crate::shell::{Coordinator, Watch};
@@ -10,7 +11,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use protocol::api::{CommitResponse, JobSubmission, JobType, Policy, Quote, Tier};
+use protocol::api::{CommitResponse, JobSubmission, JobType, Policy, PrivacyClass, Quote, Tier};
 use uuid::Uuid;
 use x402::NonceKey;
 
@@ -52,6 +53,7 @@ pub(super) async fn quote(
     params(
         ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
         ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+        ("X-User-Proof" = Option<String>, Header, description = crate::api::docs::USER_PROOF_HEADER),
     ),
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
@@ -60,6 +62,7 @@ pub(super) async fn quote(
                 ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
+        (status = 401, response = crate::api::docs::UserProofRequired),
         (status = 402, response = crate::api::docs::PaymentRequired),
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
@@ -78,6 +81,7 @@ pub(super) async fn commit_fast(
     params(
         ("X-PAYMENT" = Option<String>, Header, description = "x402 v1 payment (base64 JSON); required when payments are on"),
         ("PAYMENT-SIGNATURE" = Option<String>, Header, description = "x402 v2 payment (base64 JSON), instead of X-PAYMENT"),
+        ("X-User-Proof" = Option<String>, Header, description = crate::api::docs::USER_PROOF_HEADER),
     ),
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
@@ -86,6 +90,7 @@ pub(super) async fn commit_fast(
                 ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
+        (status = 401, response = crate::api::docs::UserProofRequired),
         (status = 402, response = crate::api::docs::PaymentRequired),
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
@@ -113,12 +118,14 @@ pub(super) async fn commit(
     let CommitRequest {
         headers,
         submission,
+        proof,
     } = request;
-    let submission = submission.map_err(ApiError::BadRequest)?;
+    let mut submission = submission.map_err(ApiError::BadRequest)?;
+    let proof_by_payment = prove_private(&c, &proof, &mut submission)?;
     let job_type = submission.job_type;
-    // Cluster mode: the user's trusted worker may be on another node.
-    let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
     let Some(gate) = c.payments() else {
+        // Cluster mode: the user's trusted worker may be on another node.
+        let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
         let committed = c.with(|core, now_ms| match elsewhere {
             true => core.commit_trusted_elsewhere(submission, tier, None, now_ms),
             false => core.commit(submission, tier, None, now_ms),
@@ -152,6 +159,11 @@ pub(super) async fn commit(
             return Err(ApiError::Payment(Box::new(refusal)));
         }
     };
+    if proof_by_payment {
+        paid_by_the_user(&c, &proof, gate, &auth, &submission.user_id)?;
+    }
+    // Cluster mode: the user's trusted worker may be on another node.
+    let elsewhere = crate::node::trusted_elsewhere(&c, &submission).await;
     // One decision: a refusal is recorded here, under the same lock, and
     // admission is never asked again for this request.
     let admitted = c.with(|core, now_ms| match elsewhere {
@@ -163,6 +175,45 @@ pub(super) async fn commit(
         return answer_commit(&c, Err(refused), None).await;
     }
     settle_and_commit(&c, gate, auth, submission, tier).await
+}
+
+/// A PRIVATE commit acts for its user: with user auth on, the user id
+/// becomes its account's normal form and the caller proves it, by the
+/// `X-User-Proof` header now or, when paying without one, by paying from
+/// the account's address (`true`: checked once the payment is verified).
+fn prove_private(
+    c: &Coordinator,
+    proof: &user_auth::ProofContext,
+    submission: &mut JobSubmission,
+) -> Result<bool, ApiError> {
+    if submission.privacy_class != PrivacyClass::Private {
+        return Ok(false);
+    }
+    submission.user_id = user_auth::normal_user_id(c, &submission.user_id)?;
+    if c.config().user_auth == crate::config::UserAuth::Off {
+        return Ok(false);
+    }
+    let by_payment = c.payments().is_some() && !proof.has_proof();
+    if !by_payment {
+        user_auth::prove_user(c, proof, &submission.user_id, None)?;
+    }
+    Ok(by_payment)
+}
+
+/// A PRIVATE commit without a proof header: proven when the verified
+/// payer is the user's address; else 401, the payment's nonce released
+/// (nothing was charged).
+fn paid_by_the_user(
+    c: &Coordinator,
+    proof: &user_auth::ProofContext,
+    gate: &x402::PaymentGate,
+    auth: &x402::Authorized,
+    user_id: &str,
+) -> Result<(), ApiError> {
+    let payer = auth.verified.as_ref().map(|v| v.from.0);
+    user_auth::prove_user(c, proof, user_id, payer.as_ref())
+        .map(|_| ())
+        .inspect_err(|_| gate.cancel(auth))
 }
 
 /// Settles an authorized payment (402 on failure, no job) and creates the

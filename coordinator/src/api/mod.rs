@@ -6,7 +6,8 @@
 //! and the OpenAPI document ([`document_json`]) both come from that list.
 //! Files: `jobs.rs`, `trust.rs`, `service.rs`, `worker_ws.rs` (the route
 //! groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
-//! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`.
+//! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`,
+//! `user_auth.rs` (acting for a user: the `X-User-Proof` check).
 
 pub mod docs;
 pub mod error;
@@ -18,8 +19,12 @@ mod jobs;
 mod layers;
 mod service;
 mod trust;
+mod user_auth;
 
-pub use extract::{client_ip, rate_limit_key, ClientAddr, CommitRequest, JsonBody, QueryMap};
+pub use extract::{
+    client_ip, rate_limit_key, ClientAddr, CommitRequest, JsonBody, ProvenJson, QueryMap,
+};
+pub use user_auth::ProofContext;
 
 use crate::shell::Coordinator;
 use axum::http::{Method, Uri};

@@ -1,7 +1,8 @@
 //! `/v1/trust/{create,claim,list}`: pairing users with their trusted workers.
 
 use super::error::ApiError;
-use super::extract::{ClientAddr, JsonBody, QueryMap};
+use super::extract::{ClientAddr, JsonBody, ProvenJson, QueryMap};
+use super::user_auth::{self, ProofContext};
 use super::validate;
 use crate::core::trust::{ClaimError, CreateError, KeyNotOnCurve, LimitScope};
 use crate::node::BudgetRefused;
@@ -16,9 +17,11 @@ use protocol::time::format_ms;
 
 #[utoipa::path(post, path = "/v1/trust/create", tag = "trust",
     request_body = protocol::api::CreatePairing,
+    params(("X-User-Proof" = Option<String>, Header, description = crate::api::docs::USER_PROOF_HEADER)),
     responses(
-        (status = 201, description = "A pairing code, valid for one hour", body = PairingCode),
+        (status = 201, description = "A pairing code, valid for one hour; with `provider_pubkey`, claimable only by that key", body = PairingCode),
         (status = 400, response = crate::api::docs::BadRequest),
+        (status = 401, response = crate::api::docs::UserProofRequired),
         (status = 413, response = crate::api::docs::PayloadTooLarge),
         (status = 415, response = crate::api::docs::UnsupportedMediaType),
         (status = 429, response = crate::api::docs::RateLimited),
@@ -27,13 +30,17 @@ use protocol::time::format_ms;
 pub(super) async fn trust_create(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
-    JsonBody(body): JsonBody,
+    ProvenJson { body, proof }: ProvenJson,
 ) -> Result<Response, ApiError> {
     if let Some(message) = validate::missing_fields(&body, &["user_id"]) {
         return Err(ApiError::BadRequest(message));
     }
     let user_id =
         validate::user_id(&body["user_id"], &c.config().limits).map_err(ApiError::BadRequest)?;
+    let bound_to = bound_key(&body)?;
+    // Validation first (400), then the proof (401), then the budgets.
+    let user_id = user_auth::normal_user_id(&c, &user_id)?;
+    user_auth::prove_user(&c, &proof, &user_id, None)?;
     let budgets = crate::node::take_create_budgets(&c, &user_id, &client)
         .await
         .map_err(|refused| {
@@ -48,7 +55,9 @@ pub(super) async fn trust_create(
     // not ours to hand out; draw again (each draw counts against the
     // node's create budgets, as a client's retry would).
     for _ in 0..PAIRING_DRAWS_MAX {
-        let created = c.with(|core, now_ms| core.create_pairing(&user_id, &client, now_ms));
+        let created = c.with(|core, now_ms| {
+            core.create_pairing(&user_id, bound_to.as_deref(), &client, now_ms)
+        });
         let pairing = match created {
             Ok(pairing) => pairing,
             Err(e) => {
@@ -75,6 +84,23 @@ pub(super) async fn trust_create(
     Err(ApiError::Unavailable(
         "no unused pairing code could be drawn; retry".into(),
     ))
+}
+
+/// The optional `provider_pubkey` of a create, canonical: only that key
+/// may claim the code. A wrong shape or a point off the curve is a 400.
+fn bound_key(body: &serde_json::Value) -> Result<Option<String>, ApiError> {
+    match &body["provider_pubkey"] {
+        serde_json::Value::Null => Ok(None),
+        key => key
+            .as_str()
+            .filter(|k| validate::is_compressed_key_shape(k))
+            .ok_or_else(|| ApiError::BadRequest(validate::KEY_SHAPE.into()))
+            .and_then(|k| {
+                signing::parse_public_key(k)
+                    .map(|k| Some(k.to_hex()))
+                    .map_err(|_| ApiError::BadRequest(KeyNotOnCurve.to_string()))
+            }),
+    }
 }
 
 /// Draws of a pairing code per create in cluster mode, where a code may be
@@ -214,19 +240,27 @@ fn rate_limited(message: &str, retry_after_ms: i64) -> ApiError {
 }
 
 #[utoipa::path(get, path = "/v1/trust/list", tag = "trust",
-    params(("user_id" = String, Query, min_length = 1, description = "The user whose trusted workers to list")),
+    params(
+        ("user_id" = String, Query, min_length = 1, description = "The user whose trusted workers to list"),
+        ("X-User-Proof" = Option<String>, Header, description = crate::api::docs::USER_PROOF_HEADER),
+    ),
     responses(
         (status = 200, description = "The user's trusted workers", body = TrustList),
         (status = 400, response = crate::api::docs::BadRequest),
+        (status = 401, response = crate::api::docs::UserProofRequired),
+        (status = 503, response = crate::api::docs::Unavailable),
     ))]
 pub(super) async fn trust_list(
     State(c): State<Coordinator>,
     QueryMap(q): QueryMap,
+    proof: ProofContext,
 ) -> Result<Json<TrustList>, ApiError> {
     let user_id = q
         .get("user_id")
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
+    let user_id = &user_auth::normal_user_id(&c, user_id)?;
+    user_auth::prove_user(&c, &proof, user_id, None)?;
     // Cluster mode: pairings claimed on other nodes count at once.
     crate::node::learn_trust_of(&c, user_id).await;
     let providers = c.read(|core| core.trusted_providers(user_id));

@@ -6,7 +6,7 @@
 //! them (default `info`).
 
 use clap::Parser;
-use coordinator::config::Config;
+use coordinator::config::{Config, UserAuth};
 use coordinator::node::{self, ClusterSettings};
 use coordinator::server::{self, MetricsAt, Parts, Runtime, Server, Settings, StartError};
 use coordinator::SystemClock;
@@ -143,6 +143,12 @@ struct Args {
     /// client for rate limits. Default: none; the header is ignored.
     #[arg(long, env = "COORDINATOR_TRUSTED_PROXIES", value_delimiter = ',')]
     trusted_proxies: Vec<std::net::IpAddr>,
+    /// Whether trust/create, trust/list and PRIVATE commits need the user's
+    /// proof (the X-User-Proof header; a user id must then be an account).
+    /// `off` is the spec's literal behaviour: anyone who knows a user id
+    /// acts for that user (closed deployments, conformance runs).
+    #[arg(long, env = "COORDINATOR_USER_AUTH", value_enum, default_value_t = UserAuthArg::On)]
+    user_auth: UserAuthArg,
     /// Require an x402 payment on the commit endpoints.
     #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
     payment_required: bool,
@@ -206,6 +212,12 @@ struct Args {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UserAuthArg {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -250,6 +262,10 @@ impl Args {
             network: self.network.clone(),
             public_urls: self.public_urls.clone(),
             trusted_proxies: self.trusted_proxies.clone(),
+            user_auth: match self.user_auth {
+                UserAuthArg::On => UserAuth::On,
+                UserAuthArg::Off => UserAuth::Off,
+            },
             ..Config::default()
         };
         config.prices.fast_llm = self.price_fast_llm;
@@ -377,6 +393,11 @@ async fn listen(server: &mut Server, args: &Args, db: &str) -> Result<(), ExitCo
     tracing::info!(%addr, network = %args.network, db, "coordinator listening on http://{addr}");
     if args.seed.is_some() {
         tracing::warn!("seeded RNG: ids, pairing codes and challenges are predictable; tests only");
+    }
+    if args.user_auth == UserAuthArg::Off {
+        tracing::warn!(
+            "--user-auth off: anyone who knows a user id can pair workers for it, list them and commit PRIVATE jobs as it"
+        );
     }
     if let Some(metrics_addr) = args.metrics_listen {
         let metrics = match tokio::net::TcpListener::bind(metrics_addr).await {

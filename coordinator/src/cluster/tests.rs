@@ -162,7 +162,7 @@ async fn private_jobs_are_claimed_only_for_their_user_and_due_jobs_by_anyone(
 ) {
     shared.join("a", T0, LEASE_MS).await.unwrap();
     let mut core = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(5));
-    let code = core.create_pairing("alice", "c", T0).unwrap().code;
+    let code = core.create_pairing("alice", None, "c", T0).unwrap().code;
     core.claim_pairing(&code, Ok("0xk"), "c", T0).unwrap();
     core.register("0xk", vec![LLM], 1, T0).unwrap();
     core.commit(
@@ -422,7 +422,7 @@ async fn a_due_pool_job_fails_on_the_node_that_claims_it(shared: &dyn SharedStor
 async fn trust_written_on_one_node_reaches_another(shared: &dyn SharedStore) {
     let mut a = Node::join(shared, "a", 1).await;
     let mut b = Node::join(shared, "b", 2).await;
-    let code = a.core.create_pairing("alice", "c", T0).unwrap().code;
+    let code = a.core.create_pairing("alice", None, "c", T0).unwrap().code;
     a.core.claim_pairing(&code, Ok("0xk"), "c", T0).unwrap();
     a.end_event(shared, T0).await.unwrap();
     let (entries, version) = shared.trust_after(0).await.unwrap();
@@ -483,7 +483,7 @@ async fn a_code_made_on_one_node_is_claimed_once_across_nodes(shared: &dyn Share
     let mut a = Node::join(shared, "a", 1).await;
     let mut b = Node::join(shared, "b", 2).await;
     let mut c = Node::join(shared, "c", 3).await;
-    let code = a.core.create_pairing("alice", "x", T0).unwrap().code;
+    let code = a.core.create_pairing("alice", None, "x", T0).unwrap().code;
     a.end_event(shared, T0).await.unwrap();
 
     // B and C read it unclaimed at once; the compare-and-set lets one win.
@@ -553,9 +553,9 @@ async fn a_code_drawn_twice_stays_its_first_users(shared: &dyn SharedStore) {
     let mut a = Node::join(shared, "a", 1).await;
     // The same seed draws the same code on both nodes: a collision.
     let mut b = Node::join(shared, "b", 1).await;
-    let first = a.core.create_pairing("alice", "x", T0).unwrap();
+    let first = a.core.create_pairing("alice", None, "x", T0).unwrap();
     a.end_event(shared, T0).await.unwrap();
-    let second = b.core.create_pairing("bob", "x", T0).unwrap();
+    let second = b.core.create_pairing("bob", None, "x", T0).unwrap();
     assert_eq!(first.code, second.code, "the test needs a collision");
     b.end_event(shared, T0).await.unwrap();
     let stored = shared.pairing(&first.code).await.unwrap().unwrap();

@@ -1175,15 +1175,23 @@ impl Core {
 
     // ---- trust ----
 
+    /// A pairing code for `user_id`; with `bound_to` (a canonical key) only
+    /// that key may claim it.
     pub fn create_pairing(
         &mut self,
         user_id: &str,
+        bound_to: Option<&str>,
         client: &str,
         now_ms: i64,
     ) -> Result<Pairing, CreateError> {
-        let pairing = self
-            .trust
-            .create(user_id, client, now_ms, &self.config, &mut self.rng)?;
+        let pairing = self.trust.create(
+            user_id,
+            bound_to,
+            client,
+            now_ms,
+            &self.config,
+            &mut self.rng,
+        )?;
         self.changes.push(Change::Pairing(pairing.clone()));
         Ok(pairing)
     }

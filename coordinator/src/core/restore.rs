@@ -552,10 +552,13 @@ mod tests {
         let ttl = config.timing.pairing_code_ttl_ms;
         let (mut claimed, mut open, mut expired) = (String::new(), String::new(), String::new());
         let snap = snapshot_after(&config, |c| {
-            claimed = c.create_pairing("alice", "ip", T0).unwrap().code;
+            claimed = c.create_pairing("alice", None, "ip", T0).unwrap().code;
             c.claim_pairing(&claimed, Ok("0xk1"), "ip", T0 + 1).unwrap();
-            open = c.create_pairing("alice", "ip", T0 + 10 * ttl).unwrap().code;
-            expired = c.create_pairing("bob", "ip", T0).unwrap().code;
+            open = c
+                .create_pairing("alice", None, "ip", T0 + 10 * ttl)
+                .unwrap()
+                .code;
+            expired = c.create_pairing("bob", None, "ip", T0).unwrap().code;
         });
         assert_eq!(snap.pairings.len(), 3);
         assert_eq!(snap.trust.len(), 1);

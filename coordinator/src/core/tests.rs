@@ -119,7 +119,7 @@ impl Rig {
     fn trust(&mut self, user: &str, key: &str) {
         let code = self
             .core
-            .create_pairing(user, "client", self.now_ms)
+            .create_pairing(user, None, "client", self.now_ms)
             .unwrap()
             .code;
         self.core
@@ -721,7 +721,7 @@ fn swarm(seed: u64, events: usize, failing: bool, finished_jobs_cached_max: usiz
                 let key = KEYS[rng.gen_range(0..KEYS.len())];
                 let client = format!("c{}", rng.gen::<u32>());
                 // Creates are rate-limited per user: a refused one is fine here.
-                if let Ok(pairing) = r.core.create_pairing(user, &client, r.now_ms) {
+                if let Ok(pairing) = r.core.create_pairing(user, None, &client, r.now_ms) {
                     r.core
                         .claim_pairing(&pairing.code, Ok(key), &client, r.now_ms)
                         .unwrap();

@@ -28,6 +28,10 @@ pub struct Pairing {
     pub expires_at_ms: i64,
     pub claimed_by: Option<String>,
     pub claimed_at_ms: Option<i64>,
+    /// The worker key the user named at create (canonical form): only it
+    /// may claim the code. `None`: any key, first come (decision 0017).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_pubkey: Option<String>,
 }
 
 /// A worker key a user trusts.
@@ -115,6 +119,7 @@ impl Trust {
     pub fn create(
         &mut self,
         user_id: &str,
+        bound_to: Option<&str>,
         client: &str,
         now_ms: i64,
         config: &Config,
@@ -167,6 +172,7 @@ impl Trust {
             expires_at_ms: now_ms + timing.pairing_code_ttl_ms,
             claimed_by: None,
             claimed_at_ms: None,
+            provider_pubkey: bound_to.map(str::to_owned),
         };
         self.remember(pairing.clone(), timing.pairing_code_retention_ms, now_ms);
         Ok(pairing)
@@ -288,6 +294,15 @@ impl Trust {
             return Err(ClaimError::Expired);
         }
         let provider_pubkey = provider_pubkey.map_err(ClaimError::Key)?;
+        // A code bound to a key is no code at all for any other key: the
+        // same answer as an unknown code, and it stays claimable.
+        if pairing
+            .provider_pubkey
+            .as_deref()
+            .is_some_and(|bound| bound != provider_pubkey)
+        {
+            return Err(ClaimError::InvalidCode);
+        }
         self.drop_live(&code);
         let pairing = self.codes.get_mut(&code).expect("looked up above");
         pairing.claimed_by = Some(provider_pubkey.to_owned());
@@ -432,7 +447,7 @@ mod tests {
 
     fn trust_with_code(rng: &mut ChaCha20Rng) -> (Trust, String) {
         let mut t = Trust::default();
-        let p = t.create("alice", "c", 0, &config(), rng).unwrap();
+        let p = t.create("alice", None, "c", 0, &config(), rng).unwrap();
         (t, p.code)
     }
 
@@ -450,7 +465,7 @@ mod tests {
     fn code_is_six_hex_and_expires_in_an_hour() {
         let mut t = Trust::default();
         let p = t
-            .create("alice", "c", 1_000, &config(), &mut rng(1))
+            .create("alice", None, "c", 1_000, &config(), &mut rng(1))
             .unwrap();
         assert_eq!(p.code.len(), 6);
         assert!(p
@@ -523,7 +538,7 @@ mod tests {
         cfg.limits.pairing_creates_per_user_per_minute_max = 100;
         cfg.limits.pairing_codes_per_user_max = 100;
         for i in 0..5 {
-            let code = t.create("alice", "c", 0, &cfg, &mut r).unwrap().code;
+            let code = t.create("alice", None, "c", 0, &cfg, &mut r).unwrap().code;
             let key = format!("0xk{i}");
             assert!(t.claim(&code, Ok(&key), "a", 0, &cfg.limits).is_ok());
         }
@@ -589,7 +604,8 @@ mod tests {
     fn old_codes_are_forgotten_after_retention() {
         let mut r = rng(6);
         let (mut t, code) = trust_with_code(&mut r);
-        t.create("bob", "c", 25 * HOUR, &config(), &mut r).unwrap();
+        t.create("bob", None, "c", 25 * HOUR, &config(), &mut r)
+            .unwrap();
         assert_eq!(
             claim(&mut t, &code, "c", 25 * HOUR),
             Err(ClaimError::InvalidCode)
@@ -605,20 +621,20 @@ mod tests {
         cfg.limits.pairing_codes_max = 2;
         cfg.limits.pairing_codes_kept_max = 4;
         let mut t = Trust::default();
-        t.create("a", "c1", 0, &cfg, &mut r).unwrap();
-        let b = t.create("b", "c2", 0, &cfg, &mut r).unwrap().code;
+        t.create("a", None, "c1", 0, &cfg, &mut r).unwrap();
+        let b = t.create("b", None, "c2", 0, &cfg, &mut r).unwrap().code;
         assert_eq!(
-            t.create("c", "c3", 0, &cfg, &mut r),
+            t.create("c", None, "c3", 0, &cfg, &mut r),
             Err(CreateError::TooManyCodes)
         );
         // A claimed code is no longer live.
         t.claim(&b, KEY, "c2", 1, &cfg.limits).unwrap();
-        t.create("c", "c3", 1, &cfg, &mut r).unwrap();
+        t.create("c", None, "c3", 1, &cfg, &mut r).unwrap();
         // Expired codes are not live either, though still remembered.
         let later = HOUR + 1;
         assert_eq!(t.live_codes(later), 0);
-        t.create("d", "c4", later, &cfg, &mut r).unwrap();
-        t.create("e", "c5", later, &cfg, &mut r).unwrap();
+        t.create("d", None, "c4", later, &cfg, &mut r).unwrap();
+        t.create("e", None, "c5", later, &cfg, &mut r).unwrap();
         // Remembered codes are bounded: the oldest dead ones go first.
         assert!(t.codes.len() <= 4);
         assert_eq!(t.live_codes(later), 2);
@@ -632,32 +648,32 @@ mod tests {
         cfg.limits.pairing_creates_per_user_per_minute_max = 2;
         cfg.limits.pairing_codes_per_user_max = 3;
         let mut t = Trust::default();
-        t.create("u1", "a", 0, &cfg, &mut r).unwrap();
-        t.create("u2", "a", 0, &cfg, &mut r).unwrap();
+        t.create("u1", None, "a", 0, &cfg, &mut r).unwrap();
+        t.create("u2", None, "a", 0, &cfg, &mut r).unwrap();
         assert_eq!(
-            t.create("u3", "a", 10_000, &cfg, &mut r),
+            t.create("u3", None, "a", 10_000, &cfg, &mut r),
             Err(CreateError::RateLimited {
                 scope: LimitScope::Client,
                 retry_after_ms: 50_000
             })
         );
-        t.create("u1", "b", 0, &cfg, &mut r).unwrap();
+        t.create("u1", None, "b", 0, &cfg, &mut r).unwrap();
         assert_eq!(
-            t.create("u1", "c", 0, &cfg, &mut r),
+            t.create("u1", None, "c", 0, &cfg, &mut r),
             Err(CreateError::RateLimited {
                 scope: LimitScope::User,
                 retry_after_ms: MINUTE
             })
         );
         // Two live codes for u1 plus one a minute later: the cap of three.
-        t.create("u1", "c", MINUTE, &cfg, &mut r).unwrap();
+        t.create("u1", None, "c", MINUTE, &cfg, &mut r).unwrap();
         assert_eq!(
-            t.create("u1", "d", MINUTE, &cfg, &mut r),
+            t.create("u1", None, "d", MINUTE, &cfg, &mut r),
             Err(CreateError::UserCodesFull {
                 retry_after_ms: HOUR - MINUTE
             })
         );
         // Other users are not affected.
-        t.create("u9", "d", MINUTE, &cfg, &mut r).unwrap();
+        t.create("u9", None, "d", MINUTE, &cfg, &mut r).unwrap();
     }
 }

@@ -273,6 +273,15 @@ pub async fn pairing_for_claim(
     ) else {
         return Ok(Some(stored));
     };
+    // A code bound to another key is not claimed: the core answers
+    // `invalid_code` and the code stays claimable.
+    if stored
+        .provider_pubkey
+        .as_deref()
+        .is_some_and(|bound| bound != key)
+    {
+        return Ok(Some(stored));
+    }
     let mut claimed = stored.clone();
     claimed.claimed_by = Some(key.to_owned());
     claimed.claimed_at_ms = Some(now_ms);

@@ -5,7 +5,8 @@
 //! event order.
 //!
 //! Files: `polls.rs` (held long polls), `handshakes.rs` (places for
-//! unauthenticated connections), `timers.rs` (the timer task).
+//! unauthenticated connections), `timers.rs` (the timer task), `proofs.rs`
+//! (the nonces of accepted user proofs).
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -22,11 +23,13 @@ use uuid::Uuid;
 
 mod handshakes;
 mod polls;
+mod proofs;
 mod timers;
 
 pub use handshakes::HandshakePermit;
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
+pub use proofs::NonceRefused;
 pub(crate) use timers::run_timers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +84,8 @@ struct Inner {
     /// `shutdown_complete`).
     sessions: Mutex<Option<mpsc::Sender<()>>>,
     sessions_done: Mutex<Option<mpsc::Receiver<()>>>,
+    /// Nonces of the user proofs accepted within the window.
+    proof_nonces: proofs::ProofNonces,
 }
 
 /// Held by a worker session while it runs: shutdown waits until every one
@@ -141,6 +146,7 @@ impl Coordinator {
             on_poisoned: std::sync::OnceLock::new(),
             sessions: Mutex::new(Some(sessions)),
             sessions_done: Mutex::new(Some(sessions_done)),
+            proof_nonces: proofs::ProofNonces::default(),
         });
         Self { inner }
     }
@@ -234,6 +240,24 @@ impl Coordinator {
 
     pub fn now_ms(&self) -> i64 {
         self.inner.clock.now_ms()
+    }
+
+    /// Accepts a verified user proof's nonce of `address` once within the
+    /// proof window (it is remembered until `issued_at_ms` + the window).
+    pub fn accept_proof_nonce(
+        &self,
+        address: &str,
+        nonce: &str,
+        issued_at_ms: i64,
+    ) -> Result<(), NonceRefused> {
+        let config = &self.inner.config;
+        self.inner.proof_nonces.accept(
+            address,
+            nonce,
+            issued_at_ms.saturating_add(config.timing.user_proof_window_ms),
+            self.now_ms(),
+            config.limits.user_proof_nonces_max,
+        )
     }
 
     /// Runs one event against the core and applies its effects.

@@ -28,6 +28,17 @@ use worker_sim::WsConnection;
 /// 2026-11-21T10:00:00.000Z
 pub const EPOCH_MS: i64 = 1_795_255_200_000;
 
+/// The default configuration with `--user-auth off`: the spec's literal
+/// flows, plain user ids on every trust endpoint and PRIVATE commit
+/// (decision 0017). The tests of the spec's behaviour use it; the proof of a
+/// user is tested in `user_proof.rs`.
+pub fn spec_config() -> Config {
+    Config {
+        user_auth: coordinator::config::UserAuth::Off,
+        ..Config::default()
+    }
+}
+
 /// A coordinator started through the composition root on a private
 /// in-memory SQLite database.
 pub async fn coordinator(config: Config, clock: Arc<dyn Clock>, seed: u64) -> Coordinator {

@@ -26,7 +26,7 @@ fn changes() -> Vec<Change> {
         };
         core.commit(s, Tier::Cheap, Some(payment), 1_000).unwrap();
     }
-    let code = core.create_pairing("a", "ip", 1_000).unwrap().code;
+    let code = core.create_pairing("a", None, "ip", 1_000).unwrap().code;
     core.claim_pairing(&code, Ok("0xkey"), "ip", 1_001).unwrap();
     core.take_changes()
 }
