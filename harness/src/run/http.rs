@@ -118,7 +118,7 @@ fn add_user_proof(
     };
     world
         .transcript
-        .log("harness", "a user proof sent again (replay)".to_owned());
+        .log("harness", "a user proof sent again (replay)");
     request.headers.push((HEADER.to_ascii_lowercase(), header));
     Ok(None)
 }

@@ -39,6 +39,7 @@ impl World {
                 instances,
                 epoch_ms,
                 worker_clock,
+                seed,
             },
             expose,
         )?;
@@ -152,6 +153,13 @@ pub fn coordinator_config(instance: &Instance) -> Config {
         network: instance.network.clone(),
         ..Config::default()
     };
+    // Scenarios default to the spec's literal flows (user auth off), so
+    // every transcript from before user proofs stays as it was.
+    config.user_auth = if instance.user_auth {
+        coordinator::config::UserAuth::On
+    } else {
+        coordinator::config::UserAuth::Off
+    };
     instance.prices.apply(&mut config.prices);
     let t = &instance.timing;
     let ct = &mut config.timing;
@@ -237,6 +245,8 @@ pub(super) struct Parts {
     pub(super) instances: BTreeMap<String, InstanceHandle>,
     pub(super) epoch_ms: i64,
     pub(super) worker_clock: worker_sim::SharedClock,
+    /// The run's seed: user keys derive from it (`users`), not from `master`.
+    pub(super) seed: u64,
 }
 
 /// Workers, stubs (exposed by `expose`, which returns their base URL), the
@@ -253,6 +263,7 @@ pub(super) fn assemble(
         instances,
         epoch_ms,
         worker_clock,
+        seed,
     } = parts;
     let workers = sim_workers(scenario, &mut master)?;
     let (stubs, stub_bases) = provider_stubs(scenario, &mut master, &worker_clock, expose)?;
@@ -294,7 +305,7 @@ pub(super) fn assemble(
         router,
         payer,
         payer_rng,
-        users: users::Users::new(scenario.seed, &scenario.user_chains()),
+        users: users::Users::new(seed, &scenario.user_chains()),
         epoch_ms,
         worker_clock,
     };

@@ -54,6 +54,7 @@ impl World {
                 instances,
                 epoch_ms,
                 worker_clock,
+                seed,
             },
             expose,
         )?;
@@ -142,6 +143,9 @@ fn live_args(spec: &Instance) -> Vec<String> {
         "127.0.0.1:0".into(),
         "--network".into(),
         spec.network.clone(),
+        // As in the simulation: off unless the scenario turns it on.
+        "--user-auth".into(),
+        if spec.user_auth { "on" } else { "off" }.into(),
     ];
     let t = &spec.timing;
     let flags: [(&str, Option<String>); 10] = [
