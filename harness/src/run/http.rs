@@ -17,6 +17,49 @@ pub(super) async fn run_http(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
+    let (mut request, path, shown) = build_request(call, world, vars)?;
+    let honest = match &call.user_proof {
+        Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+        None => None,
+    };
+    let from = call.client.as_deref();
+    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    record_trust(world, &call.instance, &request, &path, honest, &answer);
+    let Some(pay) = &call.pay else {
+        return Ok(answer);
+    };
+    if answer.status != Some(402) {
+        return Ok(answer);
+    }
+    let (name, value) = sign_payment(world, &answer, pay)?;
+    world.transcript.log(
+        "payer",
+        format!(
+            "pays with {name} ({})",
+            pay.alter.map_or("valid", Alter::as_str)
+        ),
+    );
+    vars.insert("last_payment".into(), json!(value));
+    vars.insert("last_payment_header".into(), json!(name));
+    request.headers.push((name.to_ascii_lowercase(), value));
+    // The coordinator spends a proof's nonce before it asks for payment: the
+    // paid retry is a new request, with a fresh proof (a replay stays one).
+    if let Some(proof) = call.user_proof.as_ref().filter(|p| !p.replay) {
+        request
+            .headers
+            .retain(|(k, _)| !k.eq_ignore_ascii_case(HEADER));
+        add_user_proof(world, proof, &mut request, &path)?;
+    }
+    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+}
+
+/// The step's request: method, URL, body (canonical JSON or raw bytes) and
+/// headers, with templates rendered; also its path and the body as logged.
+fn build_request(
+    call: &HttpCall,
+    world: &World,
+    vars: &Vars,
+) -> Result<(HttpRequest, String, String), String> {
     let path = matcher::render_str(&call.path, vars)?;
     let base = world.node_url(&call.instance, call.node.unwrap_or(0))?;
     let url = format!("{base}{path}");
@@ -50,31 +93,7 @@ pub(super) async fn run_http(
             .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
         request.headers.push((k.to_ascii_lowercase(), v));
     }
-    let honest = match &call.user_proof {
-        Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
-        None => None,
-    };
-    let from = call.client.as_deref();
-    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
-    record_trust(world, &call.instance, &request, &path, honest, &answer);
-    let Some(pay) = &call.pay else {
-        return Ok(answer);
-    };
-    if answer.status != Some(402) {
-        return Ok(answer);
-    }
-    let (name, value) = sign_payment(world, &answer, pay)?;
-    world.transcript.log(
-        "payer",
-        format!(
-            "pays with {name} ({})",
-            pay.alter.map_or("valid", Alter::as_str)
-        ),
-    );
-    vars.insert("last_payment".into(), json!(value));
-    vars.insert("last_payment_header".into(), json!(name));
-    request.headers.push((name.to_ascii_lowercase(), value));
-    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+    Ok((request, path, shown))
 }
 
 /// Adds the `X-User-Proof` header the step asks for; returns the proof
