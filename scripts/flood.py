@@ -245,7 +245,10 @@ def main():
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="flood-")
     coord = subprocess.Popen(
-        [args.coordinator, "--listen", f"127.0.0.1:{port}", "--db", f"{tmp}/flood.db"],
+        # Plain user ids ("nobody-…", "victim-…"): the spec's flows, user auth
+        # off (decision 0017); with it on the same floods end in cheaper 401s.
+        [args.coordinator, "--listen", f"127.0.0.1:{port}", "--db", f"{tmp}/flood.db",
+         "--user-auth", "off"],
         stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/coordinator.log", "w"))
     worker = None
     try:

@@ -55,6 +55,8 @@ async fn start_node(url: &str, schema: &str, i: usize) -> Node {
         .args(["--db", url, "--db-schema", schema])
         .args(["--node-id", &format!("n{i}")])
         .args(["--payment-required", "--pay-to", PAY_TO])
+        // Plain user ids across nodes: the spec's flows (decision 0017).
+        .args(["--user-auth", "off"])
         .env("RUST_LOG", "info")
         .env_remove("COORDINATOR_LISTEN")
         .stdout(std::process::Stdio::null())

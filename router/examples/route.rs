@@ -4,7 +4,12 @@
 //! ```text
 //! cargo run -p router --example route -- llm "Why is the sky blue?" --user-id alice
 //! cargo run -p router --example route -- task summarize "Long text..." --user-id alice
+//! cargo run -p router --example route -- llm "Private text" --private --user-key-file user.key
 //! ```
+//!
+//! `--user-key-file` proves the user (`X-User-Proof`) on PRIVATE jobs, which a
+//! coordinator with `--user-auth on` (its default) requires; the user id is
+//! then the key's address unless `--user-id` names another form of it.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
@@ -20,8 +25,13 @@ use std::sync::Arc;
 struct Cli {
     #[command(subcommand)]
     job: Job,
-    #[arg(long, global = true, default_value = "anonymous")]
-    user_id: String,
+    /// Default: the address of --user-key-file, else `anonymous`.
+    #[arg(long, global = true)]
+    user_id: Option<String>,
+    /// The user's secret key (hex, first non-empty line; `worker-sim keygen`
+    /// writes one): signs the user's proof on PRIVATE jobs.
+    #[arg(long, global = true)]
+    user_key_file: Option<std::path::PathBuf>,
     #[arg(long, global = true, value_enum)]
     policy: Option<PolicyArg>,
     #[arg(long, global = true)]
@@ -89,6 +99,16 @@ async fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    let mut cli = cli;
+    match add_user_signer(&mut config, cli.user_key_file.as_deref()) {
+        Ok(address) => {
+            cli.user_id = cli.user_id.or(address);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let router = ComputeRouter::new(config);
     match run_job(&router, cli).await {
         Ok(result) => {
@@ -103,6 +123,26 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--user-key-file`: prove the user on PRIVATE jobs with this key; its
+/// address, the user id it proves.
+fn add_user_signer(
+    config: &mut RouterConfig,
+    file: Option<&std::path::Path>,
+) -> Result<Option<String>, String> {
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let secret = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let key = protocol::signing::Keypair::from_secret_hex(secret)
+        .ok_or_else(|| format!("{}: not a 32-byte hex secret", file.display()))?;
+    let clock: router::WallClock = Arc::new(protocol::clock::SystemClock);
+    let signer = router::KeyUserSigner::new(key, clock, rand_chacha::ChaCha20Rng::from_entropy());
+    let address = signer.address();
+    config.user_signer = Some(Arc::new(signer));
+    Ok(Some(address))
 }
 
 /// X402_PAYER_KEY: pay 402 answers on both chains from this key.
@@ -147,7 +187,7 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
                     max_tokens,
                     policy,
                     privacy,
-                    user_id: cli.user_id,
+                    user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
                     chain_preference: chain,
                 })
                 .await
@@ -164,7 +204,7 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
                     input,
                     policy,
                     privacy,
-                    user_id: cli.user_id,
+                    user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
                     chain_preference: chain,
                 })
                 .await

@@ -117,7 +117,8 @@ impl ComputeRouter {
             self.config.coordinator_urls.get(job.chain),
             self.config.payment_clients.get(job.chain).cloned(),
             self.config.poll,
-        );
+        )
+        .with_user_signer(self.config.user_signer.clone());
         let submission = JobSubmission {
             job_type: job.payload.job_type(),
             user_id: job.user_id.clone(),

@@ -128,6 +128,10 @@ pub struct RouterConfig {
     /// `max_tokens` of an LLM job whose request leaves it out; the commit
     /// body requires one.
     pub default_max_tokens: u32,
+    /// Proves the user on PRIVATE commits (`X-User-Proof`), which a
+    /// coordinator with `--user-auth on` (its default) requires. Code, not
+    /// environment, like the payment clients.
+    pub user_signer: Option<Arc<dyn crate::user::UserSigner>>,
 }
 
 impl RouterConfig {
@@ -141,6 +145,7 @@ impl RouterConfig {
             hosted: HostedConfig::default(),
             poll: PollConfig::default(),
             default_max_tokens: 256,
+            user_signer: None,
         }
     }
 

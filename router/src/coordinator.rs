@@ -5,10 +5,12 @@ use crate::error::{AdapterError, Stage};
 use crate::payment::{PaymentChallenge, PaymentClient};
 use crate::route::Chain;
 use crate::transport::{join_url, HttpRequest, HttpResponse, HttpTransport};
+use crate::user::{path_and_query, UserSigner};
 use protocol::api::{
-    CommitResponse, JobStatus, JobSubmission, JobType, NoTrustedWorker, Quote, Tier,
+    CommitResponse, JobStatus, JobSubmission, JobType, NoTrustedWorker, PrivacyClass, Quote, Tier,
 };
 use protocol::receipt::Receipt;
+use protocol::user_proof::ProofRequest;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +35,8 @@ pub struct CoordinatorClient {
     base_url: String,
     payment: Option<Arc<dyn PaymentClient>>,
     poll: PollConfig,
+    /// Proves the user on PRIVATE commits.
+    user_signer: Option<Arc<dyn UserSigner>>,
 }
 
 impl std::fmt::Debug for CoordinatorClient {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for CoordinatorClient {
             .field("base_url", &self.base_url)
             .field("payment", &self.payment.is_some())
             .field("poll", &self.poll)
+            .field("user_signer", &self.user_signer)
             .finish_non_exhaustive()
     }
 }
@@ -70,7 +75,41 @@ impl CoordinatorClient {
             base_url: base_url.into(),
             payment,
             poll,
+            user_signer: None,
         }
+    }
+
+    /// Proves the user with `signer` on PRIVATE commits.
+    pub fn with_user_signer(mut self, signer: Option<Arc<dyn UserSigner>>) -> Self {
+        self.user_signer = signer;
+        self
+    }
+
+    /// A commit request for `body`: with the user's proof when the job is
+    /// PRIVATE and a signer is set (a fresh proof per request: each nonce
+    /// is accepted once).
+    fn commit_request(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+        submission: &JobSubmission,
+    ) -> Result<HttpRequest, AdapterError> {
+        let request = HttpRequest::post_json(url, body);
+        let signer = match (&self.user_signer, submission.privacy_class) {
+            (Some(signer), PrivacyClass::Private) => signer,
+            _ => return Ok(request),
+        };
+        let proof = signer
+            .proof_header(
+                &submission.user_id,
+                &ProofRequest {
+                    method: "POST",
+                    path_and_query: path_and_query(url),
+                    body: &request.body,
+                },
+            )
+            .map_err(|reason| AdapterError::UserProofFailed { reason })?;
+        Ok(request.header(protocol::user_proof::HEADER, proof))
     }
 
     /// Quote, commit, poll until done or timed out, verify the receipt.
@@ -143,9 +182,8 @@ impl CoordinatorClient {
 
     async fn commit(&self, url: &str, submission: &JobSubmission) -> Result<Uuid, AdapterError> {
         let body = serde_json::to_value(submission).expect("a submission always serialises");
-        let mut response = self
-            .send(Stage::Commit, HttpRequest::post_json(url, &body))
-            .await?;
+        let first = self.commit_request(url, &body, submission)?;
+        let mut response = self.send(Stage::Commit, first).await?;
         if response.status == 402 {
             let Some(payment) = &self.payment else {
                 return Err(AdapterError::PaymentRequired { chain: self.chain });
@@ -165,12 +203,8 @@ impl CoordinatorClient {
             })?;
             // One paid retry only: a second 402 means the payment was refused,
             // and paying again could pay twice.
-            response = self
-                .send(
-                    Stage::Commit,
-                    HttpRequest::post_json(url, &body).header(name, value),
-                )
-                .await?;
+            let paid = self.commit_request(url, &body, submission)?;
+            response = self.send(Stage::Commit, paid.header(name, value)).await?;
             if response.status == 402 {
                 return Err(AdapterError::PaymentRejected {
                     message: error_message(&response),
@@ -372,6 +406,14 @@ fn error_message(response: &HttpResponse) -> String {
 }
 
 fn status_error(stage: Stage, response: &HttpResponse) -> AdapterError {
+    if response.status == 401 {
+        if let Ok(refused) = response.json::<protocol::api::UserProofRefused>() {
+            return AdapterError::UserProofRefused {
+                code: refused.error,
+                message: refused.message,
+            };
+        }
+    }
     AdapterError::HttpStatus {
         stage,
         status: response.status,

@@ -47,6 +47,13 @@ pub enum AdapterError {
     PaymentFailed { chain: Chain, reason: String },
     #[error("commit answered 402 again after paying: {message}")]
     PaymentRejected { message: String },
+    /// The user signer could not sign the user's proof.
+    #[error("cannot prove the user: {reason}")]
+    UserProofFailed { reason: String },
+    /// 401: the coordinator wants the user's proof (`code` is one of
+    /// `protocol::user_proof::RefusalCode`); set `RouterConfig::user_signer`.
+    #[error("commit answered 401 {code}: {message}")]
+    UserProofRefused { code: String, message: String },
     #[error("no_trusted_worker: PRIVATE job {job_id} has no trusted worker of this user (422)")]
     NoTrustedWorker { job_id: String },
     #[error("job {job_id} failed: {reason}")]

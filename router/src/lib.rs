@@ -10,6 +10,7 @@
 //! - [`coordinator`]: the decentralized adapter, [`coordinator::CoordinatorClient`].
 //! - [`hosted`]: the OpenAI and Anthropic adapters, retry, task prompts.
 //! - [`payment`]: the [`PaymentClient`] seam the x402 crate implements.
+//! - [`user`]: the [`UserSigner`] that proves the user on PRIVATE commits (`X-User-Proof`).
 //! - [`transport`]: [`HttpTransport`] and its reqwest implementation.
 //! - [`error`]: [`AdapterError`] and [`RouterError`].
 //!
@@ -40,6 +41,7 @@ pub mod payment;
 pub mod request;
 pub mod route;
 pub mod transport;
+pub mod user;
 
 pub use compute_router::ComputeRouter;
 pub use config::{
@@ -51,5 +53,6 @@ pub use payment::{PaymentChallenge, PaymentClient, WallClock, X402Payer};
 pub use request::{ComputeResult, LlmRequest, TaskRequest};
 pub use route::{Chain, HostedProvider, Route};
 pub use transport::{HttpRequest, HttpResponse, HttpTransport, ReqwestTransport, TransportError};
+pub use user::{KeyUserSigner, UserSigner};
 // Callers build requests with these; re-exported so they need no protocol import.
 pub use protocol::api::{Policy, PrivacyClass, TaskType};

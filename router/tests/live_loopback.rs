@@ -2,7 +2,7 @@
 //! coordinators (one per chain, the first payment-gated), worker-sim workers
 //! on real WebSockets, and the hosted-provider stubs on their own ports.
 
-use coordinator::config::Config;
+use coordinator::config::{Config, UserAuth};
 use coordinator::server::{self, Parts, Settings};
 use coordinator::SystemClock;
 use rand::SeedableRng;
@@ -18,8 +18,21 @@ use worker_sim::{Worker, WorkerConfig, WsConnector};
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 
-/// A coordinator on loopback with `workers` worker-sim workers connected.
+/// A coordinator on loopback with `workers` worker-sim workers connected,
+/// with user auth off: the spec's flows with plain user ids (decision 0017).
 async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
+    coordinator_with(network, gated, workers, UserAuth::Off)
+        .await
+        .0
+}
+
+/// [`coordinator`] with the given user auth; also the workers' keys.
+async fn coordinator_with(
+    network: &str,
+    gated: bool,
+    workers: u32,
+    user_auth: UserAuth,
+) -> (String, Vec<String>) {
     let mut payment = None;
     if gated {
         let mut config = x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap());
@@ -29,6 +42,7 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     let settings = Settings {
         config: Config {
             network: network.into(),
+            user_auth,
             ..Config::default()
         },
         payment,
@@ -47,12 +61,14 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     std::mem::forget(server);
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
     let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
+    let mut keys = Vec::new();
     for i in 0..workers {
         let config = WorkerConfig {
             network: network.into(),
             ..WorkerConfig::for_index(7, i)
         };
         let mut worker = Worker::new(config, clock.clone()).unwrap();
+        keys.push(worker.public_key_hex());
         let connector = WsConnector::new(ws.clone());
         tokio::spawn(async move {
             let _ = worker.run(connector).await;
@@ -60,7 +76,7 @@ async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
     }
     for _ in 0..200 {
         if c.read(|core| core.workers_online()) == workers as usize {
-            return base;
+            return (base, keys);
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -258,4 +274,80 @@ async fn held_polls_return_a_50_ms_job_well_before_the_500_ms_poll() {
     // 50 ms of work plus loopback HTTP; a poll every 500 ms would give
     // at least 500. Generous for a loaded test machine.
     assert!(median_ms < 400, "latencies {latencies_ms:?}");
+}
+
+/// Issue 28: with user auth on (the coordinator's default), the router's
+/// user signer proves the user on a PRIVATE commit, which then runs on the
+/// worker the user paired (with the user's proof, over HTTP); without a
+/// signer the commit is refused 401 and never goes hosted.
+#[tokio::test]
+async fn a_private_job_with_the_users_signer_carries_a_valid_proof() {
+    use protocol::user_proof::{self, ProofRequest};
+    use router::{HttpRequest, HttpTransport, KeyUserSigner};
+    let (b, keys) = coordinator_with("eip155:10143", false, 1, UserAuth::On).await;
+    let user = protocol::signing::Keypair::from_secret_hex(PAYER).unwrap();
+    let clock: WallClock = Arc::new(protocol::clock::SystemClock);
+    // The user pairs the worker: a code bound to its key, with the proof.
+    let transport = ReqwestTransport::new(5_000);
+    let body = serde_json::json!({"user_id": user.address(), "provider_pubkey": keys[0]});
+    let create = HttpRequest::post_json(format!("{b}/v1/trust/create"), &body);
+    let proof = user_proof::sign_now(
+        &user,
+        &user.address(),
+        &ProofRequest {
+            method: "POST",
+            path_and_query: "/v1/trust/create",
+            body: &create.body,
+        },
+        clock.now_ms(),
+        &mut rand_chacha::ChaCha20Rng::seed_from_u64(1),
+    );
+    let created = transport
+        .send(create.header(user_proof::HEADER, proof))
+        .await
+        .unwrap();
+    assert_eq!(created.status, 201, "{}", created.body_snippet(300));
+    let code: serde_json::Value = created.json().unwrap();
+    let claim =
+        serde_json::json!({"pairing_code": code["pairing_code"], "provider_pubkey": keys[0]});
+    let claimed = transport
+        .send(HttpRequest::post_json(
+            format!("{b}/v1/trust/claim"),
+            &claim,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed.status, 200, "{}", claimed.body_snippet(300));
+
+    let stubs = stubs().await;
+    let private = || {
+        let mut req = LlmRequest::new("my medical history: ...", user.address());
+        req.privacy = Some(PrivacyClass::Private);
+        req.chain_preference = Some(Chain::ChainB);
+        req
+    };
+    // Without a signer: 401, and PRIVATE never goes hosted.
+    let router = router_for(&closed_port(), &b, &stubs, HostedProvider::ProviderA);
+    let RouterError::AllAdaptersFailed { failures } = router.run_llm(private()).await.unwrap_err();
+    assert!(
+        matches!(&failures[0], (Route::Decentralized(Chain::ChainB), AdapterError::UserProofRefused { code, .. }) if code == "user_proof_required"),
+        "{failures:?}"
+    );
+    // With the user's signer: the job runs on the paired worker.
+    let mut config = RouterConfig::new(CoordinatorUrls {
+        chain_a: closed_port(),
+        chain_b: b.clone(),
+    });
+    config.user_signer = Some(Arc::new(KeyUserSigner::new(
+        user.clone(),
+        clock,
+        rand_chacha::ChaCha20Rng::seed_from_u64(2),
+    )));
+    let router = ComputeRouter::with_transport(config, Arc::new(ReqwestTransport::new(10_000)));
+    let result = router.run_llm(private()).await.unwrap();
+    assert_eq!(result.route, Route::Decentralized(Chain::ChainB));
+    let receipt = result.receipt.as_ref().unwrap();
+    receipt.verify(&result.output).unwrap();
+    assert_eq!(receipt.provider_pubkey, keys[0]);
+    assert!(stubs.openai.calls().is_empty() && stubs.anthropic.calls().is_empty());
 }

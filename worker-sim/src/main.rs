@@ -33,11 +33,35 @@ struct Cli {
 enum Command {
     /// Serve a hosted-provider stub (OpenAI Chat Completions or Anthropic Messages).
     StubProvider(StubArgs),
-    /// Write a new worker key file (mode 0600) and print its public key.
+    /// Write a new key file (mode 0600), a worker's or a user's, and print its public key.
     Keygen(KeygenArgs),
     /// Claim a user's pairing code for the key in a key file, so the user's
     /// PRIVATE jobs may go to the worker running with that key.
     Claim(ClaimArgs),
+    /// As the user (with the user's key): create a pairing code bound to
+    /// the worker's key, proven by the user's signature, and claim it.
+    Pair(PairArgs),
+}
+
+#[derive(Args, Debug)]
+struct PairArgs {
+    /// Coordinator HTTP base URL (the worker URL `ws://HOST/v1/workers/ws` works too).
+    #[arg(
+        long,
+        env = "WORKER_SIM_COORDINATOR",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    coordinator: String,
+    /// The user's key file (hex secret, one line; `worker-sim keygen` writes one).
+    #[arg(long)]
+    user_key_file: PathBuf,
+    /// The user id the key proves: its address (default) or a CAIP-10
+    /// account `eip155:<chain id>:<address>`.
+    #[arg(long)]
+    user_id: Option<String>,
+    /// The worker's key file (from `worker-sim keygen`).
+    #[arg(long, default_value = "worker.key")]
+    key_file: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -177,6 +201,7 @@ async fn main() {
         Some(Command::StubProvider(args)) => (stub_provider(args).await, false),
         Some(Command::Keygen(args)) => (keygen(args), true),
         Some(Command::Claim(args)) => (claim(args).await, true),
+        Some(Command::Pair(args)) => (pair(args).await, true),
         None => (run_workers(cli.run).await, false),
     };
     if let Err(message) = result {
@@ -194,7 +219,7 @@ fn keygen(args: KeygenArgs) -> Result<(), String> {
     let mut rng = rand_chacha::ChaCha20Rng::from_entropy();
     let keypair = owner::keygen(&args.key_file, args.force, &mut rng).map_err(|e| e.to_string())?;
     eprintln!(
-        "wrote the worker's secret key to {} (keep it private); its public key:",
+        "wrote a secret key (a worker's or a user's) to {} (keep it private); its public key:",
         args.key_file.display()
     );
     println!("{}", keypair.public_key_hex());
@@ -209,6 +234,37 @@ async fn claim(args: ClaimArgs) -> Result<(), String> {
     eprintln!(
         "paired at {}: PRIVATE jobs of this user may now go to this worker; user id:",
         claimed.paired_at
+    );
+    println!("{}", claimed.user_id);
+    Ok(())
+}
+
+async fn pair(args: PairArgs) -> Result<(), String> {
+    let load = |path: &Path| {
+        worker_sim::KeySource::File(path.to_owned())
+            .load(0)
+            .map_err(|e| e.to_string())
+    };
+    let (user, worker) = (load(&args.user_key_file)?, load(&args.key_file)?);
+    // The proof's issue time: the one wall-clock read, at this edge.
+    let now_ms = protocol::clock::Clock::now_ms(&protocol::clock::SystemClock);
+    let mut rng = rand_chacha::ChaCha20Rng::from_entropy();
+    let http = reqwest::Client::new();
+    let claimed = owner::pair(
+        &http,
+        &args.coordinator,
+        &user,
+        args.user_id.as_deref(),
+        &worker,
+        now_ms,
+        &mut rng,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    eprintln!(
+        "paired at {}: PRIVATE jobs of this user may now go to the worker {}; user id:",
+        claimed.paired_at,
+        worker.public_key_hex()
     );
     println!("{}", claimed.user_id);
     Ok(())

@@ -1,13 +1,17 @@
 //! What a worker's owner does once, by hand: make the worker's key
 //! (`worker-sim keygen`) and claim a user's pairing code for it
 //! (`worker-sim claim`), so the user's PRIVATE jobs may go to that worker.
+//! With the user's key at hand, `worker-sim pair` does both halves: it
+//! creates a code bound to the worker's key with the user's proof
+//! (`X-User-Proof`, decision 0017), then claims it.
 //!
 //! The key file is the format `--key-file` and [`KeySource::File`] read: the
 //! secret as `0x`-prefixed hex on one line.
 
 use crate::config::{KeyError, KeySource};
-use protocol::api::{ClaimPairing, Claimed, ErrorBody};
+use protocol::api::{ClaimPairing, Claimed, CreatePairing, PairingCode};
 use protocol::signing::Keypair;
+use protocol::user_proof::{self, ProofRequest};
 use rand_chacha::ChaCha20Rng;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,9 +82,14 @@ pub enum ClaimError {
     Url { url: String, reason: String },
     #[error("could not reach the coordinator at {url}: {source}")]
     Request { url: String, source: reqwest::Error },
-    /// The coordinator's own refusal (`invalid_code`, `already_claimed`, `expired`, ...).
-    #[error("the coordinator refused the claim: {error} (HTTP {status})")]
-    Refused { status: u16, error: String },
+    /// The coordinator's own refusal (`invalid_code`, `already_claimed`,
+    /// `expired`, `user_proof_required`, ...), with its message when it has one.
+    #[error("the coordinator refused: {error} (HTTP {status}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Refused {
+        status: u16,
+        error: String,
+        message: Option<String>,
+    },
     #[error("unexpected answer from the coordinator (HTTP {status}): {body}")]
     Unexpected { status: u16, body: String },
 }
@@ -95,22 +104,84 @@ pub async fn claim(
     key_file: &Path,
 ) -> Result<Claimed, ClaimError> {
     let keypair = KeySource::File(key_file.to_owned()).load(0)?;
-    let url = claim_url(coordinator)?;
+    claim_for(http, coordinator, code, &keypair).await
+}
+
+async fn claim_for(
+    http: &reqwest::Client,
+    coordinator: &str,
+    code: &str,
+    keypair: &Keypair,
+) -> Result<Claimed, ClaimError> {
+    let url = endpoint_url(coordinator, "/v1/trust/claim")?;
     let body = ClaimPairing {
         pairing_code: code.trim().to_owned(),
         provider_pubkey: keypair.public_key_hex(),
     };
+    let body = serde_json::to_vec(&body).expect("a claim serializes");
+    post_json(http, url, body, None, 200).await
+}
+
+/// `worker-sim pair`: as the user (`user`, proving `user_id`, its address
+/// by default), creates a pairing code bound to `worker`'s key with the
+/// user's proof issued at `now_ms` (nonce from `rng`), then claims it for
+/// that key. Nobody else can claim the code in between.
+pub async fn pair(
+    http: &reqwest::Client,
+    coordinator: &str,
+    user: &Keypair,
+    user_id: Option<&str>,
+    worker: &Keypair,
+    now_ms: i64,
+    rng: &mut ChaCha20Rng,
+) -> Result<Claimed, ClaimError> {
+    let user_id = user_id.map_or_else(|| user.address(), str::to_owned);
+    let url = endpoint_url(coordinator, "/v1/trust/create")?;
+    let body = CreatePairing {
+        user_id: user_id.clone(),
+        provider_pubkey: Some(worker.public_key_hex()),
+    };
+    let body = serde_json::to_vec(&body).expect("a create serializes");
+    let request = ProofRequest {
+        method: "POST",
+        path_and_query: &path_and_query(&url),
+        body: &body,
+    };
+    let proof = user_proof::sign_now(user, &user_id, &request, now_ms, rng);
+    let code: PairingCode = post_json(http, url, body, Some(proof), 201).await?;
+    claim_for(http, coordinator, &code.pairing_code, worker).await
+}
+
+/// The path and query of `url` as its request line carries them.
+fn path_and_query(url: &reqwest::Url) -> String {
+    match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_owned(),
+    }
+}
+
+/// POSTs `body` (JSON) with an optional user proof and reads a bounded
+/// answer: `T` when the status is `ok`, else the coordinator's refusal.
+async fn post_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    body: Vec<u8>,
+    proof: Option<String>,
+    ok: u16,
+) -> Result<T, ClaimError> {
     let request_error = |source| ClaimError::Request {
         url: url.to_string(),
         source,
     };
-    let mut response = http
+    let mut request = http
         .post(url.clone())
         .timeout(std::time::Duration::from_millis(CLAIM_TIMEOUT_MS))
-        .json(&body)
-        .send()
-        .await
-        .map_err(request_error)?;
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(proof) = proof {
+        request = request.header(user_proof::HEADER, proof);
+    }
+    let mut response = request.send().await.map_err(request_error)?;
     let status = response.status().as_u16();
     let mut bytes = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(request_error)? {
@@ -122,15 +193,18 @@ pub async fn claim(
             });
         }
     }
-    if status == 200 {
-        if let Ok(claimed) = serde_json::from_slice::<Claimed>(&bytes) {
-            return Ok(claimed);
+    if status == ok {
+        if let Ok(answer) = serde_json::from_slice::<T>(&bytes) {
+            return Ok(answer);
         }
-    } else if let Ok(refusal) = serde_json::from_slice::<ErrorBody>(&bytes) {
-        return Err(ClaimError::Refused {
-            status,
-            error: refusal.error,
-        });
+    } else if let Ok(refusal) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        if let Some(error) = refusal["error"].as_str() {
+            return Err(ClaimError::Refused {
+                status,
+                error: error.to_owned(),
+                message: refusal["message"].as_str().map(str::to_owned),
+            });
+        }
     }
     Err(ClaimError::Unexpected {
         status,
@@ -139,7 +213,14 @@ pub async fn claim(
 }
 
 /// The claim endpoint under an HTTP base URL, or beside a worker WebSocket URL.
+#[cfg(test)]
 fn claim_url(coordinator: &str) -> Result<reqwest::Url, ClaimError> {
+    endpoint_url(coordinator, "/v1/trust/claim")
+}
+
+/// `endpoint` (`/v1/trust/...`) under an HTTP base URL, or beside a worker
+/// WebSocket URL.
+fn endpoint_url(coordinator: &str, endpoint: &str) -> Result<reqwest::Url, ClaimError> {
     let bad = |reason: &str| ClaimError::Url {
         url: coordinator.to_owned(),
         reason: reason.to_owned(),
@@ -156,7 +237,7 @@ fn claim_url(coordinator: &str) -> Result<reqwest::Url, ClaimError> {
     }
     let base = url.path().trim_end_matches('/');
     let base = base.strip_suffix("/v1/workers/ws").unwrap_or(base);
-    let path = format!("{base}/v1/trust/claim");
+    let path = format!("{base}{endpoint}");
     url.set_path(&path);
     url.set_query(None);
     url.set_fragment(None);

@@ -1,11 +1,12 @@
-//! The owner's two commands, run as the real `worker-sim` binary against the
+//! The owner's commands, run as the real `worker-sim` binary against the
 //! real coordinator served on loopback: `keygen`, `claim` (a good code, the
-//! same code again, a wrong code, an unreachable coordinator), and then a
-//! worker started with the key file serving that user's PRIVATE job.
+//! same code again, a wrong code, an unreachable coordinator; user auth off,
+//! plain user ids), `pair` (the user's key, user auth on), and then a worker
+//! started with the key file serving that user's PRIVATE job.
 
 mod common;
 
-use coordinator::config::Config;
+use coordinator::config::{Config, UserAuth};
 use coordinator::server::{self, Parts, Settings};
 use rand::SeedableRng;
 use serde_json::{json, Value};
@@ -16,22 +17,33 @@ use std::time::Duration;
 
 const EPOCH_MS: i64 = 1_795_255_200_000;
 
-/// The coordinator on a loopback port; returns its HTTP base URL.
 /// A loopback coordinator and its URL; it serves until the `Server` drops.
+/// User auth off: the spec's flows with plain user ids (decision 0017).
 async fn start_coordinator() -> (server::Server, String) {
+    start_coordinator_with(
+        UserAuth::Off,
+        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
+    )
+    .await
+}
+
+/// With user auth on, the clock is the system's: `worker-sim pair` signs
+/// its proof at the wall-clock time, which must lie within the window.
+async fn start_coordinator_with(
+    user_auth: UserAuth,
+    clock: Arc<dyn coordinator::Clock>,
+) -> (server::Server, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let settings = Settings {
         config: Config {
             network: "eip155:10143".into(),
+            user_auth,
             ..Config::default()
         },
         ..Settings::default()
     };
-    let parts = Parts::new(
-        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
-        rand_chacha::ChaCha20Rng::seed_from_u64(1),
-    );
+    let parts = Parts::new(clock, rand_chacha::ChaCha20Rng::seed_from_u64(1));
     let mut server = server::start(settings, parts).await.unwrap();
     // Serving runs on its own task for the rest of the test.
     server.serve_tcp(listener);
@@ -203,8 +215,105 @@ async fn claim_pairs_the_key_and_a_worker_with_it_serves_private_jobs() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Waits for the worker, commits a PRIVATE job for alice, polls it to the end.
-async fn run_private_job(http: &reqwest::Client, base: &str) -> Value {
+/// Issue 28: `worker-sim pair` with the user's key creates a code bound to
+/// the worker's key with the user's proof and claims it; the worker then
+/// serves the user's PRIVATE job, committed with the user's proof. A plain
+/// name cannot be paired with user auth on.
+#[tokio::test]
+async fn pair_proves_the_user_and_the_worker_serves_its_private_job() {
+    let (_server, base) =
+        start_coordinator_with(UserAuth::On, Arc::new(coordinator::SystemClock)).await;
+    let http = reqwest::Client::new();
+    let dir = temp_dir("pair-cli");
+    let (user_file, key_file) = (dir.join("user.key"), dir.join("worker.key"));
+    keygen(&user_file).await;
+    let pubkey = keygen(&key_file).await;
+    let user = worker_sim::KeySource::File(user_file.clone())
+        .load(0)
+        .unwrap();
+    let (user_arg, key_arg) = (user_file.to_str().unwrap(), key_file.to_str().unwrap());
+    let pair = |user_id: Option<&'static str>| {
+        let mut args = vec![
+            "pair",
+            "--coordinator",
+            &base,
+            "--user-key-file",
+            user_arg,
+            "--key-file",
+            key_arg,
+        ];
+        if let Some(user_id) = user_id {
+            args.extend(["--user-id", user_id]);
+        }
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let plain = run(&pair(Some("alice"))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>())
+    .await;
+    assert!(!plain.status.success());
+    assert!(
+        stderr(&plain).contains("user_id_not_provable"),
+        "{}",
+        stderr(&plain)
+    );
+    let paired = run(&pair(None).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert!(paired.status.success(), "{}", stderr(&paired));
+    let user_id = user.address().to_lowercase();
+    assert_eq!(stdout(&paired), user_id);
+
+    let ws_url = format!("{}/v1/workers/ws", base.replacen("http", "ws", 1));
+    let mut worker = worker_sim()
+        .args([
+            "--coordinator",
+            &ws_url,
+            "--key-file",
+            key_arg,
+            "--latency-ms",
+            "5",
+            "--network",
+            "eip155:10143",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_worker(&http, &base).await;
+    let body = json!({"job_type": "TASK", "user_id": user_id, "privacy_class": "PRIVATE",
+        "payload": {"task_type": "extract_json", "input": "city: Paris"}})
+    .to_string();
+    let proof = protocol::user_proof::sign_now(
+        &user,
+        &user_id,
+        &protocol::user_proof::ProofRequest {
+            method: "POST",
+            path_and_query: "/v1/jobs/commit/cheap",
+            body: body.as_bytes(),
+        },
+        protocol::clock::Clock::now_ms(&protocol::clock::SystemClock),
+        &mut rand_chacha::ChaCha20Rng::seed_from_u64(3),
+    );
+    let committed: Value = http
+        .post(format!("{base}/v1/jobs/commit/cheap"))
+        .header("content-type", "application/json")
+        .header(protocol::user_proof::HEADER, proof)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = committed["job_id"].as_str().expect("job id").to_owned();
+    let record = common::wait_terminal(&http, &base, &id).await;
+    worker.kill().await.unwrap();
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["receipt"]["provider_pubkey"], pubkey.as_str());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+async fn wait_for_worker(http: &reqwest::Client, base: &str) {
     for _ in 0..200 {
         let health: Value = http
             .get(format!("{base}/v1/health"))
@@ -215,10 +324,16 @@ async fn run_private_job(http: &reqwest::Client, base: &str) -> Value {
             .await
             .unwrap();
         if health["workers_online"] == 1 {
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    panic!("the worker did not come online");
+}
+
+/// Waits for the worker, commits a PRIVATE job for alice, polls it to the end.
+async fn run_private_job(http: &reqwest::Client, base: &str) -> Value {
+    wait_for_worker(http, base).await;
     let committed: Value = http
         .post(format!("{base}/v1/jobs/commit/cheap"))
         .json(

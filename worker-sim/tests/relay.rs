@@ -23,8 +23,9 @@ const EPOCH_MS: i64 = 1_795_255_200_000;
 const SECRET: &str = "the victim's private prompt 7f3a";
 
 /// The real coordinator on a loopback port, with the default settings (its
-/// accepted origin is the address it listens on); returns it and that
-/// address. It serves until the `Server` drops.
+/// accepted origin is the address it listens on) but user auth off: this
+/// test is about the worker's login, its user a plain name (decision 0017).
+/// Returns it and that address. It serves until the `Server` drops.
 async fn start_coordinator() -> (server::Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -32,7 +33,14 @@ async fn start_coordinator() -> (server::Server, SocketAddr) {
         Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
         rand_chacha::ChaCha20Rng::seed_from_u64(1),
     );
-    let mut server = server::start(Settings::default(), parts).await.unwrap();
+    let settings = Settings {
+        config: coordinator::config::Config {
+            user_auth: coordinator::config::UserAuth::Off,
+            ..Default::default()
+        },
+        ..Settings::default()
+    };
+    let mut server = server::start(settings, parts).await.unwrap();
     server.serve_tcp(listener);
     (server, addr)
 }

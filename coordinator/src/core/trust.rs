@@ -492,6 +492,27 @@ mod tests {
         assert_eq!(t.users_trusting("0xk").collect::<Vec<_>>(), ["alice"]);
     }
 
+    /// Issue 28: a code bound to a key is `invalid_code` for any other key
+    /// and stays live, so whoever reads it first cannot take it.
+    #[test]
+    fn a_bound_code_is_claimed_only_by_its_key() {
+        let mut t = Trust::default();
+        let code = t
+            .create("0xuser", Some("0xk"), "c", 0, &config(), &mut rng(9))
+            .unwrap()
+            .code;
+        let limits = config().limits;
+        assert_eq!(
+            t.claim(&code, Ok("0xother"), "c", 1, &limits).unwrap_err(),
+            ClaimError::InvalidCode
+        );
+        assert!(!t.trusts("0xuser", "0xother"));
+        let (pairing, entry) = t.claim(&code, KEY, "c", 2, &limits).unwrap();
+        assert_eq!(pairing.provider_pubkey.as_deref(), Some("0xk"));
+        assert_eq!(entry.provider_pubkey, "0xk");
+        assert!(t.trusts("0xuser", "0xk"));
+    }
+
     #[test]
     fn expiry_is_exactly_one_hour() {
         let (mut t, code) = trust_with_code(&mut rng(3));

@@ -111,12 +111,38 @@ pub struct Instance {
     /// limit, the kept budget's size limit only). Absent: no retention,
     /// nothing finished is ever deleted.
     pub retention_hours: Option<u64>,
-    /// The coordinator's `--user-auth`: `true` acts for a user on
-    /// trust/create, trust/list and PRIVATE commits only with its proof.
-    /// Off by default in scenarios (the spec's literal flows), so every
-    /// older transcript stays as it was.
+    /// The instance's `--user-auth` (decision 0017). Off by default here,
+    /// unlike the binary: scenarios name their users plainly and test the
+    /// spec's literal flows; `on` needs users that are accounts with keys.
     #[serde(default)]
-    pub user_auth: bool,
+    pub user_auth: UserAuthSpec,
+}
+
+/// `user_auth = "off" | "on"` of an instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserAuthSpec {
+    #[default]
+    Off,
+    On,
+}
+
+impl UserAuthSpec {
+    /// The coordinator's setting.
+    pub fn config(self) -> coordinator::config::UserAuth {
+        match self {
+            UserAuthSpec::Off => coordinator::config::UserAuth::Off,
+            UserAuthSpec::On => coordinator::config::UserAuth::On,
+        }
+    }
+
+    /// The binary's flag value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            UserAuthSpec::Off => "off",
+            UserAuthSpec::On => "on",
+        }
+    }
 }
 
 /// The most nodes a simulated instance may have.

@@ -76,7 +76,7 @@ fn render_peers(w: &mut String, world: &WorldSpec) {
     for i in &world.instances {
         render_instance(w, i);
         if world.user_auth {
-            let _ = writeln!(w, "user_auth = true");
+            let _ = writeln!(w, "user_auth = \"on\"");
         }
     }
     if world.user_auth {

@@ -331,7 +331,7 @@ fn user_attacks_change_only_the_worlds_they_are_on_in() {
         }
         on += 1;
         let text = render::render(&world, "w", "test");
-        assert!(text.contains("user_auth = true") && text.contains("[users.mallory]"));
+        assert!(text.contains("user_auth = \"on\"") && text.contains("[users.mallory]"));
         for line in text.lines() {
             let honest = line.starts_with("http = ")
                 && (line.contains("/v1/trust/create") || line.contains("\"PRIVATE\""));

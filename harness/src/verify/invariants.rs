@@ -120,7 +120,7 @@ fn check_safety(
                     .max()
                     .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
                 proven: spec
-                    .filter(|i| i.user_auth)
+                    .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
             };
             (name.clone(), state)

@@ -151,14 +151,8 @@ fn sim_settings(
 pub fn coordinator_config(instance: &Instance) -> Config {
     let mut config = Config {
         network: instance.network.clone(),
+        user_auth: instance.user_auth.config(),
         ..Config::default()
-    };
-    // Scenarios default to the spec's literal flows (user auth off), so
-    // every transcript from before user proofs stays as it was.
-    config.user_auth = if instance.user_auth {
-        coordinator::config::UserAuth::On
-    } else {
-        coordinator::config::UserAuth::Off
     };
     instance.prices.apply(&mut config.prices);
     let t = &instance.timing;

@@ -143,9 +143,9 @@ fn live_args(spec: &Instance) -> Vec<String> {
         "127.0.0.1:0".into(),
         "--network".into(),
         spec.network.clone(),
-        // As in the simulation: off unless the scenario turns it on.
+        // Scenarios name their users plainly unless they say otherwise.
         "--user-auth".into(),
-        if spec.user_auth { "on" } else { "off" }.into(),
+        spec.user_auth.flag().into(),
     ];
     let t = &spec.timing;
     let flags: [(&str, Option<String>); 10] = [
