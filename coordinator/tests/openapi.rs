@@ -55,7 +55,9 @@ fn statuses(doc: &Value, path: &str, method: &str) -> Vec<String> {
 fn every_route_and_status_is_documented() {
     let doc = document();
     assert_eq!(doc["openapi"], "3.1.0");
-    let commit = ["201", "400", "401", "402", "413", "415", "422", "429", "503"];
+    let commit = [
+        "201", "400", "401", "402", "413", "415", "422", "429", "503",
+    ];
     for path in ["/v1/jobs/commit/fast", "/v1/jobs/commit/cheap"] {
         assert_eq!(statuses(&doc, path, "post"), commit, "{path}");
     }

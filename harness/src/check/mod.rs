@@ -143,6 +143,7 @@ fn check_steps(
     problems: &mut Vec<Problem>,
 ) -> BTreeSet<String> {
     let mut defined: BTreeSet<String> = workers.iter().map(|w| format!("pubkey.{w}")).collect();
+    defined.extend(scenario.users.keys().map(|u| format!("user.{u}")));
     // The line of each `[[steps]]` table; expanded steps point at theirs.
     let mut tables = Vec::new();
     let mut from = 0;
@@ -176,6 +177,7 @@ fn check_steps(
             }
         }
         refs::check_step_refs(step, workers, &mut problem);
+        refs::check_step_users(step, scenario, &mut problem);
         let mut local = defined.clone();
         if matches!(step.action, Action::CommitMany(_)) {
             local.insert("i".into());

@@ -20,6 +20,14 @@ pub fn check_step_refs(step: &Step, workers: &BTreeSet<String>, problem: &mut im
     };
     match &step.action {
         Action::SendFrame(send) => worker(&send.worker),
+        Action::Attack(attack) => match &attack.worker {
+            Some(name) => worker(name),
+            None if attack.kind.pairs() => problem(format!(
+                "attack {} needs worker (the attacker's, to claim a code for)",
+                attack.kind
+            )),
+            None => {}
+        },
         Action::ExpectFrames(expect) => {
             if let Some(name) = &expect.worker {
                 worker(name);
@@ -39,6 +47,30 @@ pub fn check_step_refs(step: &Step, workers: &BTreeSet<String>, problem: &mut im
     }
 }
 
+/// The users a step acts as (`user_proof`, `attack`) are `[users]`.
+pub fn check_step_users(step: &Step, scenario: &Scenario, problem: &mut impl FnMut(String)) {
+    let mut names = Vec::new();
+    match &step.action {
+        Action::Http(call) => {
+            if let Some(proof) = &call.user_proof {
+                match proof.signer() {
+                    Ok(Some((user, key))) => names.extend([user, key]),
+                    Ok(None) => {}
+                    Err(e) => problem(e),
+                }
+            }
+        }
+        Action::Attack(attack) => names.extend([attack.victim.as_str(), &attack.attacker]),
+        _ => {}
+    }
+    for name in names {
+        if !scenario.users.contains_key(name) {
+            let known: Vec<&str> = scenario.users.keys().map(String::as_str).collect();
+            problem(format!("no user {name:?} (users: {})", known.join(", ")));
+        }
+    }
+}
+
 fn no_worker(name: &str, workers: &BTreeSet<String>) -> String {
     let known: Vec<&str> = workers.iter().map(String::as_str).collect();
     format!("no worker {name:?} (workers: {})", known.join(", "))
@@ -54,6 +86,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::Facilitator(c) => &c.instance,
         Action::Sockets(s) => &s.instance,
         Action::ExpectStore(s) => &s.instance,
+        Action::Attack(a) => &a.instance,
         Action::ExpectCalls(c) => return c.facilitator.as_deref(),
         Action::Router(_)
         | Action::Advance(_)

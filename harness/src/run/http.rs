@@ -3,8 +3,10 @@
 
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
-use crate::spec::{Alter, HttpCall, Pay};
+use crate::spec::{Alter, HttpCall, Pay, ProofSpec};
+use crate::world::users::{normal, SentProof};
 use crate::world::World;
+use protocol::user_proof::{ProofRequest, HEADER};
 use router::HttpRequest;
 use serde_json::{json, Value};
 
@@ -15,10 +17,53 @@ pub(super) async fn run_http(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
-    let suffix = world
-        .instances
-        .get(&call.instance)
-        .and_then(|i| i.user_suffix.clone());
+    let (mut request, path, shown) = build_request(call, world, vars)?;
+    let honest = match &call.user_proof {
+        Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+        None => None,
+    };
+    let from = call.client.as_deref();
+    let mut answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    if let Some(suffix) = user_suffix(world, &call.instance) {
+        unscope_user(&mut answer.body, &suffix);
+    }
+    record_trust(world, &call.instance, &request, &path, honest, &answer);
+    let Some(pay) = &call.pay else {
+        return Ok(answer);
+    };
+    if answer.status != Some(402) {
+        return Ok(answer);
+    }
+    let (name, value) = sign_payment(world, &answer, pay)?;
+    world.transcript.log(
+        "payer",
+        format!(
+            "pays with {name} ({})",
+            pay.alter.map_or("valid", Alter::as_str)
+        ),
+    );
+    vars.insert("last_payment".into(), json!(value));
+    vars.insert("last_payment_header".into(), json!(name));
+    request.headers.push((name.to_ascii_lowercase(), value));
+    // The coordinator spends a proof's nonce before it asks for payment: the
+    // paid retry is a new request, with a fresh proof (a replay stays one).
+    if let Some(proof) = call.user_proof.as_ref().filter(|p| !p.replay) {
+        request
+            .headers
+            .retain(|(k, _)| !k.eq_ignore_ascii_case(HEADER));
+        add_user_proof(world, proof, &mut request, &path)?;
+    }
+    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+}
+
+/// The step's request: method, URL, body (canonical JSON or raw bytes) and
+/// headers, with templates rendered; also its path and the body as logged.
+fn build_request(
+    call: &HttpCall,
+    world: &World,
+    vars: &Vars,
+) -> Result<(HttpRequest, String, String), String> {
+    let suffix = user_suffix(world, &call.instance);
     let path = matcher::render_str(&call.path, vars)?;
     let path = suffix
         .as_ref()
@@ -56,29 +101,105 @@ pub(super) async fn run_http(
             .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
         request.headers.push((k.to_ascii_lowercase(), v));
     }
-    let from = call.client.as_deref();
-    let mut answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
-    if let Some(suffix) = &suffix {
-        unscope_user(&mut answer.body, suffix);
-    }
-    let Some(pay) = &call.pay else {
-        return Ok(answer);
+    Ok((request, path, shown))
+}
+
+/// Adds the `X-User-Proof` header the step asks for; returns the proof
+/// when it is its user's own (signed by the key of the account it names),
+/// the one kind of proof that makes a pairing proven.
+fn add_user_proof(
+    world: &mut World,
+    proof: &ProofSpec,
+    request: &mut HttpRequest,
+    path: &str,
+) -> Result<Option<SentProof>, String> {
+    let header = match proof.signer()? {
+        None => {
+            let last = world.users.last_proof.clone();
+            last.ok_or("user_proof: replay = true, but no step sent a proof before")?
+                .header
+        }
+        Some((user, key)) => {
+            let user_id = world.users.get(user)?.id.clone();
+            let now_ms = world.transcript.elapsed_ms() + world.epoch_ms();
+            let method = request.method.to_string();
+            let signed = ProofRequest {
+                method: &method,
+                path_and_query: path,
+                body: &request.body,
+            };
+            let header = world.users.sign(key, &user_id, &signed, now_ms)?;
+            let own = world.users.is_own(key, &user_id);
+            world.transcript.log(
+                "harness",
+                format!(
+                    "{key} signs a user proof as {user}{}",
+                    if own { "" } else { " (not its key)" }
+                ),
+            );
+            request
+                .headers
+                .push((HEADER.to_ascii_lowercase(), header.clone()));
+            return Ok(own.then(|| world.users.last_proof.clone()).flatten());
+        }
     };
-    if answer.status != Some(402) {
-        return Ok(answer);
+    world
+        .transcript
+        .log("harness", "a user proof sent again (replay)");
+    request.headers.push((HEADER.to_ascii_lowercase(), header));
+    Ok(None)
+}
+
+/// Keeps the ledger of proven pairings (`world::users`): a code created
+/// with its user's own proof, and every successful claim.
+pub(super) fn record_trust(
+    world: &mut World,
+    instance: &str,
+    request: &HttpRequest,
+    path: &str,
+    honest: Option<SentProof>,
+    answer: &Answer,
+) {
+    if !answer.status.is_some_and(|s| (200..300).contains(&s)) {
+        return;
     }
-    let (name, value) = sign_payment(world, &answer, pay)?;
-    world.transcript.log(
-        "payer",
-        format!(
-            "pays with {name} ({})",
-            pay.alter.map_or("valid", Alter::as_str)
-        ),
-    );
-    vars.insert("last_payment".into(), json!(value));
-    vars.insert("last_payment_header".into(), json!(name));
-    request.headers.push((name.to_ascii_lowercase(), value));
-    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let path = path.split('?').next().unwrap_or_default();
+    match path {
+        "/v1/trust/create" => {
+            let (Some(sent), Some(user), Some(code)) = (
+                honest,
+                body["user_id"].as_str(),
+                answer.body["pairing_code"].as_str(),
+            ) else {
+                return;
+            };
+            // A proof of one user never makes a pairing of another proven.
+            if normal(&sent.user_id) != normal(user) {
+                return;
+            }
+            let bound = body["provider_pubkey"].as_str();
+            world.users.record_create(instance, user, code, bound, sent);
+        }
+        "/v1/trust/claim" => {
+            if let (Some(code), Some(key)) = (
+                body["pairing_code"].as_str(),
+                body["provider_pubkey"].as_str(),
+            ) {
+                world.users.record_claim(instance, code, key);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The suffix of plain user ids against a `--target` (see
+/// `InstanceHandle::user_suffix`).
+fn user_suffix(world: &World, instance: &str) -> Option<String> {
+    world
+        .instances
+        .get(instance)
+        .and_then(|i| i.user_suffix.clone())
 }
 
 /// Whether `id` names a plain user: a short word, not an account (an
@@ -126,7 +247,7 @@ fn unscope_user(body: &mut Value, suffix: &str) {
 }
 
 /// Sends one request and logs it and its answer.
-async fn exchange(
+pub(super) async fn exchange(
     world: &World,
     instance: &str,
     client: Option<&str>,

@@ -2,6 +2,7 @@
 //! paused time and no I/O driver, executes the steps in order, checks
 //! expectations and invariants, and returns the transcript and its digest.
 
+mod attack;
 pub mod background;
 pub mod frames;
 mod http;
@@ -221,6 +222,10 @@ async fn run_steps(
     // Worker keys derive from the seed; scenarios name them as {{pubkey.NAME}}.
     for (name, worker) in &world.workers {
         vars.insert(format!("pubkey.{name}"), json!(worker.public_key));
+    }
+    // User keys too; {{user.NAME}} is the id the user's key proves.
+    for (name, id) in world.users.ids() {
+        vars.insert(format!("user.{name}"), json!(id));
     }
     for (i, step) in scenario.steps.iter().enumerate() {
         let number = i + 1;

@@ -79,6 +79,7 @@ pub(super) async fn run_step(
             frames::run_send_frame(send, world, vars).await?;
             None
         }
+        Action::Attack(attack) => Some(super::attack::run_attack(attack, world).await?),
         Action::Group(_) => return Err("groups are expanded when the file loads".into()),
         Action::WaitWorkload(wait) => Some(Answer::body(background::wait(background, wait).await?)),
     };

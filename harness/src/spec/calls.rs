@@ -30,6 +30,95 @@ pub struct HttpCall {
     pub client: Option<String>,
     /// The node of a several-node instance it goes to (default 0).
     pub node: Option<u32>,
+    /// Acts as a scenario user (`[users]`): sends an `X-User-Proof` over
+    /// this request at the simulated clock.
+    pub user_proof: Option<ProofSpec>,
+}
+
+/// The `X-User-Proof` an `http` step sends.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofSpec {
+    /// The user the proof names (its id is the proof's `user_id`);
+    /// default: `key`'s user.
+    pub user: Option<String>,
+    /// The user whose key signs; default: `user`. Another user's key is a
+    /// proof signed by the wrong key.
+    pub key: Option<String>,
+    /// Sends the last proof any step sent, unchanged (a replay), instead
+    /// of signing a new one.
+    #[serde(default)]
+    pub replay: bool,
+}
+
+impl ProofSpec {
+    /// `(user, key)`: who the proof names and whose key signs it; `None`
+    /// for a replay.
+    pub fn signer(&self) -> Result<Option<(&str, &str)>, String> {
+        match (self.replay, self.user.as_deref(), self.key.as_deref()) {
+            (true, None, None) => Ok(None),
+            (true, _, _) => Err(
+                "user_proof: replay sends the last proof as it was; it takes no user or key".into(),
+            ),
+            (false, None, None) => Err("user_proof needs user (or key), or replay = true".into()),
+            (false, user, key) => {
+                let user = user.or(key).unwrap_or_default();
+                Ok(Some((user, key.unwrap_or(user))))
+            }
+        }
+    }
+}
+
+/// `attack`: an attacker who holds none of the victim's keys tries to act
+/// for the victim. Its answer says what the coordinator answered and
+/// whether the attack got through: `{status, error, refused, paired}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attack {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub kind: AttackKind,
+    /// The user attacked (a `[users]` name).
+    pub victim: String,
+    /// The attacker (a `[users]` name): its key signs the wrong-key proofs.
+    pub attacker: String,
+    /// The attacker's worker: a code the attacker obtains is claimed for
+    /// this worker's key (the pairing attacks need it).
+    pub worker: Option<String>,
+}
+
+choice!(
+    /// What an `attack` step tries.
+    AttackKind {
+        /// trust/create for the victim without a proof, then a claim.
+        CreateWithoutProof => "create_without_proof",
+        /// trust/create for the victim with a proof signed by the
+        /// attacker's key, then a claim.
+        CreateWithWrongKey => "create_with_wrong_key",
+        /// The victim's last trust/create sent again, proof and all, then
+        /// a claim of the code it answers.
+        ReplayCreate => "replay_create",
+        /// A claim of the victim's last code (read over its shoulder) for
+        /// the attacker's worker.
+        ClaimVictimCode => "claim_victim_code",
+        /// trust/list of the victim's workers without a proof.
+        ListWithoutProof => "list_without_proof",
+        /// A PRIVATE commit in the victim's name, signed by the attacker.
+        CommitAsVictim => "commit_as_victim",
+    }
+);
+
+impl AttackKind {
+    /// Whether it ends in a claim for the attacker's worker.
+    pub fn pairs(self) -> bool {
+        matches!(
+            self,
+            AttackKind::CreateWithoutProof
+                | AttackKind::CreateWithWrongKey
+                | AttackKind::ReplayCreate
+                | AttackKind::ClaimVictimCode
+        )
+    }
 }
 
 /// How the payer treats the 402 answer.

@@ -52,6 +52,29 @@ pub struct Scenario {
     /// Version 2: fault injectors beside the steps (`crate::spec::fault`).
     #[serde(default)]
     pub faults: Vec<crate::spec::fault::FaultSpec>,
+    /// Users with a key (`[users.alice]`): `{{user.alice}}` is the id
+    /// their key proves, and `http` steps sign as them (`user_proof`).
+    #[serde(default)]
+    pub users: BTreeMap<String, UserSpec>,
+}
+
+/// A scenario user: a secp256k1 key derived from the seed and the name.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    /// Its id is the CAIP-10 account `eip155:<chain>:<address>` instead
+    /// of the bare address.
+    pub caip10_chain: Option<u64>,
+}
+
+impl Scenario {
+    /// Each user's CAIP-10 chain, if its id is a CAIP-10 account.
+    pub fn user_chains(&self) -> BTreeMap<String, Option<u64>> {
+        self.users
+            .iter()
+            .map(|(name, u)| (name.clone(), u.caip10_chain))
+            .collect()
+    }
 }
 
 fn default_epoch() -> String {

@@ -140,6 +140,9 @@ actions! {
     /// Steps run in order, repeated together (version 2); expanded at load.
     Group(Vec<Step>) => "group",
         answers: false, simulation_only: false, version: 2;
+    /// An attacker acting for a user without its key (`calls::Attack`).
+    Attack(Attack) => "attack",
+        answers: true, simulation_only: false, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -57,10 +57,12 @@ impl WorldSpec {
             reboots,
             heal_commits,
             heal: true,
+            user_auth: false,
         };
         super::nodes::draw(&mut world);
         draw_caches(&mut world);
         draw_retention(&mut world);
+        super::attacks::draw(&mut world);
         world
     }
 }
@@ -374,6 +376,7 @@ fn draw_pairings(rng: &mut ChaCha20Rng, kinds: &Kinds, workers: &[WorkerSpec]) -
                 instance: w.instance,
                 worker: w.name.clone(),
                 claim_node: 0,
+                intercept: None,
             });
         }
     }

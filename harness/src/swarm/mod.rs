@@ -15,6 +15,7 @@
 //! single-threaded simulation, so a seed's verdict never depends on the
 //! thread count.
 
+pub mod attacks;
 pub mod cli;
 pub mod draw;
 pub mod nodes;

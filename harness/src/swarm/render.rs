@@ -1,6 +1,7 @@
 //! A swarm world rendered as an ordinary scenario file (TOML), so a world
 //! the swarm found broken replays with `harness`.
 
+use super::attacks::{AttackEvent, ATTACKER, USERS};
 use super::spec::*;
 use crate::spec::names::INSTANCE_NAMES;
 use std::fmt::Write as _;
@@ -11,6 +12,7 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
     let version = if world.link_faults.is_empty()
+        && !world.user_auth
         && world.loads.is_empty()
         && world.reboots.is_empty()
         && world.workers.iter().all(|w| w.key_of.is_none())
@@ -24,12 +26,7 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let _ = writeln!(w, "description = {description:?}");
     let _ = writeln!(w, "seed = {}", world.seed);
     let _ = writeln!(w, "live = false");
-    for i in &world.instances {
-        render_instance(w, i);
-    }
-    for worker in &world.workers {
-        render_worker(w, worker);
-    }
+    render_peers(w, world);
     for (k, f) in world.link_faults.iter().enumerate() {
         render_link_fault(w, k, f);
     }
@@ -51,13 +48,21 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         let _ = writeln!(w, "\n[router]\nallow_private_hosted = false");
     }
     for (k, p) in world.pairings.iter().enumerate() {
-        render_pairing(w, k, p);
+        if world.user_auth {
+            render_proven_pairing(w, k, p);
+        } else {
+            render_pairing(w, k, p);
+        }
     }
     for t in &world.events {
         if t.after_ms > 0 {
             let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", t.after_ms);
         }
-        render_event(w, &t.event);
+        match &t.event {
+            Event::Commit(c) if world.user_auth && c.private => render_signed_commit(w, c),
+            Event::Attack(a) => render_attack(w, world, a),
+            event => render_event(w, event),
+        }
     }
     if world.heal {
         render_heal(w, world);
@@ -71,6 +76,24 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         );
     }
     out
+}
+
+/// The instances (with user auth, when on), the users and the workers.
+fn render_peers(w: &mut String, world: &WorldSpec) {
+    for i in &world.instances {
+        render_instance(w, i);
+        if world.user_auth {
+            let _ = writeln!(w, "user_auth = \"on\"");
+        }
+    }
+    if world.user_auth {
+        for user in USERS.iter().chain([&ATTACKER]) {
+            let _ = writeln!(w, "\n[users.{user}]");
+        }
+    }
+    for worker in &world.workers {
+        render_worker(w, worker);
+    }
 }
 
 fn render_instance(w: &mut String, i: &InstanceSpec) {
@@ -196,6 +219,92 @@ fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
     );
 }
 
+/// A pairing with user auth on: the user creates the code with its proof,
+/// bound to its worker's key; an attacker may claim it first (refused).
+fn render_proven_pairing(w: &mut String, k: usize, p: &Pairing) {
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nname = \"pair {user} with {worker}\"\nhttp = {{ instance = {instance:?}, method = \"POST\", path = \"/v1/trust/create\", body = {{ user_id = \"{{{{user.{user}}}}}\", provider_pubkey = \"{{{{pubkey.{worker}}}}}\" }}, user_proof = {{ user = {user:?} }} }}\ncapture = {{ code{k} = \"$.pairing_code\" }}",
+        user = p.user,
+        worker = p.worker,
+        instance = p.instance,
+    );
+    if let Some(attacker) = &p.intercept {
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nattack = {{ instance = {:?}, kind = \"claim_victim_code\", victim = {:?}, attacker = {ATTACKER:?}, worker = {attacker:?} }}",
+            p.instance, p.user
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nhttp = {{ instance = {instance:?}{node}, method = \"POST\", path = \"/v1/trust/claim\", body = {{ pairing_code = \"{{{{code{k}}}}}\", provider_pubkey = \"{{{{pubkey.{worker}}}}}\" }} }}\nexpect = {{ status = 200 }}",
+        instance = p.instance,
+        node = node_key(p.claim_node),
+        worker = p.worker,
+    );
+}
+
+/// A PRIVATE commit with user auth on: the user's id and its proof.
+fn render_signed_commit(w: &mut String, c: &Commit) {
+    let pay = match c.pay {
+        None => String::new(),
+        Some("none") => ", pay = {}".into(),
+        Some(alter) => format!(", pay = {{ alter = {alter:?} }}"),
+    };
+    let signed = Commit {
+        user: format!("{{{{user.{}}}}}", c.user),
+        ..c.clone()
+    };
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {}, user_proof = {{ user = {:?} }}{pay} }}",
+        c.instance,
+        node_key(c.node),
+        c.tier,
+        commit_body(&signed),
+        c.user
+    );
+}
+
+/// An attack; after a pairing attack, the victim's signed PRIVATE commits
+/// (the jobs that would reach the attacker's worker had it got through).
+fn render_attack(w: &mut String, world: &WorldSpec, a: &AttackEvent) {
+    let worker = a
+        .worker
+        .as_ref()
+        .map_or(String::new(), |name| format!(", worker = {name:?}"));
+    let expect = if a.worker.is_none() {
+        "\nexpect = { body = { refused = true } }"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        w,
+        "\n[[steps]]\nname = \"attack: {kind} on {victim}\"\nattack = {{ instance = {instance:?}, kind = {kind:?}, victim = {victim:?}, attacker = {ATTACKER:?}{worker} }}{expect}",
+        kind = a.kind,
+        victim = a.victim,
+        instance = a.instance,
+    );
+    let paid = world
+        .instances
+        .iter()
+        .any(|i| i.name == a.instance && i.payment.is_some());
+    for n in 0..a.commits {
+        let c = Commit {
+            instance: a.instance,
+            tier: "fast",
+            job_type: "TASK",
+            user: a.victim.clone(),
+            private: true,
+            pay: paid.then_some("none"),
+            index: a.index + n,
+            node: 0,
+        };
+        render_signed_commit(w, &c);
+    }
+}
+
 fn commit_body(c: &Commit) -> String {
     let privacy = if c.private {
         ", privacy_class = \"PRIVATE\""
@@ -253,6 +362,8 @@ fn render_event(w: &mut String, event: &Event) {
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"partition\", node = {node}, duration_ms = {for_ms} }}"
         ),
+        // Rendered by `render_attack`, with the commits that follow it.
+        Event::Attack(_) => Ok(()),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -38,6 +38,9 @@ pub enum Kind {
     /// Instances of 2 or 3 coordinator nodes on one shared store, with node
     /// crashes and store partitions (drawn by [`super::nodes`]).
     Nodes,
+    /// User auth on, honest users who pair and commit with their keys, and
+    /// attackers who act for them without (drawn by [`super::attacks`]).
+    UserAttacks,
 }
 
 impl Kind {
@@ -74,9 +77,10 @@ impl Kind {
     ];
 
     /// Every kind, in the order of the coverage table: the main stream's,
-    /// then [`Kind::Nodes`].
+    /// then [`Kind::Nodes`] and [`Kind::UserAttacks`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 1];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 2];
+        all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -113,6 +117,7 @@ impl Kind {
             Kind::ConcurrentClients => "concurrent_clients",
             Kind::RebootInFlight => "reboot_in_flight",
             Kind::Nodes => "several_nodes",
+            Kind::UserAttacks => "user_attacks",
         }
     }
 }
@@ -235,6 +240,9 @@ pub struct Pairing {
     pub worker: String,
     /// The node the code is claimed on (it is created on node 0).
     pub claim_node: u32,
+    /// With user auth on: an attacker claims the code for this worker of
+    /// its own between the create and the worker's claim.
+    pub intercept: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,6 +294,9 @@ pub enum Event {
         instance: &'static str,
         node: u32,
     },
+    /// An `attack` step against user `victim` (`u0`..`u3`), then, for a
+    /// pairing attack, PRIVATE commits of the victim signed with its key.
+    Attack(super::attacks::AttackEvent),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +339,10 @@ pub struct WorldSpec {
     /// Whether the run ends with the heal and its liveness checks (the
     /// shrinker drops it when a safety failure does not need it).
     pub heal: bool,
+    /// Every instance runs with user auth on (the `user_attacks` kind):
+    /// users u0..u3 and the attacker have keys, pairings and PRIVATE
+    /// commits carry the user's proof.
+    pub user_auth: bool,
 }
 
 impl WorldSpec {
@@ -372,6 +387,11 @@ impl WorldSpec {
         });
         self.pairings
             .retain(|p| instances.contains(&p.instance) && workers.contains(&p.worker));
+        for p in &mut self.pairings {
+            if p.intercept.as_ref().is_some_and(|w| !workers.contains(w)) {
+                p.intercept = None;
+            }
+        }
         let paid: Vec<&'static str> = self
             .instances
             .iter()
@@ -443,6 +463,15 @@ impl WorldSpec {
                 }
                 Event::Facilitator { instance, .. } => facilitated.contains(instance),
                 Event::ProviderFault(_) | Event::Router { .. } => true,
+                Event::Attack(a) => {
+                    instances.contains(&a.instance)
+                        && a.worker.as_ref().is_none_or(|w| workers.contains(w))
+                        && (!a.needs_code()
+                            || self
+                                .pairings
+                                .iter()
+                                .any(|p| p.instance == a.instance && p.user == a.victim))
+                }
             };
             if keep {
                 kept.push(t);

@@ -325,3 +325,42 @@ fn a_world_shrunk_to_nothing_still_loads_and_checks() {
         assert!(problems.is_empty(), "seed {seed}: {problems:?}\n{text}");
     }
 }
+
+/// `user_attacks` draws from a stream of its own and touches only the
+/// worlds it is on in: elsewhere no user auth, no attack, no intercepted
+/// pairing. Where it is on, every create and PRIVATE commit of an honest
+/// user carries the user's proof.
+#[test]
+fn user_attacks_change_only_the_worlds_they_are_on_in() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let attacks = world
+            .events
+            .iter()
+            .filter(|t| matches!(t.event, Event::Attack(_)))
+            .count();
+        if !world.kinds.has(spec::Kind::UserAttacks) {
+            assert!(!world.user_auth && attacks == 0, "seed {seed}");
+            assert!(world.pairings.iter().all(|p| p.intercept.is_none()));
+            continue;
+        }
+        on += 1;
+        let text = render::render(&world, "w", "test");
+        assert!(text.contains("user_auth = \"on\"") && text.contains("[users.mallory]"));
+        for line in text.lines() {
+            let honest = line.starts_with("http = ")
+                && (line.contains("/v1/trust/create") || line.contains("\"PRIVATE\""));
+            if honest {
+                assert!(
+                    line.contains("user_proof = { user = "),
+                    "seed {seed}: {line}"
+                );
+            }
+        }
+    }
+    assert!(
+        (30..=90).contains(&on),
+        "{on} of 200 worlds have user attacks"
+    );
+}

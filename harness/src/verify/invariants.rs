@@ -6,7 +6,7 @@ use super::{safety, Broken};
 use crate::spec::Scenario;
 use crate::world::{Driver, World};
 use protocol::api::JobStatus;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A broken end-of-run invariant: which one, and what broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,8 @@ fn check_safety(
     if snapshots.is_empty() {
         return Ok(());
     }
+    let proven = world.users.proven();
+    let no_proofs = BTreeSet::new();
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -117,6 +119,9 @@ fn check_safety(
                     .filter_map(|node| node.retention_cut_ms())
                     .max()
                     .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
+                proven: spec
+                    .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
+                    .map(|_| proven.get(name).unwrap_or(&no_proofs)),
             };
             (name.clone(), state)
         })
@@ -133,7 +138,8 @@ fn check_safety(
         })
         .collect();
     let lines = world.transcript.lines();
-    safety::check(&lines, &instances, &workers).map_err(|v| Failure {
+    let frames = world.frames.all().unwrap_or_default();
+    safety::check(&lines, &frames, &instances, &workers).map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })

@@ -8,11 +8,12 @@
 //! Each violation names its invariant (a stable key the swarm shrinks
 //! against) and the first transcript line that shows it.
 
+use crate::spec::frames::{Direction, FrameRecord};
 use coordinator::core::trust::TrustEntry;
 use coordinator::core::Job;
 use protocol::api::{JobStatus, PrivacyClass};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One broken safety property.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,7 @@ pub enum SafetyKey {
     ReceiptInvalid,
     ReceiptKeyNotHolder,
     PrivateToUntrusted,
+    PrivateToUnprovenPairing,
     PrivateBeforeAuth,
     PaymentBoughtTwoJobs,
     UnpaidJobDispatched,
@@ -51,13 +53,14 @@ pub enum SafetyKey {
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 10] = [
+    pub const ALL: [SafetyKey; 11] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
         SafetyKey::ReceiptInvalid,
         SafetyKey::ReceiptKeyNotHolder,
         SafetyKey::PrivateToUntrusted,
+        SafetyKey::PrivateToUnprovenPairing,
         SafetyKey::PrivateBeforeAuth,
         SafetyKey::PaymentBoughtTwoJobs,
         SafetyKey::UnpaidJobDispatched,
@@ -72,6 +75,7 @@ impl SafetyKey {
             SafetyKey::ReceiptInvalid => "receipt_invalid",
             SafetyKey::ReceiptKeyNotHolder => "receipt_key_not_holder",
             SafetyKey::PrivateToUntrusted => "private_to_untrusted",
+            SafetyKey::PrivateToUnprovenPairing => "private_to_unproven_pairing",
             SafetyKey::PrivateBeforeAuth => "private_before_auth",
             SafetyKey::PaymentBoughtTwoJobs => "payment_bought_two_jobs",
             SafetyKey::UnpaidJobDispatched => "unpaid_job_dispatched",
@@ -100,6 +104,12 @@ pub struct InstanceState<'a> {
     /// That cut, in the transcript's time (ms after `+0.000s`), if one was
     /// applied.
     pub retention_cut_ms: Option<i64>,
+    /// With user auth on: the pairings its users proved, (user id in
+    /// normal form, worker key in lowercase), from the harness's own
+    /// ledger (`world::users`). `None` with user auth off: there a user
+    /// id alone pairs, by design, and `private_to_unproven_pairing` does
+    /// not judge the instance.
+    pub proven: Option<&'a BTreeSet<(String, String)>>,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -112,6 +122,7 @@ pub struct WorkerView<'a> {
 /// transcript (store-only findings come last).
 pub fn check(
     lines: &[String],
+    frames: &[FrameRecord],
     instances: &BTreeMap<String, InstanceState<'_>>,
     workers: &BTreeMap<String, WorkerView<'_>>,
 ) -> Result<(), Violation> {
@@ -126,6 +137,7 @@ pub fn check(
     let mut found = Vec::new();
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
+    found.extend(check_proven(frames, instances, workers, &jobs).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
     }
@@ -136,6 +148,57 @@ pub fn check(
         Some(v) => Err(v),
         None => Ok(()),
     }
+}
+
+/// `private_to_unproven_pairing`: on an instance with user auth on, every
+/// PRIVATE job was assigned (an `assign` frame any worker received, traced
+/// or not) only to a worker whose pairing with the job's user the user
+/// proved: created with the user's own proof and claimed for that worker's
+/// key (the key the create named, if it named one).
+fn check_proven(
+    frames: &[FrameRecord],
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    workers: &BTreeMap<String, WorkerView<'_>>,
+    jobs: &BTreeMap<(&str, String), &Job>,
+) -> Result<(), Violation> {
+    for record in frames {
+        let frame = &record.frame;
+        if record.direction != Direction::Received
+            || frame["type"].as_str() != Some("assign")
+            || frame["privacy_class"].as_str() != Some(PrivacyClass::Private.as_str())
+        {
+            continue;
+        }
+        let Some(view) = workers.get(&record.worker) else {
+            continue;
+        };
+        let Some(proven) = instances.get(view.instance).and_then(|s| s.proven) else {
+            continue;
+        };
+        let id = frame["job_id"].as_str().unwrap_or_default();
+        // The job's user comes from the store (a lost job is reported as such).
+        let Some(job) = jobs.get(&(view.instance, id.to_owned())) else {
+            continue;
+        };
+        let user = normal_user(&job.submission.user_id);
+        let key = view.public_key.to_ascii_lowercase();
+        if !proven.contains(&(user.clone(), key)) {
+            return Err(Violation {
+                invariant: SafetyKey::PrivateToUnprovenPairing,
+                message: format!(
+                    "PRIVATE job {id} of {user} reached {} ({}), a pairing {user} never proved",
+                    record.worker, view.public_key
+                ),
+                line: Some(record.line.saturating_sub(1)),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A user id as the coordinator keys it with user auth on.
+fn normal_user(user_id: &str) -> String {
+    protocol::user_proof::normalize_user_id(user_id).unwrap_or_else(|| user_id.to_owned())
 }
 
 /// A node of a several-node instance is fenced by the shared store only
@@ -612,6 +675,7 @@ mod tests {
             paid,
             retention,
             retention_cut_ms,
+            proven: None,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -630,7 +694,7 @@ mod tests {
                 },
             ),
         ]);
-        check(&lines, &instances, &workers)
+        check(&lines, &[], &instances, &workers)
             .err()
             .map(|v| v.invariant.as_str())
     }
@@ -759,6 +823,7 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    proven: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -778,12 +843,70 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    proven: None,
                 }
             )]),
             &BTreeMap::new(),
             &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
         )
         .is_ok());
+    }
+
+    /// `private_to_unproven_pairing`: with user auth on, a PRIVATE
+    /// assignment to a worker whose pairing the user never proved breaks
+    /// it, traced or not; a proven pairing, a PUBLIC job or an instance
+    /// with user auth off (`proven: None`) does not.
+    #[test]
+    fn a_private_job_reaches_only_proven_pairings() {
+        use crate::spec::frames::{Direction, FrameRecord};
+        const ALICE: &str = "0x00000000000000000000000000000000000000aa";
+        let private = job(J1, ALICE, true, None);
+        let public = job(J2, ALICE, false, None);
+        let assign = |id: &str, class: &str| FrameRecord {
+            worker: "w".into(),
+            direction: Direction::Received,
+            frame: json!({"type": "assign", "job_id": id, "privacy_class": class}),
+            line: 3,
+        };
+        let frames = [assign(J2, "PUBLIC"), assign(J1, "PRIVATE")];
+        let jobs = [private.clone(), public.clone()];
+        let index = BTreeMap::from([
+            (("chain_a", J1.to_owned()), &private),
+            (("chain_a", J2.to_owned()), &public),
+        ]);
+        let workers = BTreeMap::from([(
+            "w".to_owned(),
+            WorkerView {
+                instance: "chain_a",
+                public_key: KEY_W,
+            },
+        )]);
+        let judge = |proven: Option<&BTreeSet<(String, String)>>| {
+            let state = InstanceState {
+                jobs: &jobs,
+                trust: &[],
+                paid: false,
+                retention: false,
+                retention_cut_ms: None,
+                proven,
+            };
+            let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
+            check_proven(&frames, &instances, &workers, &index)
+                .err()
+                .map(|v| (v.invariant.as_str(), v.line))
+        };
+        let other = BTreeSet::from([(ALICE.to_owned(), KEY_V.to_owned())]);
+        assert_eq!(
+            judge(Some(&other)),
+            Some(("private_to_unproven_pairing", Some(2)))
+        );
+        assert_eq!(
+            judge(Some(&BTreeSet::new())).map(|v| v.0),
+            Some("private_to_unproven_pairing")
+        );
+        let proven = BTreeSet::from([(ALICE.to_owned(), KEY_W.to_owned())]);
+        assert_eq!(judge(Some(&proven)), None);
+        assert_eq!(judge(None), None);
     }
 
     /// With retention, a finished job may be gone at the end: its 201 and

@@ -39,6 +39,7 @@ impl World {
                 instances,
                 epoch_ms,
                 worker_clock,
+                seed,
             },
             expose,
         )?;
@@ -239,6 +240,8 @@ pub(super) struct Parts {
     pub(super) instances: BTreeMap<String, InstanceHandle>,
     pub(super) epoch_ms: i64,
     pub(super) worker_clock: worker_sim::SharedClock,
+    /// The run's seed: user keys derive from it (`users`), not from `master`.
+    pub(super) seed: u64,
 }
 
 /// Workers, stubs (exposed by `expose`, which returns their base URL), the
@@ -255,6 +258,7 @@ pub(super) fn assemble(
         instances,
         epoch_ms,
         worker_clock,
+        seed,
     } = parts;
     let workers = sim_workers(scenario, &mut master)?;
     let (stubs, stub_bases) = provider_stubs(scenario, &mut master, &worker_clock, expose)?;
@@ -297,6 +301,7 @@ pub(super) fn assemble(
         router,
         payer,
         payer_rng,
+        users: users::Users::new(seed, &scenario.user_chains()),
         epoch_ms,
         worker_clock,
     };

@@ -61,6 +61,7 @@ impl World {
                 instances,
                 epoch_ms,
                 worker_clock,
+                seed,
             },
             expose,
         )?;

@@ -22,6 +22,7 @@ mod live;
 use build::{assemble, clocks, Parts};
 use instance::{memdb_path, SimNode};
 pub mod transcript;
+pub mod users;
 
 pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs, PAYER_KEY};
 pub use error::WorldError;
@@ -120,6 +121,8 @@ pub struct World {
     /// Pays 402 answers of `pay` steps (and the router's, with `router.pay`).
     pub payer: x402::LocalEvmSigner,
     pub payer_rng: ChaCha20Rng,
+    /// The scenario's users and what they proved (`users`).
+    pub users: users::Users,
     epoch_ms: i64,
     worker_clock: worker_sim::SharedClock,
 }

@@ -1,0 +1,143 @@
+//! The `user_attacks` kind: every instance runs with user auth on; the
+//! users u0..u3 have keys (`[users]`), pair their workers with their proof
+//! (codes bound to the worker's key) and sign their PRIVATE commits; an
+//! attacker, `mallory`, who knows their ids and holds none of their keys,
+//! tries to act for them (`attack` steps): pair a worker of its own to a
+//! victim (a create without a proof, with its own key's proof, a replay of
+//! the victim's create, a claim of the victim's bound code read over its
+//! shoulder), list a victim's workers, commit PRIVATE jobs as the victim.
+//! After a pairing attack the victim commits PRIVATE jobs with its key:
+//! had the attack got through, `private_to_unproven_pairing` sees them
+//! reach the attacker's worker. A list or commit attack expects to be
+//! refused (no safety key judges those).
+//!
+//! The kind draws from a stream of the seed's own ([`STREAM`]), after the
+//! rest of the world is drawn, so a seed without it keeps its world
+//! exactly. A seed with it keeps its instances, workers and timeline; its
+//! plain-name PRIVATE work (router calls, PRIVATE workloads) is then
+//! refused 401, which the world tolerates.
+
+use super::spec::{Event, Timed, WorldSpec};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// The seed's ChaCha stream this kind draws from (the world's is 0).
+const STREAM: u64 = 4;
+/// At most this many attacks in one world.
+pub const ATTACKS_MAX: usize = 4;
+/// The attacker's user name (a `[users]` entry beside u0..u3).
+pub const ATTACKER: &str = "mallory";
+/// The victims: the swarm's users.
+pub const USERS: [&str; 4] = ["u0", "u1", "u2", "u3"];
+
+/// One attack of the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttackEvent {
+    pub instance: &'static str,
+    /// An `AttackKind` name (`create_without_proof`, ...).
+    pub kind: &'static str,
+    pub victim: String,
+    /// The attacker's worker (pairing attacks).
+    pub worker: Option<String>,
+    /// How many PRIVATE commits the victim makes after a pairing attack.
+    pub commits: u32,
+    /// Numbers the commits' payloads apart.
+    pub index: u32,
+}
+
+impl AttackEvent {
+    /// Whether it needs a code the victim created on the instance before
+    /// (a replay of the create, or a claim of the code).
+    pub fn needs_code(&self) -> bool {
+        matches!(self.kind, "replay_create" | "claim_victim_code")
+    }
+}
+
+/// Draws the kind for `world` (already drawn): whether it is on, the
+/// intercepted pairings and the attacks in the timeline.
+pub fn draw(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(STREAM);
+    if !rng.gen_bool(0.3) {
+        return;
+    }
+    world.kinds.0.push(super::spec::Kind::UserAttacks);
+    world.user_auth = true;
+    for k in 0..world.pairings.len() {
+        if rng.gen_bool(0.3) {
+            let (instance, user) = (world.pairings[k].instance, world.pairings[k].user.clone());
+            world.pairings[k].intercept = attacker_worker(&mut rng, world, instance, &user);
+        }
+    }
+    for n in 0..rng.gen_range(1..=ATTACKS_MAX) {
+        let Some(attack) = draw_attack(&mut rng, world, n as u32) else {
+            continue;
+        };
+        let at = rng.gen_range(0..=world.events.len());
+        let after_ms = rng.gen_range(0..2_000);
+        world.events.insert(
+            at,
+            Timed {
+                after_ms,
+                event: Event::Attack(attack),
+            },
+        );
+    }
+}
+
+fn draw_attack(rng: &mut ChaCha20Rng, world: &WorldSpec, n: u32) -> Option<AttackEvent> {
+    let instance = world.instances.choose(rng)?.name;
+    let victim = USERS.choose(rng)?.to_string();
+    let paired = world
+        .pairings
+        .iter()
+        .any(|p| p.instance == instance && p.user == victim);
+    let mut kinds = vec![
+        "create_without_proof",
+        "create_with_wrong_key",
+        "list_without_proof",
+        "commit_as_victim",
+    ];
+    if paired {
+        kinds.extend(["replay_create", "claim_victim_code"]);
+    }
+    let kind = *kinds.choose(rng)?;
+    let pairs = !matches!(kind, "list_without_proof" | "commit_as_victim");
+    let worker = if pairs {
+        Some(attacker_worker(rng, world, instance, &victim)?)
+    } else {
+        None
+    };
+    Some(AttackEvent {
+        instance,
+        kind,
+        victim,
+        worker,
+        commits: if pairs { rng.gen_range(1..=3) } else { 0 },
+        index: 10_000 + n * 10,
+    })
+}
+
+/// An honest worker of `instance` that `victim` did not pair: the one the
+/// attacker would like trusted.
+fn attacker_worker(
+    rng: &mut ChaCha20Rng,
+    world: &WorldSpec,
+    instance: &str,
+    victim: &str,
+) -> Option<String> {
+    let candidates: Vec<&String> = world
+        .workers
+        .iter()
+        .filter(|w| w.instance == instance && w.honest())
+        .map(|w| &w.name)
+        .filter(|name| {
+            !world
+                .pairings
+                .iter()
+                .any(|p| p.instance == instance && p.user == victim && p.worker == **name)
+        })
+        .collect();
+    candidates.choose(rng).map(|name| (*name).clone())
+}
