@@ -325,7 +325,7 @@ mod tests {
         ));
         assert!(
             err.contains(
-                "unknown variant `always`, expected one of `never`, `exactly_once`, `before`"
+                "unknown variant `always`, expected one of `never`, `exactly_once`, `at_least_once`, `before`"
             ),
             "{err}"
         );
