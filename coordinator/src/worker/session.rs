@@ -47,9 +47,11 @@ pub async fn run(c: Coordinator, conn: impl FrameConnection) {
 /// Runs a session whose handshake holds `permit` until it completes.
 pub async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
-    mut conn: C,
+    conn: C,
     permit: Option<crate::shell::HandshakePermit>,
 ) {
+    let within = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
+    let mut conn = Timed { conn, within };
     // Held to the end: shutdown waits for it (the worker's jobs are given
     // back below, before the final commit).
     let _running = c.session_running();
@@ -65,6 +67,37 @@ pub async fn run_admitted<C: FrameConnection>(
     c.metrics().session_closed(reason);
     c.unregister_worker(peer.session);
     conn.close().await;
+}
+
+/// A connection whose every send has a deadline, the heartbeat timeout: a
+/// worker that stops reading fills its TCP window, and a send without one
+/// waited forever while the heartbeat timer (checked between frames) never
+/// fired and the outbox grew (issue 29, finding 3). A send that misses it
+/// fails as on a closed connection, which ends the session; its jobs go
+/// back to the queue. The closing handshake gets [`CLOSE_WITHIN`].
+struct Timed<C> {
+    conn: C,
+    within: Duration,
+}
+
+/// Most time a closing handshake may take before the socket is dropped.
+const CLOSE_WITHIN: Duration = Duration::from_secs(1);
+
+impl<C: FrameConnection> FrameConnection for Timed<C> {
+    async fn recv(&mut self) -> Incoming {
+        self.conn.recv().await
+    }
+
+    async fn send(&mut self, text: String) -> Result<(), SendError> {
+        match tokio::time::timeout(self.within, self.conn.send(text)).await {
+            Ok(sent) => sent,
+            Err(_) => Err(SendError::Closed),
+        }
+    }
+
+    async fn close(&mut self) {
+        let _ = tokio::time::timeout(CLOSE_WITHIN, self.conn.close()).await;
+    }
 }
 
 async fn send_frame<C: FrameConnection>(
