@@ -114,3 +114,62 @@ async fn one_address_holds_at_most_its_share_of_connections() {
     let mut again = connect_from([127, 0, 0, 1], addr).await;
     assert!(health(&mut again).await.starts_with("HTTP/1.1 200"));
 }
+
+/// Issue 29, finding 7: established worker sessions (and their slots) per
+/// address are bounded; another address still gets in.
+#[tokio::test]
+async fn one_address_holds_at_most_its_worker_sessions_and_slots() {
+    use common::{TestWorker, Wire};
+    use protocol::worker::{CoordinatorFrame, ErrorCode};
+    let mut config = Config::default();
+    config.limits.worker_sessions_per_client_max = 2;
+    config.limits.worker_slots_per_client_max = 10;
+    let (_server, addr) = serve(config).await;
+    let url = format!("ws://{addr}/v1/workers/ws");
+    let _a = TestWorker::connect(Wire::ws(&url).await, 1, &["TASK"], 4).await;
+    // Slots: 4 + 8 is over 10.
+    let mut over = TestWorker {
+        key: protocol::signing::Keypair::generate(&mut rand_chacha::ChaCha20Rng::seed_from_u64(2)),
+        wire: Wire::ws(&url).await,
+        session_id: 0,
+    };
+    assert_eq!(refusal(&mut over, 8).await, Some(ErrorCode::InvalidHello));
+    let _b = TestWorker::connect(Wire::ws(&url).await, 3, &["TASK"], 4).await;
+    // Sessions: a third is over 2.
+    let mut third = TestWorker {
+        key: protocol::signing::Keypair::generate(&mut rand_chacha::ChaCha20Rng::seed_from_u64(4)),
+        wire: Wire::ws(&url).await,
+        session_id: 0,
+    };
+    assert_eq!(refusal(&mut third, 1).await, Some(ErrorCode::InvalidHello));
+    // Another address gets in.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+    let (ws, _) = tokio_tungstenite::client_async(url.as_str(), stream)
+        .await
+        .unwrap();
+    let other = TestWorker::connect(Wire::ws_stream(ws, &url), 5, &["TASK"], 4).await;
+    assert!(other.session_id > 0);
+
+    /// Logs in with `slots`; the error code that ends it, if any.
+    async fn refusal(w: &mut TestWorker, slots: u32) -> Option<ErrorCode> {
+        let origin = w.wire.origin();
+        w.send(serde_json::json!({"type": "hello", "protocol_version": protocol::worker::PROTOCOL_VERSION,
+            "coordinator": origin, "provider_pubkey": w.key.public_key_hex(),
+            "capabilities": ["TASK"], "slots": slots}))
+            .await;
+        let CoordinatorFrame::Challenge { nonce, network } = w.recv().await else {
+            return None;
+        };
+        let message = protocol::worker::challenge_message(&origin, &network, &nonce);
+        let signature = w.key.personal_sign(message.as_bytes());
+        w.send(serde_json::json!({"type": "auth", "signature": signature}))
+            .await;
+        match w.recv().await {
+            CoordinatorFrame::Error { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}

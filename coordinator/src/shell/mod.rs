@@ -24,7 +24,7 @@ mod handshakes;
 mod polls;
 mod timers;
 
-pub use handshakes::HandshakePermit;
+pub use handshakes::{HandshakePermit, WorkerPlace};
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub(crate) use timers::run_timers;
@@ -63,6 +63,8 @@ struct Inner {
     handshakes: Arc<tokio::sync::Semaphore>,
     /// Unauthenticated connections per client address.
     handshakes_by_client: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// Established worker sessions and their slots per client address.
+    workers_by_client: Arc<Mutex<BTreeMap<String, (usize, u32)>>>,
     /// This coordinator's own registry: many coordinators share a process
     /// in the simulation, so there is no global recorder.
     metrics: Metrics,
@@ -135,6 +137,7 @@ impl Coordinator {
             payments: std::sync::OnceLock::new(),
             handshakes: Arc::new(tokio::sync::Semaphore::new(handshakes_max)),
             handshakes_by_client: Arc::new(Mutex::new(BTreeMap::new())),
+            workers_by_client: Arc::new(Mutex::new(BTreeMap::new())),
             metrics: Metrics::new(),
             worker_origins,
             cluster: std::sync::OnceLock::new(),

@@ -37,6 +37,8 @@ struct Peer {
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
     outbox: OutboxRx,
+    /// Its place among its address's sessions, held while it runs.
+    _place: Option<crate::shell::WorkerPlace>,
 }
 
 /// Runs a worker session to its end.
@@ -55,7 +57,10 @@ pub async fn run_admitted<C: FrameConnection>(
     // Held to the end: shutdown waits for it (the worker's jobs are given
     // back below, before the final commit).
     let _running = c.session_running();
-    let handshaken = handshake(&c, &mut conn).await;
+    // A session from a client address (one upgraded over HTTP) takes a
+    // place among that address's sessions and slots once authenticated.
+    let client = permit.as_ref().map(|p| p.client().to_owned());
+    let handshaken = handshake(&c, &mut conn, client.as_deref()).await;
     drop(permit);
     let Some(mut peer) = handshaken else {
         conn.close().await;
@@ -181,7 +186,11 @@ async fn handshake_frame<C: FrameConnection>(
 }
 
 /// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
-async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
+async fn handshake<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    client: Option<&str>,
+) -> Option<Peer> {
     let timing = &c.config().timing;
     let opened = Instant::now();
     // A worker says hello at once; only the signature may take longer (a
@@ -190,7 +199,17 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
     let hello = hello(c, conn, hello_deadline.min(deadline)).await?;
     auth(c, conn, &hello, deadline).await?;
-    welcome(c, conn, hello).await
+    let place = match client.map(|client| c.worker_place(client, hello.slots)) {
+        Some(Err(message)) => {
+            let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
+            return None;
+        }
+        Some(Ok(place)) => Some(place),
+        None => None,
+    };
+    let mut peer = welcome(c, conn, hello).await?;
+    peer._place = place;
+    Some(peer)
 }
 
 /// What a worker's accepted hello said.
@@ -320,6 +339,7 @@ async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello
         pubkey: hello.pubkey,
         key: hello.key,
         outbox,
+        _place: None,
     })
 }
 
