@@ -365,7 +365,9 @@ fn check_origin(c: &Coordinator, coordinator: Option<String>) -> Result<String, 
         return Ok(origin);
     }
     let shown: String = origin.chars().take(ORIGIN_SHOWN_CHARS_MAX).collect();
-    tracing::info!(origin = %shown, "worker login refused: it dialled another coordinator");
+    // Peer-supplied and unauthenticated: logged escaped (`?`), so newlines
+    // and terminal escape codes cannot forge log lines (issue 29, finding 9).
+    tracing::info!(origin = ?shown, "worker login refused: it dialled another coordinator");
     Err(format!(
         "the worker dialled {shown:?}, which is not this coordinator: \
          point it at a URL this coordinator's operator published (--public-url)"
@@ -475,7 +477,7 @@ async fn handle<C: FrameConnection>(
             job_id,
             output,
             receipt,
-        } => result(c, peer, held, job_id, output, receipt).await,
+        } => result(c, peer, held, job_id, output, receipt).await?,
     };
     match refused {
         Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
@@ -493,7 +495,7 @@ async fn result(
     job_id: Uuid,
     output: serde_json::Value,
     receipt: protocol::receipt::Receipt,
-) -> Option<Refusal> {
+) -> Result<Option<Refusal>, SendError> {
     let session = peer.session;
     match held.remove(&job_id) {
         None => {
@@ -504,7 +506,7 @@ async fn result(
             } else {
                 crate::core::FrameError::UnknownJob
             };
-            Some((e.code(), e.to_string(), Some(job_id)))
+            Ok(Some((e.code(), e.to_string(), Some(job_id))))
         }
         Some(job) => {
             match check_result(&peer.pubkey, &peer.key, job_id, &job, &output, &receipt) {
@@ -515,20 +517,25 @@ async fn result(
                     if completed.is_ok() {
                         // `result_accepted` waits in the outbox until the
                         // completion is on disk: a worker told its job is
-                        // done never sees it rerun after a crash. A failed
-                        // write makes every later answer fail too.
-                        let _ = c.durable().await;
+                        // done never sees it rerun after a crash. If it did
+                        // not become durable, the session ends here, so the
+                        // waiting `result_accepted` is never sent (issue 29,
+                        // finding 9).
+                        if let Err(e) = c.durable().await {
+                            tracing::error!(error = %e, session, "a completion did not become durable");
+                            return Err(SendError::Closed);
+                        }
                     }
-                    completed
+                    Ok(completed
                         .err()
-                        .map(|e| (e.code(), e.to_string(), Some(job_id)))
+                        .map(|e| (e.code(), e.to_string(), Some(job_id))))
                 }
                 Err((reason, code, message)) => {
                     c.metrics().result_rejected(reason);
                     // The attempt is spent either way; the job goes elsewhere.
                     let _ =
                         c.with(|core, now_ms| core.attempt_failed(session, job_id, reason, now_ms));
-                    Some((code, message, Some(job_id)))
+                    Ok(Some((code, message, Some(job_id))))
                 }
             }
         }
