@@ -343,7 +343,7 @@ fn read_job(
     id: &uuid::Uuid,
 ) -> Result<Option<std::sync::Arc<crate::core::Job>>, ApiError> {
     c.job(id).map_err(|e| {
-        tracing::error!(error = %e, job = %crate::shell::job_ref(&id), "reading a job from the store failed");
+        tracing::error!(error = %e, job = %crate::shell::job_ref(id), "reading a job from the store failed");
         ApiError::internal(e)
     })
 }
