@@ -283,10 +283,11 @@ pub fn user_id(v: &Value, limits: &Limits) -> Result<String, String> {
 /// the id.
 pub fn user_id_str(s: &str, limits: &Limits) -> Result<String, String> {
     use unicode_normalization::UnicodeNormalization;
+    // The spec's message (its error strings are the contract), for every
+    // refusal; docs/spec.md and security.md name the character rules.
     let refused = || {
         format!(
-            "user_id must be a non-empty string of at most {} characters, \
-             without control or format characters",
+            "user_id must be a non-empty string of at most {} characters",
             limits.user_id_chars_max
         )
     };
