@@ -174,10 +174,12 @@ impl Settings {
         l.handshakes_max = l.handshakes_max.max(1);
         l.handshakes_per_client_max = l.handshakes_per_client_max.clamp(1, l.handshakes_max);
         l.body_bytes_max = l.body_bytes_max.max(1024);
-        // An output must fit in a frame with its receipt; a share is a share.
+        // An output must fit in a frame with its receipt (4 KiB of room, or
+        // half of a small frame); a share is a share.
+        let receipt_room = (l.frame_bytes_max / 2).min(4096);
         l.output_bytes_max = l
             .output_bytes_max
-            .min(l.frame_bytes_max.saturating_sub(4096));
+            .min(l.frame_bytes_max.saturating_sub(receipt_room));
         l.kept_share_per_client_percent = l.kept_share_per_client_percent.clamp(1, 100);
         l.kept_min_ms = l.kept_min_ms.max(0);
         if let Some(payment) = &self.payment {

@@ -4,14 +4,13 @@
 mod common;
 
 use common::*;
-use coordinator::config::Config;
 use coordinator::{app, SystemClock};
 use serde_json::json;
 use std::sync::Arc;
 
 #[tokio::test]
 async fn every_endpoint_takes_one_user_id_rule() {
-    let c = coordinator(Config::default(), Arc::new(SystemClock), 1).await;
+    let c = coordinator(spec_config(), Arc::new(SystemClock), 1).await;
     let router = app(c);
     let long = "u".repeat(5_000);
     for bad in ["%20", long.as_str(), "a%00b", "a%E2%80%8Bb"] {
@@ -42,7 +41,7 @@ async fn every_endpoint_takes_one_user_id_rule() {
 
 #[tokio::test]
 async fn duplicate_json_keys_are_refused() {
-    let c = coordinator(Config::default(), Arc::new(SystemClock), 1).await;
+    let c = coordinator(spec_config(), Arc::new(SystemClock), 1).await;
     let router = app(c);
     let body = r#"{"job_type":"TASK","user_id":"alice","user_id":"bob",
         "payload":{"task_type":"summarize","input":"x"}}"#;
