@@ -212,13 +212,20 @@ def run(args, port, metrics_port, coord, tmp, stub_port):
     started = time.monotonic()
     next_first_poll = next_sample = started
     while time.monotonic() - started < args.duration:
-        status, job = honest_job(port)
+        try:
+            status, job = honest_job(port)
+        except OSError as e:
+            # A dropped connection counts as a failure, not a crash.
+            status, job = type(e).__name__, None
         count(honest["commits"], status)
         if job:
             count(honest["jobs"], job[1])
         now = time.monotonic()
         if now >= next_first_poll:
-            s, record = request(port, "GET", f"/v1/jobs/{first_id}")
+            try:
+                s, record = request(port, "GET", f"/v1/jobs/{first_id}")
+            except OSError as e:
+                s, record = type(e).__name__, None
             count(honest["first_polls"], f"{s} {record.get('status') if isinstance(record, dict) else ''}")
             next_first_poll = now + 5
         if now >= next_sample:
