@@ -29,6 +29,9 @@ use uuid::Uuid;
 fn coordinator() -> Coordinator {
     let mut config = Config::default();
     config.limits.queue_len_max = usize::MAX;
+    // One client queues every job here (10 000 for the largest poll): its
+    // share may be the whole queued budget.
+    config.limits.queued_bytes_per_client_max = config.limits.queued_bytes_max;
     // O(jobs) per event: the bench measures the HTTP path, not the check.
     config.check_invariants = false;
     let settings = Settings {
