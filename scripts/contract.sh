@@ -33,7 +33,9 @@ start() {
     shift
     local port
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$bin" --listen "127.0.0.1:$port" --db :memory: --seed 13 "$@" 2>"$log" &
+    # The document includes GET /metrics, which the binary serves on the API
+    # port only when asked (decision 0018).
+    "$bin" --listen "127.0.0.1:$port" --db :memory: --seed 13 --metrics-on-api "$@" 2>"$log" &
     pids+=("$!")
     url="http://127.0.0.1:$port"
     for _ in $(seq 100); do
