@@ -517,10 +517,8 @@ impl Settler for SettlesAnything {
     }
 }
 
-#[tokio::test]
-async fn non_evm_payments_are_reserved_locally_too() {
-    // Issue 16 finding 8: two concurrent commits with one payment on a
-    // non-EVM network both went to the facilitator.
+/// A gate on Solana behind a facilitator that settles anything, and its offer.
+fn solana_gate() -> (PaymentGate, PaymentOffer) {
     let mut cfg = config();
     cfg.network = SOLANA.into();
     cfg.facilitator_url = Some("http://facilitator".into());
@@ -530,6 +528,14 @@ async fn non_evm_payments_are_reserved_locally_too() {
         Arc::new(SettlesAnything),
     );
     let offer = PaymentOffer::for_url(cfg, Price::from_micros(10_000), URL, "FAST TASK job");
+    (gate, offer)
+}
+
+#[tokio::test]
+async fn non_evm_payments_are_reserved_locally_too() {
+    // Issue 16 finding 8: two concurrent commits with one payment on a
+    // non-EVM network both went to the facilitator.
+    let (gate, offer) = solana_gate();
     let first = gate
         .authorize(&offer, &solana_payment(b"transfer A", 0), NOW)
         .unwrap();
@@ -558,15 +564,7 @@ async fn a_solana_payment_is_its_transaction_message() {
     // Issue 29, finding 8: the identity was the hash of the whole payload,
     // so one extra field let two commits with one transaction both reach
     // the facilitator's /settle.
-    let mut cfg = config();
-    cfg.network = SOLANA.into();
-    cfg.facilitator_url = Some("http://facilitator".into());
-    let gate = PaymentGate::new(
-        cfg.clone(),
-        Arc::new(InMemoryNonceStore::new()),
-        Arc::new(SettlesAnything),
-    );
-    let offer = PaymentOffer::for_url(cfg, Price::from_micros(10_000), URL, "FAST TASK job");
+    let (gate, offer) = solana_gate();
     let _first = gate
         .authorize(&offer, &solana_payment(b"transfer A", 0), NOW)
         .unwrap();
