@@ -148,6 +148,22 @@ pub struct Limits {
     pub handshakes_max: usize,
     /// Of those, from one client address (IPv6 by /64); more get 503.
     pub handshakes_per_client_max: usize,
+    /// Plain HTTP connections (not yet upgraded to a worker session) at once;
+    /// beyond it a new connection is closed at accept. Each costs at most the
+    /// header buffer below while its request head is read.
+    pub http_connections_max: usize,
+    /// Of those, from one peer address (IPv6 by /64): one address cannot take
+    /// them all. Above the held polls allowed per client, so those still fit.
+    pub http_connections_per_client_max: usize,
+    /// Most bytes of a request's head (request line and headers): hyper's read
+    /// buffer grows to this and no further (its default, ~400 KB, let 1,000
+    /// unfinished heads hold 400 MB; issue 29, finding 4). Beyond: 431.
+    pub http_head_bytes_max: usize,
+    /// Established worker sessions from one peer address (IPv6 by /64); a
+    /// login beyond it is refused (issue 29, finding 7).
+    pub worker_sessions_per_client_max: usize,
+    /// Slots of those sessions together, per peer address.
+    pub worker_slots_per_client_max: u32,
     /// Live pairing codes (unclaimed, unexpired) at once; a create beyond it gets 503.
     pub pairing_codes_max: usize,
     /// Pairing codes remembered at once, live or dead (claimed or expired,
@@ -205,6 +221,11 @@ impl Default for Limits {
             workers_max: 100_000,
             handshakes_max: 1_024,
             handshakes_per_client_max: 16,
+            http_connections_max: 12_288,
+            http_connections_per_client_max: 1_100,
+            http_head_bytes_max: 16_384,
+            worker_sessions_per_client_max: 64,
+            worker_slots_per_client_max: 1_024,
             pairing_codes_max: 100_000,
             pairing_codes_kept_max: 200_000,
             pairing_codes_per_user_max: 5,
@@ -235,6 +256,9 @@ pub struct Timing {
     pub heartbeat_timeout_ms: u64,
     /// Time a new connection has to send hello.
     pub hello_timeout_ms: u64,
+    /// Time an HTTP connection has to send a whole request head, from its
+    /// first byte (hyper's `header_read_timeout`); then it is closed.
+    pub http_head_timeout_ms: u64,
     /// Time a new connection has to complete hello and auth.
     pub auth_timeout_ms: u64,
     pub pairing_code_ttl_ms: i64,
@@ -255,6 +279,7 @@ impl Default for Timing {
             heartbeat_interval_ms: 5_000,
             heartbeat_timeout_ms: 15_000,
             hello_timeout_ms: 2_000,
+            http_head_timeout_ms: 10_000,
             auth_timeout_ms: 10_000,
             pairing_code_ttl_ms: 3_600_000,
             pairing_code_retention_ms: 24 * 3_600_000,

@@ -2,9 +2,11 @@
 //! connected by WebSocket, and returns results with worker-signed receipts.
 //!
 //! Layers, each importing only the ones after it:
-//! `bin → server → {api, worker} → node → retention → shell → {store, cluster, metrics} → core → config`.
+//! `bin → server → connections → {api, worker} → node → retention → shell → {store, cluster, metrics} → core → config`.
 //! - [`server`]: the composition root: one `start` that chooses the store,
 //!   the tasks it owns, serving and shutdown.
+//! - [`connections`]: serving TCP with a head deadline, a bounded head
+//!   buffer and connection budgets (in all, per peer address).
 //! - [`api`]: the HTTP API (`app()`), its OpenAPI document, request
 //!   validation and every error response.
 //! - [`worker`]: one worker's WebSocket session, over any
@@ -30,6 +32,7 @@ pub mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod connections;
 pub mod core;
 pub mod metrics;
 pub mod node;

@@ -628,11 +628,39 @@ impl Server {
     /// Serves the API on a TCP socket, with `TCP_NODELAY` on every
     /// connection: frames are small and latency matters, and without it an
     /// assign written right after a `result_accepted` waits for the
-    /// worker's delayed ACK.
+    /// worker's delayed ACK. Connections have a head deadline, a bounded
+    /// head buffer and budgets in all and per address (`connections.rs`).
     pub fn serve_tcp(&mut self, listener: tokio::net::TcpListener) {
-        self.serve(listener, |stream| {
-            let _ = stream.set_nodelay(true);
-        });
+        self.set_default_origins(listener.local_addr());
+        let app = self.api_app();
+        let config = self.coordinator.config().clone();
+        let stopped = self.coordinator.stopped();
+        assert!(self.serving.is_none(), "a server serves one listener");
+        self.serving = Some(
+            self.tasks
+                .spawn_apart(crate::connections::serve(listener, app, config, stopped)),
+        );
+    }
+
+    /// The worker origins of the address served, unless configured.
+    fn set_default_origins(&self, local: std::io::Result<SocketAddr>) {
+        let configured = !self.coordinator.worker_origins().is_empty();
+        if let (false, Ok(addr)) = (configured, local) {
+            let origins = listen_origins(addr);
+            tracing::info!(
+                ?origins,
+                "no public URL set: workers must dial the address served"
+            );
+            self.coordinator.default_worker_origins(origins);
+        }
+    }
+
+    /// The API as served: with `/metrics` unless it has a listener apart.
+    fn api_app(&self) -> axum::Router {
+        match self.metrics_at {
+            MetricsAt::Api => self.app(),
+            MetricsAt::Apart => crate::api::api(self.coordinator.clone()),
+        }
     }
 
     /// Serves the API on `listener` until [`Server::shutdown`], running
@@ -642,19 +670,8 @@ impl Server {
     where
         L: axum::serve::Listener<Addr = SocketAddr>,
     {
-        let configured = !self.coordinator.worker_origins().is_empty();
-        if let (false, Ok(addr)) = (configured, listener.local_addr()) {
-            let origins = listen_origins(addr);
-            tracing::info!(
-                ?origins,
-                "no public URL set: workers must dial the address served"
-            );
-            self.coordinator.default_worker_origins(origins);
-        }
-        let app = match self.metrics_at {
-            MetricsAt::Api => self.app(),
-            MetricsAt::Apart => crate::api::api(self.coordinator.clone()),
-        };
+        self.set_default_origins(listener.local_addr());
+        let app = self.api_app();
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
         let stopped = self.coordinator.stopped();

@@ -176,10 +176,16 @@ async fn debug_logs_are_json_with_request_ids_and_no_secrets() {
     // One info line for the job's end, naming job, tier, worker and duration.
     let ends: Vec<&Value> = parsed
         .iter()
-        .filter(|v| v["fields"]["job_id"] == job_id.as_str())
+        .filter(|v| v["fields"]["job"] == job_id.replace('-', "")[..8])
         .collect();
     assert_eq!(ends.len(), 1, "{ends:?}");
     let end = &ends[0];
+    // Issue 29, finding 9: no log line carries the whole job id (a bearer
+    // capability for the output).
+    let bare = job_id.replace('-', "");
+    assert!(!lines
+        .iter()
+        .any(|l| l.contains(job_id.as_str()) || l.contains(&bare)));
     assert_eq!(end["level"], "INFO");
     assert_eq!(end["fields"]["message"], "job completed");
     assert_eq!(end["fields"]["tier"], "FAST");

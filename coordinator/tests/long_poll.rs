@@ -186,24 +186,62 @@ async fn polls_beyond_the_bounds_answer_at_once_and_places_come_back() {
     let b = held_poll(&app, &job, 10_000, Some("10.0.0.2"));
     settle().await;
     assert_eq!(c.held_polls("10.0.0.2"), (3, 1));
-    // The total is reached: another client is answered at once too.
-    let (_, held) = status_after(held_poll(&app, &job, 10_000, Some("10.0.0.3"))).await;
+    // The total is reached: a client holding none takes the place of the
+    // heaviest client's oldest poll, which is answered now (issue 29,
+    // finding 9: before, the newcomer was answered at once).
+    let [a0, a1] = a;
+    let c3 = held_poll(&app, &job, 10_000, Some("10.0.0.3"));
+    settle().await;
+    assert_eq!(c.held_polls("10.0.0.3"), (3, 1));
+    assert_eq!(c.held_polls("10.0.0.1"), (3, 1));
+    let (status, held) = status_after(a0).await;
+    assert_eq!((status, held), (Value::from("pending"), Duration::ZERO));
+    // Now every client holds one: a fourth is answered at once itself.
+    let (_, held) = status_after(held_poll(&app, &job, 10_000, Some("10.0.0.4"))).await;
     assert_eq!(held, Duration::ZERO);
 
     // A client that goes away gives its place back.
     b.abort();
     settle().await;
     assert_eq!(c.held_polls("10.0.0.2"), (2, 0));
-    let c3 = held_poll(&app, &job, 10_000, Some("10.0.0.3"));
+    let c4 = held_poll(&app, &job, 10_000, Some("10.0.0.4"));
     settle().await;
-    assert_eq!(c.held_polls("10.0.0.3"), (3, 1));
+    assert_eq!(c.held_polls("10.0.0.4"), (3, 1));
 
-    for poll in a.into_iter().chain([c3]) {
+    for poll in [a1, c3, c4] {
         let (status, held) = status_after(poll).await;
         assert_eq!(status, "pending");
         assert!(held <= Duration::from_millis(10_000));
     }
     assert_eq!(c.held_polls("10.0.0.1"), (0, 0));
+}
+
+/// Issue 29, finding 9: ten addresses holding every place do not make an
+/// eleventh client's long poll return at once.
+#[tokio::test(start_paused = true)]
+async fn ten_heavy_clients_do_not_crowd_out_an_eleventh() {
+    let mut config = Config::default();
+    config.limits.held_polls_max = 100;
+    config.limits.held_polls_per_client_max = 20;
+    let (c, app) = setup(config).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let heavy: Vec<_> = (0..10)
+        .flat_map(|i| {
+            let ip = format!("10.0.1.{i}");
+            (0..11).map(move |_| ip.clone()).collect::<Vec<_>>()
+        })
+        .map(|ip| held_poll(&app, &job, 10_000, Some(&ip)))
+        .collect();
+    settle().await;
+    assert_eq!(c.held_polls("10.0.1.0").0, 100);
+    let eleventh = held_poll(&app, &job, 10_000, Some("10.0.2.1"));
+    settle().await;
+    assert_eq!(c.held_polls("10.0.2.1"), (100, 1), "the eleventh is held");
+    let (_, held) = status_after(eleventh).await;
+    assert!(held >= Duration::from_millis(10_000), "{held:?}");
+    for poll in heavy {
+        status_after(poll).await;
+    }
 }
 
 #[tokio::test(start_paused = true)]

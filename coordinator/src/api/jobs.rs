@@ -389,7 +389,7 @@ pub(super) async fn poll(
         None => crate::node::shared_record(&c, id, wait_ms, &client)
             .await
             .map_err(|e| {
-                tracing::error!(error = %e, job = %id, "reading a job from the shared store failed");
+                tracing::error!(error = %e, job = %crate::shell::job_ref(&id), "reading a job from the shared store failed");
                 ApiError::internal(e)
             })?,
     };
@@ -408,7 +408,7 @@ fn read_job(
     id: &uuid::Uuid,
 ) -> Result<Option<std::sync::Arc<crate::core::Job>>, ApiError> {
     c.job(id).map_err(|e| {
-        tracing::error!(error = %e, job = %id, "reading a job from the store failed");
+        tracing::error!(error = %e, job = %crate::shell::job_ref(id), "reading a job from the store failed");
         ApiError::internal(e)
     })
 }

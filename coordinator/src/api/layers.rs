@@ -73,8 +73,21 @@ pub(super) fn request_span(req: &axum::http::Request<axum::body::Body>) -> traci
         "http",
         request_id,
         method = %req.method(),
-        path = req.uri().path()
+        path = %shown_path(req.uri().path())
     )
+}
+
+/// A request path as logs show it: a job id in it (a bearer capability
+/// for the output) cut to its first 8 characters, as `shell::job_ref`
+/// does (issue 29, finding 9).
+fn shown_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/v1/jobs/") {
+        Some(rest) if !rest.starts_with("commit/") && rest.len() > 8 => {
+            let cut: String = rest.chars().take(8).collect();
+            format!("/v1/jobs/{cut}…").into()
+        }
+        _ => path.into(),
+    }
 }
 
 /// Counts each request by method, route template (never the raw path: ids

@@ -125,8 +125,11 @@ pub(super) async fn trust_claim(
     if let Some(message) = validate::missing_fields(&body, &["pairing_code", "provider_pubkey"]) {
         return Err(ApiError::BadRequest(message));
     }
+    // A code is six hex digits; one with a control character (which no
+    // store takes in text) is no code, answered before any store sees it.
     let code = body["pairing_code"]
         .as_str()
+        .filter(|code| !code.chars().any(char::is_control))
         .ok_or_else(|| ApiError::BadRequest(ClaimError::InvalidCode.to_string()))?;
     let key = body["provider_pubkey"]
         .as_str()
@@ -259,6 +262,9 @@ pub(super) async fn trust_list(
         .get("user_id")
         .filter(|u| !u.is_empty())
         .ok_or_else(|| ApiError::BadRequest("Missing required query parameter: user_id".into()))?;
+    // The same rule as every other endpoint's, before any store sees it.
+    let user_id =
+        &validate::user_id_str(user_id, &c.config().limits).map_err(ApiError::BadRequest)?;
     let user_id = &user_auth::normal_user_id(&c, user_id)?;
     user_auth::prove_user(&c, &proof, user_id, None)?;
     // Cluster mode: pairings claimed on other nodes count at once.

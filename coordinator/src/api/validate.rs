@@ -157,13 +157,24 @@ impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
     }
 }
 
+/// A number with no fractional part is an integer, as JSON Schema has it
+/// (`8.0` is 8; `8.5` is not one): issue 29, finding 9.
+fn integral(n: f64) -> Option<u64> {
+    // Past 2^53 an f64 no longer holds every integer; such counts are
+    // refused by every range check anyway.
+    (n.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&n)).then_some(n as u64)
+}
+
 impl<'a> Field<'a> {
     fn get(obj: &'a Map<String, Value>, name: &str) -> Self {
         match obj.get(name) {
             None => Field::Absent,
             Some(Value::Null) => Field::Null,
             Some(Value::String(s)) => Field::Str(s),
-            Some(v) => v.as_u64().map_or(Field::Other, Field::U64),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_f64().and_then(integral))
+                .map_or(Field::Other, Field::U64),
         }
     }
 
@@ -206,8 +217,8 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Field<'a> {
                 // As `Value` stores it: non-negative is an unsigned integer.
                 Ok(u64::try_from(n).map_or(Field::Other, Field::U64))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<Field<'de>, E> {
-                Ok(Field::Other)
+            fn visit_f64<E>(self, n: f64) -> Result<Field<'de>, E> {
+                Ok(integral(n).map_or(Field::Other, Field::U64))
             }
             fn visit_bool<E>(self, _: bool) -> Result<Field<'de>, E> {
                 Ok(Field::Other)
@@ -262,16 +273,69 @@ pub fn user_id(v: &Value, limits: &Limits) -> Result<String, String> {
     user_id_field(field, limits)
 }
 
-fn user_id_field(v: Field<'_>, limits: &Limits) -> Result<String, String> {
-    match v.as_str() {
-        Some(s) if !s.trim().is_empty() && s.chars().count() <= limits.user_id_chars_max => {
-            Ok(s.to_owned())
-        }
-        _ => Err(format!(
+/// The one `user_id` rule, for every endpoint (issue 29, finding 2): not
+/// blank; no control character (U+0000 among them: PostgreSQL refuses it,
+/// and it stopped a cluster node), no format character (zero-width and
+/// bidirectional marks make two ids that look alike), no line or
+/// paragraph separator; then normalised to Unicode NFC (so the composed
+/// and decomposed forms of one name are one user) and at most
+/// `user_id_chars_max` characters after that. Taken before any store sees
+/// the id.
+pub fn user_id_str(s: &str, limits: &Limits) -> Result<String, String> {
+    use unicode_normalization::UnicodeNormalization;
+    // The spec's message (its error strings are the contract), for every
+    // refusal; docs/spec.md and security.md name the character rules.
+    let refused = || {
+        format!(
             "user_id must be a non-empty string of at most {} characters",
             limits.user_id_chars_max
-        )),
+        )
+    };
+    // Counted before normalising too: NFC of a huge string is work.
+    let too_long = |s: &str| s.chars().nth(limits.user_id_chars_max).is_some();
+    if s.trim().is_empty() || too_long(s) || s.chars().any(forbidden_in_id) {
+        return Err(refused());
     }
+    let normal: String = s.nfc().collect();
+    if too_long(&normal) {
+        return Err(refused());
+    }
+    Ok(normal)
+}
+
+fn user_id_field(v: Field<'_>, limits: &Limits) -> Result<String, String> {
+    match v.as_str() {
+        Some(s) => user_id_str(s, limits),
+        None => user_id_str("", limits),
+    }
+}
+
+/// Characters no identifier may hold: controls, separators of lines and
+/// paragraphs, and Unicode's format characters (category Cf).
+fn forbidden_in_id(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format(c)
+}
+
+/// Unicode general category Cf (format), Unicode 15.
+fn is_format(c: char) -> bool {
+    matches!(u32::from(c),
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x890..=0x891 | 0x8E2 | 0x180E
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF
+        | 0xFFF9..=0xFFFB | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F)
+}
+
+/// Free text (a prompt, a task's input): any character but the controls
+/// other than tab, line feed and carriage return (U+0000 first among them:
+/// no store takes it in text).
+pub fn free_text(name: &str, s: &str) -> Result<(), String> {
+    let bad = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r');
+    if s.chars().any(bad) {
+        return Err(format!(
+            "{name} must not contain control characters other than tab, line feed and carriage return"
+        ));
+    }
+    Ok(())
 }
 
 fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<Payload, String> {
@@ -284,6 +348,7 @@ fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<P
                 Some(s) if !s.trim().is_empty() => s.to_owned(),
                 _ => return Err("payload.prompt must be a non-empty string".into()),
             };
+            free_text("payload.prompt", &prompt)?;
             let max_tokens = match p.max_tokens {
                 Field::Absent => limits.max_tokens_default,
                 Field::U64(n) if (1..=u64::from(limits.max_tokens_max)).contains(&n) => n as u32,
@@ -307,6 +372,7 @@ fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<P
                 .as_str()
                 .ok_or("payload.input must be a string")?
                 .to_owned();
+            free_text("payload.input", &input)?;
             Ok(Payload::Task { task_type, input })
         }
     }
@@ -349,6 +415,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.privacy_class, PrivacyClass::Private);
+    }
+
+    /// Issue 29, findings 2 and 9: one user_id rule; free text without
+    /// NUL; an integral float is an integer.
+    #[test]
+    fn one_user_id_rule_and_free_text_without_controls() {
+        let limits = Limits::default();
+        for bad in [
+            "",
+            " ",
+            "a\u{0}b",
+            "a\u{1b}[2J",
+            "a\u{200b}b",
+            "\u{feff}a",
+            "a\u{2028}",
+        ] {
+            assert!(user_id_str(bad, &limits).is_err(), "{bad:?}");
+        }
+        assert!(user_id_str(&"u".repeat(5_000), &limits).is_err());
+        assert!(user_id_str(&"u".repeat(256), &limits).is_ok());
+        // NFC: the decomposed é is the composed one.
+        assert_eq!(user_id_str("e\u{301}", &limits).unwrap(), "\u{e9}");
+        let with = |field: &str, value: Value| {
+            let mut body = json!({"job_type":"TASK","user_id":"u",
+                "payload":{"task_type":"summarize","input":"x"}});
+            body["payload"][field] = value;
+            check(body)
+        };
+        assert!(with("input", json!("a\u{0}b"))
+            .unwrap_err()
+            .contains("payload.input"));
+        assert!(with("input", json!("line\nnext\ttab")).is_ok());
+        let llm = |max: Value| {
+            check(json!({"job_type":"LLM_INFER","user_id":"u",
+                "payload":{"prompt":"p","max_tokens":max}}))
+        };
+        assert!(llm(json!(8.0)).is_ok());
+        assert!(llm(json!(8.5)).is_err());
+        assert!(check(json!({"job_type":"LLM_INFER","user_id":"u",
+            "payload":{"prompt":"a\u{0}"}}))
+        .is_err());
+        // The plain path reads 8.0 as 8 too.
+        let plain =
+            br#"{"job_type":"LLM_INFER","user_id":"u","payload":{"prompt":"p","max_tokens":8.0}}"#;
+        assert!(plain_submission(plain, &limits).unwrap().is_ok());
     }
 
     #[test]

@@ -139,6 +139,49 @@ struct Args {
         default_value_t = 16
     )]
     handshakes_per_client_max: usize,
+    /// Plain HTTP connections at once; a new one beyond it is closed at accept.
+    #[arg(
+        long,
+        env = "COORDINATOR_HTTP_CONNECTIONS_MAX",
+        default_value_t = 12_288
+    )]
+    http_connections_max: usize,
+    /// Of those, from one peer address (IPv6 grouped by /64). Behind a reverse
+    /// proxy every connection is the proxy's: raise it there.
+    #[arg(
+        long,
+        env = "COORDINATOR_HTTP_CONNECTIONS_PER_CLIENT_MAX",
+        default_value_t = 1_100
+    )]
+    http_connections_per_client_max: usize,
+    /// Most bytes of a request head (request line and headers); beyond: 431.
+    #[arg(
+        long,
+        env = "COORDINATOR_HTTP_HEAD_BYTES_MAX",
+        default_value_t = 16_384
+    )]
+    http_head_bytes_max: usize,
+    /// Time a connection has to send a whole request head; then it is closed.
+    #[arg(
+        long,
+        env = "COORDINATOR_HTTP_HEAD_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    http_head_timeout_ms: u64,
+    /// Established worker sessions from one peer address (IPv6 by /64).
+    #[arg(
+        long,
+        env = "COORDINATOR_WORKER_SESSIONS_PER_CLIENT_MAX",
+        default_value_t = 64
+    )]
+    worker_sessions_per_client_max: usize,
+    /// Slots of all worker sessions from one peer address together.
+    #[arg(
+        long,
+        env = "COORDINATOR_WORKER_SLOTS_PER_CLIENT_MAX",
+        default_value_t = 1_024
+    )]
+    worker_slots_per_client_max: u32,
     /// Time a new worker connection has to send hello (auth may take until
     /// the 10 s auth timeout).
     #[arg(long, env = "COORDINATOR_HELLO_TIMEOUT_MS", default_value_t = 2_000)]
@@ -335,6 +378,12 @@ impl Args {
             self.pairing_creates_per_client_per_minute_max;
         l.handshakes_max = self.handshakes_max;
         l.handshakes_per_client_max = self.handshakes_per_client_max;
+        l.http_connections_max = self.http_connections_max;
+        l.http_connections_per_client_max = self.http_connections_per_client_max;
+        l.http_head_bytes_max = self.http_head_bytes_max;
+        l.worker_sessions_per_client_max = self.worker_sessions_per_client_max;
+        l.worker_slots_per_client_max = self.worker_slots_per_client_max;
+        config.timing.http_head_timeout_ms = self.http_head_timeout_ms;
         config.timing.hello_timeout_ms = self.hello_timeout_ms;
         l.poll_wait_ms_max = self.poll_wait_ms_max;
         l.held_polls_max = self.held_polls_max;

@@ -75,9 +75,14 @@ pub enum ClusterError {
     /// Another live node uses this node id.
     #[error("node id {0} is held by a live node")]
     NodeIdInUse(NodeId),
-    /// The store could not be reached or refused the call.
+    /// The store could not be reached.
     #[error("shared store: {0}")]
     Unavailable(String),
+    /// The store refused the data itself (a PostgreSQL data exception, such
+    /// as U+0000 in text): the write fails, and nobody else owns anything
+    /// because of it, so the node lives on (issue 29, finding 2).
+    #[error("shared store refused the data: {0}")]
+    Refused(String),
 }
 
 /// FAST before CHEAP in claim order.

@@ -136,10 +136,22 @@ fn detail(e: &tokio_postgres::Error) -> String {
         .unwrap_or_default()
 }
 
+/// A failed call: [`ClusterError::Refused`] when PostgreSQL refused the
+/// data (SQLSTATE class 22, data exception: U+0000 in text, a bad
+/// encoding, a value out of range), else [`ClusterError::Unavailable`].
+/// Never a fence: only a lost lease or a job owned elsewhere is one.
 fn unavailable<E: std::fmt::Display + 'static>(e: E) -> ClusterError {
     let any: &dyn std::any::Any = &e;
-    let detail = any.downcast_ref().map(detail).unwrap_or_default();
-    ClusterError::Unavailable(format!("{e}{detail}"))
+    let pg: Option<&tokio_postgres::Error> = any.downcast_ref();
+    let detail = pg.map(detail).unwrap_or_default();
+    let refused = pg
+        .and_then(|e| e.code())
+        .is_some_and(|code| code.code().starts_with("22"));
+    if refused {
+        ClusterError::Refused(format!("{e}{detail}"))
+    } else {
+        ClusterError::Unavailable(format!("{e}{detail}"))
+    }
 }
 
 fn fenced(node: &str, why: impl Into<String>) -> ClusterError {
@@ -352,7 +364,7 @@ async fn write_job(
             ],
         )
         .await
-        .map_err(|e| fenced(node, format!("job {}: {e}", job.id)))?;
+        .map_err(unavailable)?;
     if written == 0 {
         return Err(fenced(node, format!("job {} is not its own", job.id)));
     }

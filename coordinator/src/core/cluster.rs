@@ -97,7 +97,7 @@ impl Core {
             self.insert_held(job);
             if deadline_ms <= now_ms {
                 self.fail(id, FailureReason::NoEligibleWorker);
-            } else if let Some(session) = self.pick_worker(&id, None) {
+            } else if let Some(session) = self.pick_worker(&id) {
                 self.assign(id, session, now_ms);
             } else {
                 self.job_changed(&id);
@@ -129,7 +129,7 @@ impl Core {
                     if self.jobs[&id].recoveries > recoveries_max {
                         self.fail(id, FailureReason::CoordinatorRestarted);
                     } else {
-                        self.place(id, None, true, now_ms);
+                        self.place(id, true, now_ms);
                     }
                 }
                 // Terminal jobs are never taken over; nothing to do.

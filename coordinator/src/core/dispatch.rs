@@ -15,15 +15,29 @@ use uuid::Uuid;
 const AVOIDED_SCAN_MAX: usize = 8;
 
 impl Core {
-    pub(super) fn pick_worker(&self, id: &Uuid, avoid: Option<SessionId>) -> Option<SessionId> {
+    /// The free eligible worker `id` goes to: the least loaded not among
+    /// the sessions it avoids; one of those only when no eligible worker
+    /// outside them is connected (busy counts: then the job waits).
+    pub(super) fn pick_worker(&self, id: &Uuid) -> Option<SessionId> {
         let job = &self.jobs[id];
         let job_type = job.submission.job_type;
-        // The best two candidates, least loaded first: the second is only
-        // wanted when the first is `avoid`.
-        let (first, second) = match job.submission.privacy_class {
+        let avoid = &job.avoid;
+        // The least-loaded free candidate, and the least-loaded one the job
+        // does not avoid. The avoid list is short, so the scan is too.
+        let (first, second, preferred) = match job.submission.privacy_class {
             PrivacyClass::Public => {
                 let mut idle = self.idle.get(&job_type).into_iter().flatten();
-                (idle.next().copied(), idle.next().copied())
+                let first = idle.next().copied();
+                let second = idle.next().copied();
+                let preferred = match (first, second) {
+                    (Some((_, s)), _) if !avoid.contains(s) => first,
+                    (_, Some((_, s))) if !avoid.contains(s) => second,
+                    _ => idle
+                        .take(super::AVOIDED_SESSIONS_MAX)
+                        .find(|(_, s)| !avoid.contains(*s))
+                        .copied(),
+                };
+                (first, second, preferred)
             }
             PrivacyClass::Private => {
                 let mut free: Vec<(u32, SessionId)> = self
@@ -34,23 +48,40 @@ impl Core {
                     })
                     .collect();
                 free.sort_unstable();
-                (free.first().copied(), free.get(1).copied())
+                let preferred = free.iter().find(|(_, s)| !avoid.contains(*s)).copied();
+                (free.first().copied(), free.get(1).copied(), preferred)
             }
         };
         let (_, first) = first?;
-        // Only the first candidate is taken, so the (costlier) question of
-        // another eligible worker only matters when `avoid` is first.
-        if avoid == Some(first) && self.has_other_eligible(job, first) {
-            return second.map(|(_, s)| s);
+        if let Some((_, s)) = preferred {
+            return Some(s);
         }
-        Some(first)
+        if self.has_eligible_outside(job) {
+            // A worker it does not avoid is busy: the job waits for it.
+            return None;
+        }
+        // Every eligible worker failed it: as before the list, it avoids
+        // only the last one while another could take it.
+        match avoid.last() {
+            Some(last) if last == first && self.has_other_eligible(job, last) => {
+                second.map(|(_, s)| s)
+            }
+            _ => Some(first),
+        }
     }
 
     /// Whether a worker other than `session` could ever take `job`. Busy counts.
-    pub(super) fn has_other_eligible(&self, job: &Job, session: SessionId) -> bool {
+    fn has_other_eligible(&self, job: &Job, session: SessionId) -> bool {
         self.workers
             .iter()
             .any(|(&other, w)| other != session && self.eligible(job, w))
+    }
+
+    /// Whether a worker the job does not avoid could ever take it. Busy counts.
+    pub(super) fn has_eligible_outside(&self, job: &Job) -> bool {
+        self.workers
+            .iter()
+            .any(|(&other, w)| !job.avoid.contains(other) && self.eligible(job, w))
     }
 
     /// Whether `worker` may hold `job`: it has the capability, and for a
@@ -109,7 +140,12 @@ impl Core {
         let queue = self.queues.get(key)?;
         for id in queue.ids().take(AVOIDED_SCAN_MAX + 1) {
             let job = &self.jobs[id];
-            if job.avoid != Some(session) || !self.has_other_eligible(job, session) {
+            let kept = if self.has_eligible_outside(job) {
+                job.avoid.contains(session)
+            } else {
+                job.avoid.last() == Some(session) && self.has_other_eligible(job, session)
+            };
+            if !kept {
                 return Some(*id);
             }
         }

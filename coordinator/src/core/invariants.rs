@@ -63,7 +63,7 @@ pub enum InvariantViolation {
     PendingWithFreeWorker {
         job: Uuid,
         attempts: u32,
-        avoid: Option<SessionId>,
+        avoid: super::AvoidList,
         session: SessionId,
     },
     #[error("deadline: job {job} ({status:?}, attempts {attempts}) has deadline {deadline_ms:?} and timer {timer:?}; a non-terminal job needs exactly one live deadline of its kind, a terminal job none")]
@@ -740,17 +740,17 @@ impl Core {
         &self,
         ids: impl Iterator<Item = &'a Uuid>,
     ) -> Result<(), InvariantViolation> {
-        let mut asked: BTreeSet<Option<SessionId>> = BTreeSet::new();
+        let mut asked: BTreeSet<&super::AvoidList> = BTreeSet::new();
         for id in ids {
             let job = &self.jobs[id];
-            if !asked.insert(job.avoid) {
+            if !asked.insert(&job.avoid) {
                 continue;
             }
-            if let Some(session) = self.pick_worker(id, job.avoid) {
+            if let Some(session) = self.pick_worker(id) {
                 return Err(InvariantViolation::PendingWithFreeWorker {
                     job: *id,
                     attempts: job.attempts,
-                    avoid: job.avoid,
+                    avoid: job.avoid.clone(),
                     session,
                 });
             }

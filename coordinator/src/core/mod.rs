@@ -88,6 +88,35 @@ impl FailureReason {
     }
 }
 
+/// Most sessions a job avoids; the oldest is forgotten beyond (bounded
+/// memory per job; `attempts_max` is 3 by default, so rarely reached).
+pub const AVOIDED_SESSIONS_MAX: usize = 8;
+
+/// The sessions a job avoids (see [`Job::avoid`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AvoidList(Vec<SessionId>);
+
+impl AvoidList {
+    fn add(&mut self, session: SessionId) {
+        if self.0.contains(&session) {
+            return;
+        }
+        if self.0.len() >= AVOIDED_SESSIONS_MAX {
+            self.0.remove(0);
+        }
+        self.0.push(session);
+    }
+
+    pub fn contains(&self, session: SessionId) -> bool {
+        self.0.contains(&session)
+    }
+
+    /// The session that failed the job last.
+    pub fn last(&self) -> Option<SessionId> {
+        self.0.last().copied()
+    }
+}
+
 /// A job and everything known about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -135,10 +164,14 @@ pub struct Job {
     /// job's terminal log line can name the worker.
     #[serde(skip)]
     pub last_worker: Option<SessionId>,
-    /// The session whose attempt last failed; it gets the job again only
-    /// when no other eligible worker is connected.
+    /// Sessions whose attempts failed (a reject, a bad result, a lease
+    /// that lapsed), at most [`AVOIDED_SESSIONS_MAX`], oldest first: the
+    /// job goes to one of them again only when no other eligible worker is
+    /// connected. Every one, not only the last: ten workers that reject
+    /// everything no longer pass a job among themselves (issue 29,
+    /// findings 3 and 7).
     #[serde(skip)]
-    avoid: Option<SessionId>,
+    avoid: AvoidList,
     /// The job's live timer, removed when a newer one replaces it or the job
     /// ends, so the timer set holds no dead entries.
     #[serde(skip)]
@@ -721,7 +754,7 @@ impl Core {
         count_queued(&mut self.queued_by_owner, owner, job.footprint_bytes);
         let spent = job.paid_with.as_ref().map(|p| p.nonce);
         self.jobs.insert(Arc::new(job));
-        self.place(id, None, false, now_ms);
+        self.place(id, false, now_ms);
         if let Some(nonce) = spent {
             self.paid.insert(nonce, (id, now_ms));
             self.changes.push(Change::NonceSpent(nonce));
@@ -772,7 +805,7 @@ impl Core {
             seq,
             worker: None,
             last_worker: None,
-            avoid: None,
+            avoid: AvoidList::default(),
             timer: None,
             queue_pos: None,
             footprint_bytes: 0,
@@ -788,8 +821,8 @@ impl Core {
     /// by the swarm: `scenarios/swarm-tier-order-*.toml`). Between events no
     /// free worker has a job waiting (the dispatch invariant), so this costs
     /// nothing on a commit.
-    fn place(&mut self, id: Uuid, avoid: Option<SessionId>, to_front: bool, now_ms: i64) {
-        while let Some(session) = self.pick_worker(&id, avoid) {
+    fn place(&mut self, id: Uuid, to_front: bool, now_ms: i64) {
+        while let Some(session) = self.pick_worker(&id) {
             let rank = (self.jobs[&id].tier, self.jobs[&id].seq);
             let waiting = if self.pending_count > 0 {
                 self.best_head(session)
@@ -933,11 +966,13 @@ impl Core {
         now_ms: i64,
     ) {
         let job = self.jobs.get_mut(&id).expect("retried job exists");
-        job.avoid = avoid;
+        if let Some(session) = avoid {
+            job.avoid.add(session);
+        }
         if job.attempts >= self.config.timing.attempts_max {
             self.fail(id, reason);
         } else {
-            self.place(id, avoid, true, now_ms);
+            self.place(id, true, now_ms);
         }
     }
 

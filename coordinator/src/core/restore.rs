@@ -78,7 +78,7 @@ impl Core {
         // A memory store shares the core's jobs, bookkeeping included;
         // none of it survives a restart.
         job.worker = None;
-        job.avoid = None;
+        job.avoid = super::AvoidList::default();
         job.timer = None;
         job.queue_pos = None;
         let id = job.id;
@@ -135,7 +135,7 @@ impl Core {
             if self.jobs[&id].recoveries > recoveries_max {
                 self.fail(id, FailureReason::CoordinatorRestarted);
             } else {
-                self.place(id, None, true, now_ms);
+                self.place(id, true, now_ms);
             }
         }
         // Nothing above draws from the RNG, so moving it last draws what

@@ -504,6 +504,32 @@ fn a_failed_job_goes_to_another_worker_when_there_is_one() {
     assert_eq!(r.holder(u), Some(w1));
 }
 
+/// Issue 29, findings 3 and 7: a job avoids every worker that failed it,
+/// not only the last: two rejecting workers no longer pass it between
+/// them while a worker that never failed it is busy.
+#[test]
+fn a_job_avoids_every_worker_that_failed_it() {
+    let mut r = Rig::new();
+    let honest = r.worker("0xa", &[LLM], 1);
+    let busy = r.commit(Tier::Fast);
+    assert_eq!(r.holder(busy), Some(honest));
+    let s1 = r.worker("0xb", &[LLM], 1);
+    let s2 = r.worker("0xc", &[LLM], 1);
+    assert!(r.core.config.timing.attempts_max >= 3);
+    let x = r.commit(Tier::Fast);
+    let first = r.holder(x).unwrap();
+    assert!(first == s1 || first == s2);
+    r.reject(first, x);
+    let second = r.holder(x).unwrap();
+    assert_ne!(second, first, "the other free worker");
+    r.reject(second, x);
+    // Both rejecters are free; the honest worker is busy: x waits for it
+    // (it went back to `first` before the list).
+    assert_eq!(r.status(x), JobStatus::Pending);
+    r.complete(honest, busy);
+    assert_eq!(r.holder(x), Some(honest));
+}
+
 /// Regression: a worker with many slots that failed more than a handful of
 /// queued jobs stopped looking at the queue and sat idle while jobs it could
 /// take waited behind its failures.
@@ -937,7 +963,7 @@ fn the_check_reports_a_free_worker_next_to_a_pending_job() {
         InvariantViolation::PendingWithFreeWorker {
             job: queued,
             attempts: 0,
-            avoid: None,
+            avoid: Default::default(),
             session: w1
         }
     );

@@ -157,6 +157,13 @@ impl NodeStore {
                         tracing::warn!(error = %e, retries, "shared store write failed; retrying");
                         tokio::time::sleep(Duration::from_millis(WRITE_RETRY_MS)).await;
                     }
+                    Err(ClusterError::Refused(why)) => {
+                        // The batch is not written; its waiters hear so
+                        // and the node goes on with the next one.
+                        tracing::error!(node = %self.node, error = %why, "shared store refused a batch");
+                        self.refused(applied);
+                        break;
+                    }
                     Err(e) => {
                         self.fence(&e);
                         return;
@@ -170,6 +177,20 @@ impl NodeStore {
     fn written(&self) -> MutexGuard<'_, Written> {
         // Plain assignments and queue moves: a panic leaves it whole.
         self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers the waiters of a batch the store refused with an error (as
+    /// [`Self::committed`] then records it, it is not waited for again).
+    fn refused(&self, applied: u64) {
+        let mut w = self.written();
+        while w
+            .waiters
+            .front()
+            .is_some_and(|&(target, _)| target <= applied)
+        {
+            let (_, tx) = w.waiters.pop_front().expect("a front waiter");
+            let _ = tx.send(false);
+        }
     }
 
     /// Records that the first `applied` calls' changes are committed.
@@ -213,7 +234,12 @@ impl Store for NodeStore {
     fn flush(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         let target = self.pending().applied;
         Box::pin(async move {
-            let fenced = || StoreError(format!("node {} is fenced", self.node));
+            let fenced = || {
+                StoreError(format!(
+                    "node {}: the shared store did not commit the change (refused, or fenced)",
+                    self.node
+                ))
+            };
             let answer = {
                 // Fencing sets the flag before it answers the waiters
                 // under this lock: a waiter queued here is answered.

@@ -1,11 +1,14 @@
 //! Job polls held open (`GET /v1/jobs/{id}?wait_ms=N`): registered under
 //! the state lock with their read, woken by `flush` when an event changes
-//! their job's status, bounded in total and per client.
+//! their job's status, bounded in total and per client. When the total is
+//! reached, the heaviest client's oldest held poll is answered to make room
+//! for a client holding fewer (issue 29, finding 9: ten addresses filled
+//! the 10,000 places and everyone else's long polls returned at once).
 
 use super::Coordinator;
 use crate::core::{Change, Job};
 use protocol::api::JobStatus;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -18,15 +21,21 @@ use uuid::Uuid;
 pub(super) struct HeldPolls {
     /// Per job, in arrival order; woken in job id order, then arrival order.
     waiters: BTreeMap<Uuid, Vec<Waiter>>,
-    /// Held polls alive, counted by their [`HeldSlot`]s.
-    total: usize,
-    per_client: BTreeMap<String, usize>,
+    /// Held polls alive, by arrival number: their client and job. A poll
+    /// leaves when its [`HeldSlot`] drops, or when evicted for another
+    /// client's (then its slot's drop finds it gone).
+    live: BTreeMap<u64, (String, Uuid)>,
+    /// Each client's live polls, oldest first.
+    per_client: BTreeMap<String, BTreeSet<u64>>,
+    next: u64,
 }
 
 pub(super) struct Waiter {
     /// The status the poll read; any other status wakes it.
     seen: JobStatus,
     wake: oneshot::Sender<()>,
+    /// Its arrival number (a key of `live`).
+    seq: u64,
 }
 
 /// What a poll with `wait_ms` gets when it arrives: see [`Coordinator::watch_job`].
@@ -53,7 +62,7 @@ pub struct HeldPoll {
 pub(super) struct HeldSlot {
     coordinator: Coordinator,
     job: Uuid,
-    client: String,
+    seq: u64,
 }
 
 impl HeldPoll {
@@ -68,7 +77,7 @@ impl HeldPoll {
 
 impl Drop for HeldSlot {
     fn drop(&mut self) {
-        self.coordinator.release_hold(&self.job, &self.client);
+        self.coordinator.release_hold(&self.job, self.seq);
     }
 }
 
@@ -109,28 +118,35 @@ impl Coordinator {
         client: &str,
     ) -> Option<HeldPoll> {
         let limits = &self.inner.config.limits;
-        let client_held = held.per_client.get(client).copied().unwrap_or(0);
+        let client_held = held.held_by(client);
         if seen.is_terminal()
             || self.is_stopping()
-            || held.total >= limits.held_polls_max
             || client_held >= limits.held_polls_per_client_max
         {
             return None;
         }
+        if held.live.len() >= limits.held_polls_max && !held.evict_for(client_held) {
+            return None;
+        }
         let (wake, woken) = oneshot::channel();
+        let seq = held.next;
+        held.next += 1;
         held.waiters
             .entry(id)
             .or_default()
-            .push(Waiter { seen, wake });
-        held.total += 1;
-        *held.per_client.entry(client.to_owned()).or_default() += 1;
-        assert!(held.total <= limits.held_polls_max);
+            .push(Waiter { seen, wake, seq });
+        held.live.insert(seq, (client.to_owned(), id));
+        held.per_client
+            .entry(client.to_owned())
+            .or_default()
+            .insert(seq);
+        assert!(held.live.len() <= limits.held_polls_max);
         Some(HeldPoll {
             woken,
             _slot: HeldSlot {
                 coordinator: self.clone(),
                 job: id,
-                client: client.to_owned(),
+                seq,
             },
         })
     }
@@ -161,25 +177,17 @@ impl Coordinator {
     /// Held polls alive now (total, and of `client`).
     pub fn held_polls(&self, client: &str) -> (usize, usize) {
         let state = self.lock();
-        let of_client = state.held.per_client.get(client).copied().unwrap_or(0);
-        (state.held.total, of_client)
+        (state.held.live.len(), state.held.held_by(client))
     }
 
-    pub(super) fn release_hold(&self, job: &Uuid, client: &str) {
+    pub(super) fn release_hold(&self, job: &Uuid, seq: u64) {
         // Runs in `Drop`: a poisoned lock means the process is going down.
         let Ok(mut state) = self.inner.state.lock() else {
             return;
         };
         let held = &mut state.held;
-        assert!(held.total > 0, "a held poll released twice");
-        held.total -= 1;
-        match held.per_client.get_mut(client) {
-            Some(1) => {
-                held.per_client.remove(client);
-            }
-            Some(n) => *n -= 1,
-            None => unreachable!("a held poll of an uncounted client"),
-        }
+        // Gone already if it was evicted for another client's poll.
+        held.forget(seq);
         // A poll that timed out leaves its waiter behind; drop it now so
         // waiters stay bounded by the held polls alive.
         if let Some(list) = held.waiters.get_mut(job) {
@@ -192,6 +200,57 @@ impl Coordinator {
 }
 
 impl HeldPolls {
+    fn held_by(&self, client: &str) -> usize {
+        self.per_client.get(client).map_or(0, BTreeSet::len)
+    }
+
+    /// Takes a live poll out of the counts (its waiter stays until woken
+    /// or pruned).
+    fn forget(&mut self, seq: u64) -> Option<(String, Uuid)> {
+        let (client, job) = self.live.remove(&seq)?;
+        if let Some(set) = self.per_client.get_mut(&client) {
+            set.remove(&seq);
+            if set.is_empty() {
+                self.per_client.remove(&client);
+            }
+        }
+        Some((client, job))
+    }
+
+    /// Makes room for a poll of a client holding `newcomer_held` polls:
+    /// answers the oldest poll of the client holding the most, if that is
+    /// more than the newcomer would then hold (else the newcomer is among
+    /// the heaviest, and is answered at once itself). Costs a pass over
+    /// the clients holding polls.
+    fn evict_for(&mut self, newcomer_held: usize) -> bool {
+        let heaviest = self
+            .per_client
+            .iter()
+            .max_by_key(|(_, set)| set.len())
+            .map(|(client, set)| (client.clone(), set.len()));
+        let Some((client, count)) = heaviest else {
+            return false;
+        };
+        if count <= newcomer_held + 1 {
+            return false;
+        }
+        let oldest = self.per_client[&client].first().copied();
+        let Some((_, job)) = oldest.and_then(|seq| self.forget(seq).map(|f| (seq, f.1))) else {
+            return false;
+        };
+        let seq = oldest.expect("found above");
+        if let Some(list) = self.waiters.get_mut(&job) {
+            if let Some(at) = list.iter().position(|w| w.seq == seq) {
+                // Answered with the job as it is, as at its wait's end.
+                let _ = list.remove(at).wake.send(());
+            }
+            if list.is_empty() {
+                self.waiters.remove(&job);
+            }
+        }
+        true
+    }
+
     /// Whether any poll waits (most events find none, and skip the wake-up).
     pub(super) fn any_waiting(&self) -> bool {
         !self.waiters.is_empty()

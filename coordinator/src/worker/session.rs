@@ -37,6 +37,8 @@ struct Peer {
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
     outbox: OutboxRx,
+    /// Its place among its address's sessions, held while it runs.
+    _place: Option<crate::shell::WorkerPlace>,
 }
 
 /// Runs a worker session to its end.
@@ -47,13 +49,18 @@ pub async fn run(c: Coordinator, conn: impl FrameConnection) {
 /// Runs a session whose handshake holds `permit` until it completes.
 pub async fn run_admitted<C: FrameConnection>(
     c: Coordinator,
-    mut conn: C,
+    conn: C,
     permit: Option<crate::shell::HandshakePermit>,
 ) {
+    let within = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
+    let mut conn = Timed { conn, within };
     // Held to the end: shutdown waits for it (the worker's jobs are given
     // back below, before the final commit).
     let _running = c.session_running();
-    let handshaken = handshake(&c, &mut conn).await;
+    // A session from a client address (one upgraded over HTTP) takes a
+    // place among that address's sessions and slots once authenticated.
+    let client = permit.as_ref().map(|p| p.client().to_owned());
+    let handshaken = handshake(&c, &mut conn, client.as_deref()).await;
     drop(permit);
     let Some(mut peer) = handshaken else {
         conn.close().await;
@@ -65,6 +72,37 @@ pub async fn run_admitted<C: FrameConnection>(
     c.metrics().session_closed(reason);
     c.unregister_worker(peer.session);
     conn.close().await;
+}
+
+/// A connection whose every send has a deadline, the heartbeat timeout: a
+/// worker that stops reading fills its TCP window, and a send without one
+/// waited forever while the heartbeat timer (checked between frames) never
+/// fired and the outbox grew (issue 29, finding 3). A send that misses it
+/// fails as on a closed connection, which ends the session; its jobs go
+/// back to the queue. The closing handshake gets [`CLOSE_WITHIN`].
+struct Timed<C> {
+    conn: C,
+    within: Duration,
+}
+
+/// Most time a closing handshake may take before the socket is dropped.
+const CLOSE_WITHIN: Duration = Duration::from_secs(1);
+
+impl<C: FrameConnection> FrameConnection for Timed<C> {
+    async fn recv(&mut self) -> Incoming {
+        self.conn.recv().await
+    }
+
+    async fn send(&mut self, text: String) -> Result<(), SendError> {
+        match tokio::time::timeout(self.within, self.conn.send(text)).await {
+            Ok(sent) => sent,
+            Err(_) => Err(SendError::Closed),
+        }
+    }
+
+    async fn close(&mut self) {
+        let _ = tokio::time::timeout(CLOSE_WITHIN, self.conn.close()).await;
+    }
 }
 
 async fn send_frame<C: FrameConnection>(
@@ -148,7 +186,11 @@ async fn handshake_frame<C: FrameConnection>(
 }
 
 /// Hello, challenge, auth, welcome; `None` if the worker did not complete it.
-async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<Peer> {
+async fn handshake<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut C,
+    client: Option<&str>,
+) -> Option<Peer> {
     let timing = &c.config().timing;
     let opened = Instant::now();
     // A worker says hello at once; only the signature may take longer (a
@@ -157,7 +199,17 @@ async fn handshake<C: FrameConnection>(c: &Coordinator, conn: &mut C) -> Option<
     let deadline = opened + Duration::from_millis(timing.auth_timeout_ms);
     let hello = hello(c, conn, hello_deadline.min(deadline)).await?;
     auth(c, conn, &hello, deadline).await?;
-    welcome(c, conn, hello).await
+    let place = match client.map(|client| c.worker_place(client, hello.slots)) {
+        Some(Err(message)) => {
+            let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
+            return None;
+        }
+        Some(Ok(place)) => Some(place),
+        None => None,
+    };
+    let mut peer = welcome(c, conn, hello).await?;
+    peer._place = place;
+    Some(peer)
 }
 
 /// What a worker's accepted hello said.
@@ -287,6 +339,7 @@ async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello
         pubkey: hello.pubkey,
         key: hello.key,
         outbox,
+        _place: None,
     })
 }
 
@@ -312,7 +365,9 @@ fn check_origin(c: &Coordinator, coordinator: Option<String>) -> Result<String, 
         return Ok(origin);
     }
     let shown: String = origin.chars().take(ORIGIN_SHOWN_CHARS_MAX).collect();
-    tracing::info!(origin = %shown, "worker login refused: it dialled another coordinator");
+    // Peer-supplied and unauthenticated: logged escaped (`?`), so newlines
+    // and terminal escape codes cannot forge log lines (issue 29, finding 9).
+    tracing::info!(origin = ?shown, "worker login refused: it dialled another coordinator");
     Err(format!(
         "the worker dialled {shown:?}, which is not this coordinator: \
          point it at a URL this coordinator's operator published (--public-url)"
@@ -422,7 +477,7 @@ async fn handle<C: FrameConnection>(
             job_id,
             output,
             receipt,
-        } => result(c, peer, held, job_id, output, receipt).await,
+        } => result(c, peer, held, job_id, output, receipt).await?,
     };
     match refused {
         Some((code, message, job_id)) => send_error(conn, code, message, job_id).await,
@@ -440,7 +495,7 @@ async fn result(
     job_id: Uuid,
     output: serde_json::Value,
     receipt: protocol::receipt::Receipt,
-) -> Option<Refusal> {
+) -> Result<Option<Refusal>, SendError> {
     let session = peer.session;
     match held.remove(&job_id) {
         None => {
@@ -451,7 +506,7 @@ async fn result(
             } else {
                 crate::core::FrameError::UnknownJob
             };
-            Some((e.code(), e.to_string(), Some(job_id)))
+            Ok(Some((e.code(), e.to_string(), Some(job_id))))
         }
         Some(job) => {
             let output_max = c.config().limits.output_bytes_max;
@@ -472,20 +527,25 @@ async fn result(
                     if completed.is_ok() {
                         // `result_accepted` waits in the outbox until the
                         // completion is on disk: a worker told its job is
-                        // done never sees it rerun after a crash. A failed
-                        // write makes every later answer fail too.
-                        let _ = c.durable().await;
+                        // done never sees it rerun after a crash. If it did
+                        // not become durable, the session ends here, so the
+                        // waiting `result_accepted` is never sent (issue 29,
+                        // finding 9).
+                        if let Err(e) = c.durable().await {
+                            tracing::error!(error = %e, session, "a completion did not become durable");
+                            return Err(SendError::Closed);
+                        }
                     }
-                    completed
+                    Ok(completed
                         .err()
-                        .map(|e| (e.code(), e.to_string(), Some(job_id)))
+                        .map(|e| (e.code(), e.to_string(), Some(job_id))))
                 }
                 Err((reason, code, message)) => {
                     c.metrics().result_rejected(reason);
                     // The attempt is spent either way; the job goes elsewhere.
                     let _ =
                         c.with(|core, now_ms| core.attempt_failed(session, job_id, reason, now_ms));
-                    Some((code, message, Some(job_id)))
+                    Ok(Some((code, message, Some(job_id))))
                 }
             }
         }
