@@ -29,6 +29,8 @@ echo "throwaway PostgreSQL at $url"
 export COORDINATOR_TEST_PG="$url"
 echo "-- the shared-store checks, in memory and on PostgreSQL"
 cargo test -q -p coordinator --lib cluster::tests
+echo "-- a node survives a commit with U+0000 in every string field"
+cargo test -q -p coordinator --test cluster_nul
 echo "-- the live scenarios, every instance three nodes"
 "$BIN/harness" --live --coordinator-bin "$BIN/coordinator" --live-db "$url" --live-nodes 3 scenarios/*.toml
 for run in $(seq 1 "$runs"); do
