@@ -25,44 +25,18 @@ const FAKE_SIGNATURE: &str = "0x515151515151515151515151515151515151515151515151
 
 #[tokio::test]
 async fn debug_logs_are_json_with_request_ids_and_no_secrets() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_coordinator"))
-        .args(["--listen", "127.0.0.1:0", "--seed", "5", "--db", ":memory:"])
-        .args(["--log-format", "json"])
-        .args(["--payment-required", "--pay-to", PAY_TO])
-        .env("RUST_LOG", "debug")
-        .env_remove("COORDINATOR_LISTEN")
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("coordinator binary starts");
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let collected = lines.clone();
-    tokio::spawn(async move {
-        let mut addr_tx = Some(addr_tx);
-        while let Ok(Some(line)) = reader.next_line().await {
-            if let Some(at) = line.find("listening on http://") {
-                let rest = &line[at + "listening on ".len()..];
-                let base = rest.split(['"', ' ']).next().unwrap().to_owned();
-                if let Some(tx) = addr_tx.take() {
-                    let _ = tx.send(base);
-                }
-            }
-            collected.lock().unwrap().push(line);
-        }
-    });
-    let base = tokio::time::timeout(Duration::from_secs(20), addr_rx)
-        .await
-        .expect("listens within 20 s")
-        .unwrap();
+    let (mut child, lines, base) = spawn(
+        &[
+            "--log-format",
+            "json",
+            "--payment-required",
+            "--pay-to",
+            PAY_TO,
+        ],
+        "debug",
+    )
+    .await;
     let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if http.get(format!("{base}/v1/health")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
     let mut worker = TestWorker::connect(Wire::ws(&ws).await, 3, &["LLM_INFER"], 1).await;
 
@@ -191,6 +165,108 @@ async fn debug_logs_are_json_with_request_ids_and_no_secrets() {
     assert_eq!(end["fields"]["tier"], "FAST");
     assert_eq!(end["fields"]["worker_session"], worker.session_id);
     assert!(end["fields"]["duration_ms"].as_i64().unwrap() >= 0);
+}
+
+/// Starts the coordinator binary with logs at `level` and `args`;
+/// returns it, the lines it writes to stderr (collected as they come) and
+/// its base URL once it answers.
+async fn spawn(
+    args: &[&str],
+    level: &str,
+) -> (tokio::process::Child, Arc<Mutex<Vec<String>>>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coordinator"))
+        .args(["--listen", "127.0.0.1:0", "--seed", "5", "--db", ":memory:"])
+        .args(args)
+        .env("RUST_LOG", level)
+        .env_remove("COORDINATOR_LISTEN")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("coordinator binary starts");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let collected = lines.clone();
+    tokio::spawn(async move {
+        let mut addr_tx = Some(addr_tx);
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Some(at) = line.find("listening on http://") {
+                let rest = &line[at + "listening on ".len()..];
+                let base = rest.split(['"', ' ']).next().unwrap().to_owned();
+                if let Some(tx) = addr_tx.take() {
+                    let _ = tx.send(base);
+                }
+            }
+            collected.lock().unwrap().push(line);
+        }
+    });
+    let base = tokio::time::timeout(Duration::from_secs(20), addr_rx)
+        .await
+        .expect("listens within 20 s")
+        .unwrap();
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http.get(format!("{base}/v1/health")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (child, lines, base)
+}
+
+/// Issue 29, finding 9: a worker's claimed origin, peer-supplied before
+/// login, cannot forge a line of the default text logs (it is logged
+/// escaped); and a flood of refused commits (jobs no worker ever held)
+/// writes no line at INFO.
+#[tokio::test]
+async fn peer_text_cannot_forge_lines_and_refusals_stay_below_info() {
+    let (mut child, lines, base) = spawn(&["--user-auth", "off"], "info").await;
+    let ws = format!("{}/v1/workers/ws", base.replace("http://", "ws://"));
+    let forged = "FORGED-LINE level=ERROR";
+    let mut w = TestWorker {
+        key: protocol::signing::Keypair::from_secret_hex(&"55".repeat(32)).unwrap(),
+        wire: Wire::ws(&ws).await,
+        session_id: 0,
+    };
+    let pubkey = w.key.public_key_hex();
+    w.send(
+        json!({"type": "hello", "protocol_version": protocol::worker::PROTOCOL_VERSION,
+        "coordinator": format!("http://evil\n{forged}\r\u{1b}[2J"),
+        "provider_pubkey": pubkey, "capabilities": ["TASK"], "slots": 1}),
+    )
+    .await;
+    let _refusal = w.recv().await;
+
+    // PRIVATE commits for users with no trusted worker: 422 each.
+    let http = reqwest::Client::new();
+    let refusals = 20;
+    for i in 0..refusals {
+        let job = json!({"job_type": "TASK", "user_id": format!("nobody-{i}"),
+            "privacy_class": "PRIVATE",
+            "payload": {"task_type": "classify", "input": "x"}});
+        let answer = http
+            .post(format!("{base}/v1/jobs/commit/cheap"))
+            .json(&job)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 422);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    child.kill().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lines = lines.lock().unwrap().clone();
+    for line in &lines {
+        assert!(!line.starts_with("FORGED"), "{line}");
+        assert!(!line.contains('\u{1b}'), "a raw escape code: {line}");
+        assert!(!line.contains("job failed"), "{line}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("FORGED-LINE") && l.contains("worker login refused")),
+        "the refused origin is logged, escaped: {lines:?}"
+    );
 }
 
 /// The signature inside an x402 payment header (base64 JSON).

@@ -148,6 +148,14 @@ impl Tables {
         let mut released = BTreeSet::new();
         for change in changes {
             if let Change::Job(job) = change {
+                // As PostgreSQL refuses U+0000 in text and jsonb: a data
+                // error, not an ownership conflict (issue 29, finding 2).
+                if serde_json::to_string(job).is_ok_and(|json| json.contains("\\u0000")) {
+                    return Err(ClusterError::Refused(format!(
+                        "job {}: U+0000 cannot be stored in text",
+                        job.id
+                    )));
+                }
                 if !self.writable(node, &job.id, &released) {
                     return Err(fenced(node, format!("job {} is not its own", job.id)));
                 }

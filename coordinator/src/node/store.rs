@@ -339,4 +339,39 @@ mod tests {
         assert_eq!(written.status, JobStatus::Running);
         assert!(store.job(&Uuid::nil()).unwrap().is_none());
     }
+
+    /// Issue 29, finding 2: a batch the store refuses for its data (U+0000,
+    /// which PostgreSQL takes in no text) fails its own waiters, and the
+    /// node lives on: it is not fenced, and its next batch commits. Before
+    /// the fix any write error fenced the node, so one request stopped it.
+    #[tokio::test]
+    async fn a_refused_batch_fails_its_waiters_and_the_node_lives_on() {
+        let shared = Arc::new(MemoryShared::default());
+        let settings = ClusterSettings {
+            url: String::new(),
+            schema: None,
+            node_id: "n1".into(),
+            node_lease_ms: 60_000,
+        };
+        let fenced = Arc::new(AtomicBool::new(false));
+        let seen = fenced.clone();
+        let fence: Fence = Arc::new(move |_: &ClusterError| seen.store(true, Ordering::SeqCst));
+        let store = NodeStore::join(shared.clone(), &settings, 0, fence)
+            .await
+            .unwrap();
+        let (mut bad, _) = crate::store::tests::committed();
+        Arc::make_mut(&mut Arc::make_mut(&mut bad).submission).user_id = "a\u{0}b".into();
+        store.apply(&[Change::Job(bad)]).unwrap();
+        assert!(
+            store.flush().await.is_err(),
+            "the refused batch's waiter hears so"
+        );
+        assert!(!store.is_fenced() && !fenced.load(Ordering::SeqCst));
+
+        let (mut good, _) = crate::store::tests::committed();
+        Arc::make_mut(&mut good).id = Uuid::from_u128(7);
+        store.apply(&[Change::Job(Arc::clone(&good))]).unwrap();
+        store.flush().await.expect("the next batch commits");
+        assert!(shared.job(good.id).await.unwrap().is_some());
+    }
 }
