@@ -259,6 +259,10 @@ pub struct Timing {
     /// Time an HTTP connection has to send a whole request head, from its
     /// first byte (hyper's `header_read_timeout`); then it is closed.
     pub http_head_timeout_ms: u64,
+    /// Time a request has to send its whole body once its head is read;
+    /// then it is answered 408 (a body dribbled a byte at a time would
+    /// otherwise hold its buffer for ever).
+    pub http_body_timeout_ms: u64,
     /// Time a new connection has to complete hello and auth.
     pub auth_timeout_ms: u64,
     pub pairing_code_ttl_ms: i64,
@@ -280,6 +284,7 @@ impl Default for Timing {
             heartbeat_timeout_ms: 15_000,
             hello_timeout_ms: 2_000,
             http_head_timeout_ms: 10_000,
+            http_body_timeout_ms: 30_000,
             auth_timeout_ms: 10_000,
             pairing_code_ttl_ms: 3_600_000,
             pairing_code_retention_ms: 24 * 3_600_000,

@@ -1,6 +1,7 @@
 //! Issue 29, finding 4: HTTP connections have deadlines and budgets. An
 //! unfinished request head is closed at the head timeout, a head beyond the
-//! buffer bound is refused, and one address cannot hold more than its share
+//! buffer bound is refused, an unfinished body is answered 408 at its
+//! deadline, and one address cannot hold more than its share
 //! of connections while another address is still served.
 
 mod common;
@@ -74,6 +75,30 @@ async fn an_unfinished_head_is_closed_at_the_head_timeout() {
         closed_within(&mut slow, Duration::from_secs(3)).await,
         "an unfinished head is still open after 3 s"
     );
+}
+
+/// A body dribbled slower than its deadline is answered 408 (JSON) and its
+/// buffer freed; before, a request could hold its body buffer for ever.
+#[tokio::test]
+async fn an_unfinished_body_is_answered_408_at_the_body_timeout() {
+    let mut config = Config::default();
+    config.timing.http_body_timeout_ms = 300;
+    let (_server, addr) = serve(config).await;
+    let mut slow = connect_from([127, 0, 0, 1], addr).await;
+    slow.write_all(
+        b"POST /v1/jobs/commit/cheap HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+          content-length: 1000\r\n\r\n{\"job_type\":",
+    )
+    .await
+    .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(3), slow.read(&mut answer))
+        .await
+        .expect("an answer within 3 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within 300 ms"), "{answer}");
 }
 
 #[tokio::test]

@@ -24,6 +24,9 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("request body is larger than {limit_bytes} bytes")]
     PayloadTooLarge { limit_bytes: usize },
+    /// 408: the body did not arrive within its deadline.
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u64 },
     #[error("no_trusted_worker")]
     NoTrustedWorker(Uuid),
     #[error("{message}")]
@@ -57,6 +60,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UserProof { .. } => StatusCode::UNAUTHORIZED,

@@ -110,9 +110,16 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// The whole body, within the configured size limit.
+/// The body, bounded in bytes and in time: past `http_body_timeout_ms`
+/// the request is answered 408 and its buffer freed.
 async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
     let limit_bytes = state.config().limits.body_bytes_max;
-    Bytes::from_request(req, state).await.map_err(|rejection| {
+    let timeout_ms = state.config().timing.http_body_timeout_ms;
+    let read = Bytes::from_request(req, state);
+    let read = tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), read)
+        .await
+        .map_err(|_| ApiError::BodyTimeout { timeout_ms })?;
+    read.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit_bytes }
         } else {

@@ -168,6 +168,13 @@ struct Args {
         default_value_t = 10_000
     )]
     http_head_timeout_ms: u64,
+    /// Time a request has to send its whole body once its head is read; then 408.
+    #[arg(
+        long,
+        env = "COORDINATOR_HTTP_BODY_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    http_body_timeout_ms: u64,
     /// Established worker sessions from one peer address (IPv6 by /64).
     #[arg(
         long,
@@ -384,6 +391,7 @@ impl Args {
         l.worker_sessions_per_client_max = self.worker_sessions_per_client_max;
         l.worker_slots_per_client_max = self.worker_slots_per_client_max;
         config.timing.http_head_timeout_ms = self.http_head_timeout_ms;
+        config.timing.http_body_timeout_ms = self.http_body_timeout_ms;
         config.timing.hello_timeout_ms = self.hello_timeout_ms;
         l.poll_wait_ms_max = self.poll_wait_ms_max;
         l.held_polls_max = self.held_polls_max;
