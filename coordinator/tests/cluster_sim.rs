@@ -330,3 +330,63 @@ async fn a_write_whose_answer_was_lost_is_not_applied_twice() {
     }
     assert_eq!(shared.pool_len("a").await.unwrap(), 2, "each job once");
 }
+
+/// A job that went back to the pool because the only idle worker here
+/// failed it (the other eligible worker is busy) waits there for that
+/// worker, and the node does not spin claiming and returning it without
+/// time passing. Before the fix its own return to the pool woke the
+/// node's claim loop, which claimed it again at once, for ever (found by
+/// swarm seeds 94 and 234: the run never ended). Run on a thread of its
+/// own so a spin fails the test instead of hanging it.
+#[test]
+fn a_job_no_idle_worker_may_take_waits_in_the_pool_without_spinning() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // A watchdog thread, in a test: the world itself stays on one thread.
+    #[allow(clippy::disallowed_methods)]
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(a_job_returned_to_the_pool_waits_for_a_worker_it_did_not_fail());
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the world ended within 60 s of wall time");
+}
+
+async fn a_job_returned_to_the_pool_waits_for_a_worker_it_did_not_fail() {
+    let shared = Arc::new(MemoryShared::default());
+    let a = node(&shared, "a", 1).await;
+    let channel = || Wire::channel(a.coordinator());
+    let mut busy = TestWorker::connect(channel(), 5, &["LLM_INFER"], 1).await;
+    let job = || Some(common::llm_job("u"));
+    let app = a.app();
+    assert_eq!(
+        call(&app, "POST", "/v1/jobs/commit/fast", job())
+            .await
+            .status,
+        201
+    );
+    let first = busy.expect_assign().await;
+    let mut rejecting = TestWorker::connect(channel(), 6, &["LLM_INFER"], 1).await;
+    let second = call(&app, "POST", "/v1/jobs/commit/fast", job()).await;
+    let second_id = second.body["job_id"].as_str().unwrap().to_owned();
+    let offered = rejecting.expect_assign().await;
+    assert_eq!(offered.job_id.to_string(), second_id);
+    rejecting
+        .send(serde_json::json!({"type": "reject", "job_id": offered.job_id, "reason": "no"}))
+        .await;
+    // The second job may not go back to the worker that rejected it, and
+    // the other worker is busy: it waits. Time passes.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    busy.complete(&first).await;
+    let next = busy.expect_assign().await;
+    assert_eq!(
+        next.job_id.to_string(),
+        second_id,
+        "the free worker gets it"
+    );
+}

@@ -148,9 +148,10 @@ impl Tables {
         let mut released = BTreeSet::new();
         for change in changes {
             if let Change::Job(job) = change {
-                // As PostgreSQL refuses U+0000 in text and jsonb: a data
-                // error, not an ownership conflict (issue 29, finding 2).
-                if serde_json::to_string(job).is_ok_and(|json| json.contains("\\u0000")) {
+                // As PostgreSQL refuses U+0000 in text (the user id is a
+                // text column): a data error, not an ownership conflict
+                // (issue 29, finding 2).
+                if job.submission.user_id.contains('\0') {
                     return Err(ClusterError::Refused(format!(
                         "job {}: U+0000 cannot be stored in text",
                         job.id

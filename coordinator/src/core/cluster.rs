@@ -85,9 +85,12 @@ impl Core {
 
     /// Takes in jobs claimed from the pool: a due one fails
     /// `no_eligible_worker`, the others go to a free eligible worker or
-    /// back to the pool, keeping their deadline.
-    pub fn adopt(&mut self, jobs: Vec<Job>, now_ms: i64) {
+    /// back to the pool, keeping their deadline. Returns how many went
+    /// back to the pool (no free worker here may take them: each failed
+    /// them, or is busy).
+    pub fn adopt(&mut self, jobs: Vec<Job>, now_ms: i64) -> usize {
         self.pool_len = self.pool_len.saturating_sub(jobs.len());
+        let mut returned = 0;
         for job in jobs {
             assert_eq!(job.status, JobStatus::Pending, "only pool jobs are adopted");
             let id = job.id;
@@ -103,8 +106,10 @@ impl Core {
                 self.job_changed(&id);
                 self.enqueue(id, false);
                 self.add_timer(deadline_ms, TimerKind::Pending, id);
+                returned += 1;
             }
         }
+        returned
     }
 
     /// Takes in jobs another node held when its lease lapsed, as a restart
@@ -121,7 +126,9 @@ impl Core {
         for mut job in jobs {
             let id = job.id;
             match job.status {
-                JobStatus::Pending => self.adopt(vec![job], now_ms),
+                JobStatus::Pending => {
+                    self.adopt(vec![job], now_ms);
+                }
                 JobStatus::Assigned | JobStatus::Running => {
                     job.attempts = job.attempts.saturating_sub(1);
                     job.recoveries = job.recoveries.saturating_add(1);

@@ -87,6 +87,12 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
     let mut trust_version = 0;
     let interval = Duration::from_millis(CLAIM_INTERVAL_MS);
     let mut last_due_ms = c.now_ms();
+    // Until then a pool notification claims nothing: set when a claimed
+    // job went back to the pool because no idle worker here may take it
+    // (each failed it). Its own return notifies the pool, and claiming it
+    // again at once spun without time passing (swarm seeds 94 and 234); it
+    // is tried again at the next interval instead.
+    let mut hold_until_ms = i64::MIN;
     loop {
         tokio::select! {
             biased;
@@ -95,7 +101,7 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
                     // The notifications ended; the interval still claims.
                     pool = watch::channel(0).1;
                 }
-                maybe_more = true;
+                maybe_more = c.now_ms() >= hold_until_ms;
             }
             _ = link.claim_wake.notified() => {}
             _ = tokio::time::sleep(interval) => maybe_more = true,
@@ -128,9 +134,16 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
         let now_ms = c.now_ms();
         match link.shared.claim(&link.node, &want, now_ms).await {
             Ok(jobs) => {
-                maybe_more = jobs.len() == want.max;
-                if !jobs.is_empty() {
-                    c.with(|core, now_ms| core.adopt(jobs, now_ms));
+                let claimed = jobs.len();
+                let returned = match claimed {
+                    0 => 0,
+                    _ => c.with(|core, now_ms| core.adopt(jobs, now_ms)),
+                };
+                // More may wait only if the batch was full and every job
+                // found a worker here.
+                maybe_more = claimed == want.max && returned == 0;
+                if returned > 0 {
+                    hold_until_ms = c.now_ms() + CLAIM_INTERVAL_MS as i64;
                 }
             }
             Err(e @ ClusterError::Fenced { .. }) => return store.fence(&e),
