@@ -432,6 +432,7 @@ impl Worker {
             capabilities: self.config.capabilities.clone(),
             slots: self.config.slots,
             agent: Some(self.config.agent.clone()),
+            features: Vec::new(),
         };
         self.send_frame(t, &hello).await?;
         loop {
@@ -739,6 +740,7 @@ impl Worker {
                 capabilities: self.config.capabilities.clone(),
                 slots: self.config.slots,
                 agent: Some(self.config.agent.clone()),
+                features: Vec::new(),
             })
             .expect("worker frames serialise"),
             MalformedKind::ForeignResult => {
