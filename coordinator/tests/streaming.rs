@@ -164,3 +164,195 @@ async fn deltas_breaking_a_rule_spend_the_attempt() {
         assert_ne!(record["status"], "running", "{record}");
     }
 }
+
+/// One server-sent event: its name, id and data.
+#[derive(Debug, Clone)]
+struct Sse {
+    event: String,
+    id: Option<String>,
+    data: serde_json::Value,
+}
+
+/// A job's event stream read as it comes.
+struct Events {
+    body: axum::body::Body,
+    buffer: String,
+}
+
+impl Events {
+    async fn open(app: &axum::Router, job: &str, last_event_id: Option<&str>) -> Result<Self, u16> {
+        use tower::ServiceExt;
+        let mut req = axum::http::Request::get(format!("/v1/jobs/{job}/events"));
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        let response = app
+            .clone()
+            .oneshot(req.body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        if response.status() != 200 {
+            return Err(response.status().as_u16());
+        }
+        let content_type = &response.headers()["content-type"];
+        assert_eq!(content_type, "text/event-stream");
+        Ok(Self {
+            body: response.into_body(),
+            buffer: String::new(),
+        })
+    }
+
+    /// The next event (keep-alive comments skipped); `None` at the end.
+    async fn next(&mut self) -> Option<Sse> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut sse = Sse {
+                    event: String::new(),
+                    id: None,
+                    data: serde_json::Value::Null,
+                };
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        sse.event = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("id: ") {
+                        sse.id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        sse.data = serde_json::from_str(v).unwrap();
+                    }
+                }
+                if sse.event.is_empty() {
+                    continue;
+                }
+                return Some(sse);
+            }
+            let frame =
+                tokio::time::timeout(std::time::Duration::from_secs(600), self.body.frame())
+                    .await
+                    .expect("an event within 600 s")?;
+            let frame = frame.unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.buffer.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+
+    /// Events up to and including the first named `name`.
+    async fn until(&mut self, name: &str) -> Vec<Sse> {
+        let mut seen = Vec::new();
+        while let Some(e) = self.next().await {
+            let last = e.event == name;
+            seen.push(e);
+            if last {
+                return seen;
+            }
+        }
+        panic!("the stream ended before a {name} event: {seen:?}");
+    }
+}
+
+fn names(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(|e| e.event.as_str()).collect()
+}
+
+/// The text of the deltas, restarts dropping what came before.
+fn joined(events: &[Sse]) -> String {
+    let mut text = String::new();
+    for e in events {
+        match e.event.as_str() {
+            "restart" => text.clear(),
+            "delta" => text.push_str(e.data["text"].as_str().unwrap()),
+            _ => {}
+        }
+    }
+    text
+}
+
+/// Issue 31: a job's events carry its status, its deltas as they come and
+/// the final record with its receipt; `Last-Event-ID` resumes after a cut.
+#[tokio::test(start_paused = true)]
+async fn a_jobs_events_stream_its_deltas_and_resume() {
+    let (c, app) = setup(spec_config()).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let a = w.expect_assign().await;
+    let mut events = Events::open(&app, &job, None).await.unwrap();
+    let first = events.until("status").await;
+    assert_eq!(first[0].data["status"], "assigned");
+    accept(&mut w, &a).await;
+    delta(&mut w, &a, 0, "echo: ").await;
+    let seen = events.until("delta").await;
+    assert_eq!(names(&seen), ["status", "delta"]);
+    assert_eq!(seen[0].data["status"], "running");
+    assert_eq!(seen[1].data["text"], "echo: ");
+    let cut_at = seen[1].id.clone().unwrap();
+    drop(events);
+    delta(&mut w, &a, 1, "Say hi").await;
+    settle().await;
+    // Resumed after the first delta: only the rest.
+    let mut resumed = Events::open(&app, &job, Some(&cut_at)).await.unwrap();
+    let seen = resumed.until("delta").await;
+    assert_eq!(seen.last().unwrap().data["text"], "Say hi");
+    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    w.send(frame).await;
+    let rest = resumed.until("job").await;
+    let record = &rest.last().unwrap().data;
+    assert_eq!(record["status"], "completed");
+    assert_eq!(record["result"]["output"], "echo: Say hi");
+    assert!(record["receipt"]["output_hash"].is_string());
+    assert!(resumed.next().await.is_none(), "the job event is the last");
+    // A reader from the start of a finished job gets the whole output.
+    let mut late = Events::open(&app, &job, None).await.unwrap();
+    let all = late.until("job").await;
+    assert_eq!(joined(&all), "echo: Say hi");
+}
+
+/// Issue 31: when the attempt a reader followed dies and the job runs
+/// again, the reader is told to restart, then gets the new attempt's text.
+#[tokio::test(start_paused = true)]
+async fn a_retried_job_restarts_its_readers() {
+    let (c, app) = setup(spec_config()).await;
+    let mut w1 = worker_with(&c, 1, &["deltas"]).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let a = w1.expect_assign().await;
+    let mut events = Events::open(&app, &job, None).await.unwrap();
+    accept(&mut w1, &a).await;
+    delta(&mut w1, &a, 0, "half an ans").await;
+    events.until("delta").await;
+    drop(w1); // the worker dies mid-stream
+    let mut w2 = worker_with(&c, 2, &["deltas"]).await;
+    let a = w2.expect_assign().await;
+    accept(&mut w2, &a).await;
+    delta(&mut w2, &a, 0, "echo: Say hi").await;
+    let seen = events.until("delta").await;
+    assert!(names(&seen).contains(&"restart"), "{seen:?}");
+    let frame = w2.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    w2.send(frame).await;
+    let mut all = seen;
+    all.extend(events.until("job").await);
+    assert_eq!(joined(&all), "echo: Say hi");
+}
+
+/// Issue 31: held streams are bounded per client (then 503); a slow
+/// reader holds a cursor, not a buffer: it gets what it missed as one delta.
+#[tokio::test(start_paused = true)]
+async fn streams_are_bounded_and_a_slow_reader_gets_one_delta() {
+    let mut config = spec_config();
+    config.limits.held_streams_per_client_max = 2;
+    let (c, app) = setup(config).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let a = w.expect_assign().await;
+    let mut slow = Events::open(&app, &job, None).await.unwrap();
+    let _other = Events::open(&app, &job, None).await.unwrap();
+    assert_eq!(Events::open(&app, &job, None).await.err(), Some(503));
+    slow.until("status").await;
+    accept(&mut w, &a).await;
+    for (seq, piece) in ["ec", "ho", ": ", "Say", " hi"].into_iter().enumerate() {
+        delta(&mut w, &a, seq as u32, piece).await;
+    }
+    settle().await;
+    let seen = slow.until("delta").await;
+    assert_eq!(seen.last().unwrap().data["text"], "echo: Say hi");
+}
