@@ -356,3 +356,122 @@ async fn streams_are_bounded_and_a_slow_reader_gets_one_delta() {
     let seen = slow.until("delta").await;
     assert_eq!(seen.last().unwrap().data["text"], "echo: Say hi");
 }
+
+/// A chat completion request through the real router, answered once the
+/// job ends: status, `x-job-id` and the body's bytes.
+async fn chat(app: &axum::Router, body: serde_json::Value) -> (u16, Option<String>, String) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let req = axum::http::Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(req).await.unwrap();
+    let status = response.status().as_u16();
+    let job = response
+        .headers()
+        .get("x-job-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, job, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+/// Runs a streaming worker's one job: accept, two deltas, the result.
+async fn serve_one(w: &mut TestWorker) -> Assignment {
+    let a = w.expect_assign().await;
+    accept(w, &a).await;
+    let output = TestWorker::output_for(&a);
+    let text = output.as_str().unwrap();
+    let (head, tail) = text.split_at(text.len() / 2);
+    delta(w, &a, 0, head).await;
+    delta(w, &a, 1, tail).await;
+    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    w.send(frame).await;
+    a
+}
+
+/// Issue 31: the OpenAI door, whole: a chat request becomes an LLM_INFER
+/// job whose output is the completion's message; `id` and `x-job-id` name it.
+#[tokio::test(start_paused = true)]
+async fn a_chat_completion_is_a_job() {
+    let (c, app) = setup(spec_config()).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let request = json!({"model": "m1", "messages": [{"role": "user", "content": "Say hi"}],
+        "max_tokens": 8, "temperature": 0.2});
+    let asked = tokio::spawn({
+        let app = app.clone();
+        async move { chat(&app, request).await }
+    });
+    let a = serve_one(&mut w).await;
+    let (status, job, body) = asked.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "m1");
+    assert_eq!(body["choices"][0]["message"]["content"], "echo: Say hi");
+    assert_eq!(job.as_deref(), Some(a.job_id.to_string().as_str()));
+    assert_eq!(body["id"], a.job_id.to_string());
+    let record = job_status(&app, &a.job_id.to_string()).await;
+    assert_eq!(record["status"], "completed");
+    assert_eq!(record["result"]["output"], "echo: Say hi");
+}
+
+/// Issue 31: the OpenAI door, streamed: the role first, the deltas as
+/// chunks that join to the job's output, a `stop` chunk, then `[DONE]`.
+#[tokio::test(start_paused = true)]
+async fn a_streamed_chat_completion_ends_with_done() {
+    let (c, app) = setup(spec_config()).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let request = json!({"messages": [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Say hi"}]}], "stream": true});
+    let asked = tokio::spawn({
+        let app = app.clone();
+        async move { chat(&app, request).await }
+    });
+    let a = serve_one(&mut w).await;
+    let (status, job, body) = asked.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(job.as_deref(), Some(a.job_id.to_string().as_str()));
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(*data.last().unwrap(), "[DONE]");
+    let chunks: Vec<serde_json::Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "echo: system: Be brief.\nuser: Say hi\nassistant:");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+    // This reader reads only at the end: the deltas it missed come as one.
+    assert_eq!(chunks.len(), 3, "role, the text, stop: {chunks:?}");
+}
+
+/// Issue 31: the door's errors are OpenAI's shape; `GET /v1/models` lists.
+#[tokio::test(start_paused = true)]
+async fn the_doors_errors_are_openai_shaped() {
+    let (_c, app) = setup(spec_config()).await;
+    let (status, _, body) = chat(&app, json!({"messages": []})).await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"].is_string());
+    let (status, _, body) = chat(
+        &app,
+        json!({"messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 0}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let models = call(&app, "GET", "/v1/models", None).await;
+    assert_eq!(models.body["object"], "list");
+    assert_eq!(models.body["data"][0]["id"], "coordinator");
+}

@@ -43,6 +43,7 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
         (name = "jobs", description = "Quotes, commits and polling"),
         (name = "trust", description = "Pairing users with their trusted workers"),
         (name = "service", description = "Health, this contract and the worker WebSocket"),
+        (name = "openai", description = "The OpenAI-compatible door: chat completions as LLM_INFER jobs (decision 0023)"),
     ),
 )]
 pub struct ApiDoc;

@@ -110,7 +110,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// The whole body, within the configured size limit.
-async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
     let limit_bytes = state.config().limits.body_bytes_max;
     Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -4,7 +4,8 @@
 //! Each route is registered once, in [`routes`], with the handler's
 //! `#[utoipa::path]` operation (utoipa-axum's `OpenApiRouter`): the router
 //! and the OpenAPI document ([`document_json`]) both come from that list.
-//! Files: `jobs.rs`, `events.rs` (a job's server-sent events), `trust.rs`,
+//! Files: `jobs.rs`, `events.rs` (a job's server-sent events), `openai.rs`
+//! (the OpenAI-compatible door), `trust.rs`,
 //! `service.rs`, `worker_ws.rs` (the route groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
 //! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`,
 //! `user_auth.rs` (acting for a user: the `X-User-Proof` check).
@@ -18,6 +19,7 @@ mod events;
 mod extract;
 mod jobs;
 mod layers;
+mod openai;
 mod service;
 mod trust;
 mod user_auth;
@@ -49,6 +51,8 @@ fn routes() -> OpenApiRouter<Coordinator> {
         .routes(routes!(jobs::commit_cheap))
         .routes(routes!(jobs::poll))
         .routes(routes!(events::events))
+        .routes(routes!(openai::chat_completions))
+        .routes(routes!(openai::models))
         .routes(routes!(trust::trust_create))
         .routes(routes!(trust::trust_claim))
         .routes(routes!(trust::trust_list))
