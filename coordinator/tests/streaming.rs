@@ -475,3 +475,58 @@ async fn the_doors_errors_are_openai_shaped() {
     assert_eq!(models.body["object"], "list");
     assert_eq!(models.body["data"][0]["id"], "coordinator");
 }
+
+/// Issue 31: a stream held past `stream_ms_max` ends with an `end` event
+/// (no id); the reader resumes from its last event id and gets the rest.
+#[tokio::test(start_paused = true)]
+async fn a_stream_held_too_long_ends_and_resumes() {
+    let mut config = spec_config();
+    config.limits.stream_ms_max = 1_000;
+    let (c, app) = setup(config).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let a = w.expect_assign().await;
+    accept(&mut w, &a).await;
+    delta(&mut w, &a, 0, "echo: ").await;
+    let mut events = Events::open(&app, &job, None).await.unwrap();
+    let seen = events.until("end").await;
+    let end = seen.last().unwrap();
+    assert_eq!(end.data["reason"], "stream_time_limit");
+    assert_eq!(end.id, None);
+    assert!(events.next().await.is_none());
+    let last_id = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    delta(&mut w, &a, 1, "Say hi").await;
+    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    w.send(frame).await;
+    let mut resumed = Events::open(&app, &job, Some(&last_id)).await.unwrap();
+    let rest = resumed.until("job").await;
+    assert_eq!(joined(&rest), "Say hi");
+}
+
+/// Issue 31: a streamed chat completion whose job restarts after text was
+/// sent ends with an OpenAI error object, code `stream_restarted`.
+#[tokio::test(start_paused = true)]
+async fn a_chat_stream_whose_job_restarts_ends_with_an_error() {
+    let (c, app) = setup(spec_config()).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let request = json!({"messages": [{"role": "user", "content": "Say hi"}], "stream": true});
+    let asked = tokio::spawn({
+        let app = app.clone();
+        async move { chat(&app, request).await }
+    });
+    let a = w.expect_assign().await;
+    accept(&mut w, &a).await;
+    delta(&mut w, &a, 0, "half").await;
+    settle().await;
+    drop(w);
+    let (status, _, body) = asked.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("\"half\""), "{body}");
+    let last = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .unwrap();
+    let error: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(error["error"]["code"], "stream_restarted", "{body}");
+}

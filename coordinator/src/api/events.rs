@@ -50,20 +50,26 @@ pub(super) struct Feed {
 
 impl Feed {
     /// Opens a reader of job `id` at `cursor`: 404 for a job neither the
-    /// core nor the store has, 503 beyond the held-stream bounds.
+    /// core nor the store has; beyond the held-stream bounds, 503 when
+    /// `bounded`, else a reader that looks at the job once a second (the
+    /// OpenAI door, whose request already paid for its job: refusing it
+    /// then would charge for nothing).
     pub(super) fn open(
         c: &Coordinator,
         id: Uuid,
         client: &str,
         cursor: Cursor,
+        bounded: bool,
     ) -> Result<Self, ApiError> {
         let known = c.job(&id).map_err(ApiError::internal)?.is_some();
         if !known {
             return Err(ApiError::JobNotFound);
         }
-        let watch = c
-            .watch_stream(id, client)
-            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        let watch = match c.watch_stream(id, client) {
+            Ok(watch) => watch,
+            Err(_) if !bounded => None,
+            Err(e) => return Err(ApiError::Unavailable(e.to_string())),
+        };
         let life = Duration::from_millis(c.config().limits.stream_ms_max);
         Ok(Self {
             c: c.clone(),
@@ -259,7 +265,7 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
-    let feed = Feed::open(&c, id, &client, resume_from(&headers))?;
+    let feed = Feed::open(&c, id, &client, resume_from(&headers), true)?;
     let stream = futures_util::stream::unfold(feed, |mut feed| async move {
         let item = feed.next().await?;
         let event = event(&item, feed.event_id());

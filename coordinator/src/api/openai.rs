@@ -164,7 +164,7 @@ async fn chat(c: Coordinator, client: String, req: Request) -> Result<Response, 
         model,
         created: c.now_ms() / 1000,
     };
-    let answered = match Feed::open(&c, job_id, &client, Cursor::default()) {
+    let answered = match Feed::open(&c, job_id, &client, Cursor::default(), false) {
         Ok(feed) if chat.stream.unwrap_or(false) => Ok(answer.stream(feed)),
         Ok(feed) => answer.whole(feed).await,
         Err(e) => Err(e),
