@@ -403,6 +403,12 @@ async fn a_chat_completion_is_a_job() {
         async move { chat(&app, request).await }
     });
     let a = serve_one(&mut w).await;
+    // The request's model goes to the worker with the job.
+    assert!(
+        matches!(&a.payload, protocol::api::Payload::Llm { model: Some(m), max_tokens: 8, .. } if m == "m1"),
+        "{:?}",
+        a.payload
+    );
     let (status, job, body) = asked.await.unwrap();
     assert_eq!(status, 200, "{body}");
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();

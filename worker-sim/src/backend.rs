@@ -166,9 +166,20 @@ impl Backend for OpenAiBackend {
         deltas: DeltaSink,
     ) -> BoxFuture<Result<Value, BackendError>> {
         match (&self.streaming, payload) {
-            (Some(streaming), Payload::Llm { prompt, max_tokens }) => {
-                let (streaming, prompt, max_tokens) =
-                    (streaming.clone(), prompt.clone(), *max_tokens);
+            (
+                Some(streaming),
+                Payload::Llm {
+                    prompt,
+                    max_tokens,
+                    model,
+                },
+            ) => {
+                let mut streaming = streaming.clone();
+                if let Some(model) = model {
+                    // The job's model, when its client named one (decision 0023).
+                    streaming.settings.model = model.clone();
+                }
+                let (prompt, max_tokens) = (prompt.clone(), *max_tokens);
                 Box::pin(async move { streaming.complete(&prompt, max_tokens, &deltas).await })
             }
             _ => self.execute(payload),
@@ -180,7 +191,9 @@ impl Backend for OpenAiBackend {
         let payload = payload.clone();
         Box::pin(async move {
             match payload {
-                Payload::Llm { prompt, max_tokens } => {
+                Payload::Llm {
+                    prompt, max_tokens, ..
+                } => {
                     let text = client.complete(&prompt, max_tokens).await?;
                     Ok(Value::String(text))
                 }

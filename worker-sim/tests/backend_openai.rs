@@ -35,6 +35,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "Tell me about the sea".into(),
             max_tokens: 12,
+            model: None,
         })
         .await
         .unwrap();
@@ -78,6 +79,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -87,6 +89,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -96,6 +99,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -198,6 +202,7 @@ async fn backend_streams_llm_jobs_from_the_server() {
     let payload = Payload::Llm {
         prompt: "Tell me about the sea".into(),
         max_tokens: 12,
+        model: None,
     };
     let out = backend.execute_streaming(&payload, tx).await.unwrap();
     let mut deltas = Vec::new();

@@ -121,6 +121,15 @@ pub struct LlmPayloadRequest {
     /// Default 256.
     #[schema(required = false, minimum = 1, maximum = 32768)]
     pub max_tokens: u32,
+    /// The model asked for, passed to the worker (workers that serve one
+    /// model ignore it); no control characters.
+    #[schema(
+        required = false,
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+    )]
+    pub model: String,
 }
 
 /// The payload of a `TASK` job.

@@ -144,6 +144,9 @@ async fn chat(c: Coordinator, client: String, req: Request) -> Result<Response, 
     let model = chat.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into());
     let tier = tier_of(&headers, &model);
     let mut payload = json!({"prompt": prompt_of(&chat.messages)});
+    if let Some(model) = &chat.model {
+        payload["model"] = json!(model);
+    }
     if let Some(n) = chat.max_completion_tokens.or(chat.max_tokens) {
         payload["max_tokens"] = json!(n);
     }

@@ -132,6 +132,7 @@ mod tests {
         let llm = Payload::Llm {
             prompt: "p".into(),
             max_tokens: 1,
+            model: None,
         };
         let text = OutputShape::of(&llm);
         assert!(text.fits(&json!("text")));
