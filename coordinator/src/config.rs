@@ -193,6 +193,21 @@ pub struct Limits {
     /// Job polls one client address (IPv6: one /64) may hold open at once;
     /// beyond it its polls are answered at once.
     pub held_polls_per_client_max: usize,
+    /// `delta` frames one assignment may carry (decision 0023); one more
+    /// fails the attempt as `invalid_output`. Their joined text is bounded
+    /// by `output_bytes_max`, as the result is.
+    pub deltas_per_job_max: u32,
+    /// `delta` frames one worker session may send per second, all its jobs
+    /// together: a delta costs a lock and a wake of every reader of its job.
+    pub deltas_per_session_per_second_max: u32,
+    /// Job event streams (`GET /v1/jobs/{id}/events`, streamed chat
+    /// completions) held open at once; beyond it a stream gets 503.
+    pub held_streams_max: usize,
+    /// Job event streams one client address (IPv6: one /64) may hold open.
+    pub held_streams_per_client_max: usize,
+    /// Longest a job event stream stays open; it then ends with an `end`
+    /// event (reason `stream_time_limit`) and the client may resume.
+    pub stream_ms_max: u64,
     /// User-proof nonces remembered at once (each for the proof window);
     /// a new proof beyond it gets 503 rather than a nonce being forgotten
     /// early, which would let its proof be replayed.
@@ -237,6 +252,11 @@ impl Default for Limits {
             poll_wait_ms_max: 30_000,
             held_polls_max: 10_000,
             held_polls_per_client_max: 1_000,
+            deltas_per_job_max: 4_096,
+            deltas_per_session_per_second_max: 1_000,
+            held_streams_max: 1_000,
+            held_streams_per_client_max: 32,
+            stream_ms_max: 600_000,
             user_proof_nonces_max: 100_000,
         }
     }

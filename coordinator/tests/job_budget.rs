@@ -34,7 +34,8 @@ async fn a_job_refused_at_admission_keeps_no_payload() {
         payload,
         Payload::Llm {
             prompt: String::new(),
-            max_tokens: 8
+            max_tokens: 8,
+            model: None,
         }
     );
     let (queued, kept) = c.read(|core| core.job_bytes());

@@ -65,6 +65,13 @@ fn every_route_and_status_is_documented() {
         ("/v1/health", "get", &["200"]),
         ("/v1/quote", "get", &["200", "400"]),
         ("/v1/jobs/{id}", "get", &["200", "400", "404"]),
+        ("/v1/jobs/{id}/events", "get", &["200", "404", "503"]),
+        (
+            "/v1/chat/completions",
+            "post",
+            &["200", "400", "402", "429", "502", "503", "504"],
+        ),
+        ("/v1/models", "get", &["200"]),
         (
             "/v1/trust/create",
             "post",
@@ -83,7 +90,7 @@ fn every_route_and_status_is_documented() {
     for (path, method, codes) in expected {
         assert_eq!(statuses(&doc, path, method), *codes, "{method} {path}");
     }
-    assert_eq!(doc["paths"].as_object().unwrap().len(), 11);
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 14);
 }
 
 #[test]

@@ -375,3 +375,36 @@ async fn with_gating_off_no_header_is_needed_and_payment_ref_is_null() {
     assert_eq!(r.status, StatusCode::CREATED);
     assert!(!r.headers.contains_key("payment-response"));
 }
+
+/// Issue 31: the OpenAI door pays as a commit does: the same 402 (x402's
+/// answer, not OpenAI's error shape), and a paid request makes the job,
+/// named by `x-job-id`, with the settlement headers.
+#[tokio::test]
+async fn a_chat_completion_is_paid_as_a_commit() {
+    let mut config = Config {
+        network: "eip155:84532".into(),
+        ..spec_config()
+    };
+    // No worker: the door stops waiting soon, and says so.
+    config.limits.stream_ms_max = 50;
+    let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
+    let gate = PaymentGate::new(
+        payment_config(),
+        Arc::new(x402::InMemoryNonceStore::default()),
+        Arc::new(x402::LocalSettler),
+    );
+    c.enable_payments(gate).unwrap();
+    let app = app(c);
+    let chat = json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8});
+    let r = post(&app, "/v1/chat/completions", &chat, None).await;
+    assert_eq!(r.status, StatusCode::PAYMENT_REQUIRED);
+    let accepts = r.body["accepts"].as_array().unwrap();
+    assert_eq!(accepts[0]["price"], "$0.010", "FAST, as a commit");
+    let (name, value) = pay(&r, 1);
+    let r = post(&app, "/v1/chat/completions", &chat, Some((&name, &value))).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "job_pending");
+    assert!(r.headers.contains_key("payment-response"));
+    let job = r.headers["x-job-id"].to_str().unwrap();
+    assert_eq!(job_status(&app, job).await["status"], "pending");
+}

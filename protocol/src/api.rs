@@ -124,7 +124,15 @@ pub struct Quote {
 #[serde(tag = "job_type")]
 pub enum Payload {
     #[serde(rename = "LLM_INFER")]
-    Llm { prompt: String, max_tokens: u32 },
+    Llm {
+        prompt: String,
+        max_tokens: u32,
+        /// The model the client asked for (the OpenAI door's `model`), for
+        /// workers that serve several; absent on the wire when not asked
+        /// (decision 0023).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
     #[serde(rename = "TASK")]
     Task { task_type: TaskType, input: String },
 }

@@ -12,6 +12,7 @@
 //!   heartbeat ->            (every heartbeat_interval_ms)
 //!                                      <- assign {job_id, job_type, payload, ...}
 //!   accept {job_id} ->                    (job becomes `running`)
+//!   delta {job_id, seq, text} ->          (0 or more; `deltas` feature only)
 //!   result {job_id, output, receipt} ->   or reject {job_id, reason}
 //!                                      <- result_accepted {job_id}
 //!                                      <- cancel {job_id, reason}  (lease expired)
@@ -27,6 +28,12 @@ use uuid::Uuid;
 /// added `coordinator` to `hello` and to the signed text; a coordinator
 /// refuses any other version with `unsupported_version`.
 pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The feature a worker names in its hello's `features` to send `delta`
+/// frames (decision 0023). Additive within version 2: a hello without
+/// `features` is the version-2 hello of before, and a coordinator ignores
+/// feature names it does not know, so either side may be older.
+pub const FEATURE_DELTAS: &str = "deltas";
 
 /// Frames a worker sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +54,10 @@ pub enum WorkerFrame {
         /// Free text naming the worker software, for operators' logs.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<String>,
+        /// Optional protocol features the worker speaks, e.g.
+        /// [`FEATURE_DELTAS`]; unknown names are ignored.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        features: Vec<String>,
     },
     Auth {
         signature: String,
@@ -54,6 +65,15 @@ pub enum WorkerFrame {
     Heartbeat,
     Accept {
         job_id: Uuid,
+    },
+    /// A piece of a text output, before its `result`: `seq` counts from 0
+    /// per assignment, and the pieces in order join to exactly the
+    /// result's output (decision 0023). Only after `accept`, only from a
+    /// worker whose hello named [`FEATURE_DELTAS`].
+    Delta {
+        job_id: Uuid,
+        seq: u32,
+        text: String,
     },
     Result {
         job_id: Uuid,
@@ -182,6 +202,23 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn features_are_optional_and_omitted_when_empty() {
+        let old = json!({"type": "hello", "protocol_version": 2, "coordinator": "ws://c",
+            "provider_pubkey": "0x02", "capabilities": ["TASK"], "slots": 1});
+        let f: WorkerFrame = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&f).unwrap(),
+            old,
+            "an old hello is unchanged"
+        );
+        let d: WorkerFrame = serde_json::from_value(
+            json!({"type": "delta", "job_id": uuid::Uuid::nil(), "seq": 0, "text": "Hi"}),
+        )
+        .unwrap();
+        assert!(matches!(d, WorkerFrame::Delta { seq: 0, .. }));
     }
 
     #[test]

@@ -159,7 +159,9 @@ impl ComputeRouter {
     ) -> Result<serde_json::Value, AdapterError> {
         let hosted = &self.config.hosted;
         let (system, prompt, max_tokens) = match &job.payload {
-            Payload::Llm { prompt, max_tokens } => (None, prompt.clone(), *max_tokens),
+            Payload::Llm {
+                prompt, max_tokens, ..
+            } => (None, prompt.clone(), *max_tokens),
             Payload::Task { task_type, input } => {
                 let chat = prompts::task_prompt(*task_type, input);
                 (Some(chat.system), chat.user, hosted.task_max_tokens)

@@ -98,6 +98,7 @@ impl Job {
         let payload = Payload::Llm {
             prompt: request.prompt,
             max_tokens: request.max_tokens.unwrap_or(default_max_tokens),
+            model: None,
         };
         Self::with_defaults(
             payload,

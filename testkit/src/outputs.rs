@@ -43,7 +43,9 @@ fn hash64(text: &str) -> u64 {
 /// The output a well-behaved worker returns for `payload`.
 pub fn output_for(payload: &Payload) -> Value {
     match payload {
-        Payload::Llm { prompt, max_tokens } => Value::String(llm_text(prompt, *max_tokens)),
+        Payload::Llm {
+            prompt, max_tokens, ..
+        } => Value::String(llm_text(prompt, *max_tokens)),
         Payload::Task { task_type, input } => task_output(*task_type, input),
     }
 }
@@ -148,6 +150,7 @@ mod tests {
         let llm = output_for(&Payload::Llm {
             prompt: "Tell me about the sea".into(),
             max_tokens: 10,
+            model: None,
         });
         let text = llm.as_str().unwrap();
         assert!(text.starts_with("Simulated answer: Tell me about the sea"));

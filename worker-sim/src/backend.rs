@@ -43,9 +43,31 @@ impl From<AdapterError> for BackendError {
     }
 }
 
+/// Where a streaming backend sends the pieces of a text output as they
+/// come; they join to the output it returns.
+pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<String>;
+
 /// Executes one job.
 pub trait Backend: Send + Sync {
     fn execute(&self, payload: &Payload) -> BoxFuture<Result<Value, BackendError>>;
+
+    /// Whether [`Backend::execute_streaming`] sends deltas as the output is
+    /// made; if not, a streaming worker spreads the finished output over
+    /// the job's latency itself.
+    fn streams(&self) -> bool {
+        false
+    }
+
+    /// As [`Backend::execute`], sending the text output's pieces to
+    /// `deltas` as they come.
+    fn execute_streaming(
+        &self,
+        payload: &Payload,
+        deltas: DeltaSink,
+    ) -> BoxFuture<Result<Value, BackendError>> {
+        drop(deltas);
+        self.execute(payload)
+    }
 }
 
 /// Outputs from [`outputs::output_for`]; the latency is the worker's business.
@@ -69,6 +91,22 @@ const TASK_MAX_TOKENS: u32 = 512;
 #[derive(Debug, Clone)]
 pub struct OpenAiBackend {
     client: OpenAiClient,
+    /// Set over real HTTP: LLM jobs stream from the server (`stream: true`).
+    streaming: Option<Streaming>,
+}
+
+/// What a streamed chat completion needs: the router's client has no
+/// streaming call, so this one reads the server's events itself.
+#[derive(Clone)]
+struct Streaming {
+    http: reqwest::Client,
+    settings: ProviderSettings,
+}
+
+impl std::fmt::Debug for Streaming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streaming").finish_non_exhaustive()
+    }
 }
 
 impl OpenAiBackend {
@@ -79,12 +117,18 @@ impl OpenAiBackend {
         model: impl Into<String>,
         api_key: Option<String>,
     ) -> Self {
-        Self::with_transport(
-            Arc::new(ReqwestTransport::default()),
-            base_url,
-            model,
-            api_key,
-        )
+        let mut settings = ProviderSettings::new(base_url, model);
+        if let Some(key) = api_key {
+            settings = settings.with_api_key(key);
+        }
+        Self {
+            client: OpenAiClient::new(Arc::new(ReqwestTransport::default()), settings.clone())
+                .allow_missing_key(),
+            streaming: Some(Streaming {
+                http: reqwest::Client::new(),
+                settings,
+            }),
+        }
     }
 
     /// Over any transport of the router, e.g. its in-process transport to a
@@ -101,6 +145,7 @@ impl OpenAiBackend {
         }
         Self {
             client: OpenAiClient::new(transport, settings).allow_missing_key(),
+            streaming: None,
         }
     }
 
@@ -111,12 +156,44 @@ impl OpenAiBackend {
 }
 
 impl Backend for OpenAiBackend {
+    fn streams(&self) -> bool {
+        self.streaming.is_some()
+    }
+
+    fn execute_streaming(
+        &self,
+        payload: &Payload,
+        deltas: DeltaSink,
+    ) -> BoxFuture<Result<Value, BackendError>> {
+        match (&self.streaming, payload) {
+            (
+                Some(streaming),
+                Payload::Llm {
+                    prompt,
+                    max_tokens,
+                    model,
+                },
+            ) => {
+                let mut streaming = streaming.clone();
+                if let Some(model) = model {
+                    // The job's model, when its client named one (decision 0023).
+                    streaming.settings.model = model.clone();
+                }
+                let (prompt, max_tokens) = (prompt.clone(), *max_tokens);
+                Box::pin(async move { streaming.complete(&prompt, max_tokens, &deltas).await })
+            }
+            _ => self.execute(payload),
+        }
+    }
+
     fn execute(&self, payload: &Payload) -> BoxFuture<Result<Value, BackendError>> {
         let client = self.client.clone();
         let payload = payload.clone();
         Box::pin(async move {
             match payload {
-                Payload::Llm { prompt, max_tokens } => {
+                Payload::Llm {
+                    prompt, max_tokens, ..
+                } => {
                     let text = client.complete(&prompt, max_tokens).await?;
                     Ok(Value::String(text))
                 }
@@ -140,9 +217,99 @@ impl Backend for OpenAiBackend {
     }
 }
 
+impl Streaming {
+    /// A streamed chat completion: each content delta goes to `deltas` as
+    /// it arrives; the output is their join. Not retried: a retry after a
+    /// delta was forwarded would send the start twice.
+    async fn complete(
+        &self,
+        prompt: &str,
+        max_tokens: u32,
+        deltas: &DeltaSink,
+    ) -> Result<Value, BackendError> {
+        let body = serde_json::json!({"model": self.settings.model, "max_tokens": max_tokens,
+            "stream": true, "messages": [{"role": "user", "content": prompt}]});
+        let mut request = self
+            .http
+            .post(self.settings.endpoint("/v1/chat/completions"))
+            .json(&body);
+        if let Some(key) = &self.settings.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        let request_failed = |e: reqwest::Error| BackendError::Request(e.to_string());
+        let mut response = request.send().await.map_err(request_failed)?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = response.text().await.unwrap_or_default();
+            return Err(BackendError::Status { status, body });
+        }
+        let mut events = SseLines::default();
+        let mut output = String::new();
+        while let Some(chunk) = response.chunk().await.map_err(request_failed)? {
+            for data in events.push(&chunk) {
+                if data == "[DONE]" {
+                    return Ok(Value::String(output));
+                }
+                let piece = content_of(&data)?;
+                if !piece.is_empty() {
+                    output.push_str(&piece);
+                    let _ = deltas.send(piece);
+                }
+            }
+        }
+        Ok(Value::String(output))
+    }
+}
+
+/// The `data:` lines of a server-sent event stream, fed in chunks.
+#[derive(Default)]
+struct SseLines {
+    pending: Vec<u8>,
+}
+
+impl SseLines {
+    fn push(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(chunk);
+        let mut data = Vec::new();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            if let Some(value) = line.trim_end().strip_prefix("data:") {
+                data.push(value.trim_start().to_owned());
+            }
+        }
+        data
+    }
+}
+
+/// The content of one `chat.completion.chunk` (empty when it has none).
+fn content_of(data: &str) -> Result<String, BackendError> {
+    let chunk: Value = serde_json::from_str(data)
+        .map_err(|e| BackendError::BadAnswer(format!("a stream chunk is not JSON: {e}")))?;
+    if let Some(error) = chunk.get("error") {
+        return Err(BackendError::BadAnswer(format!(
+            "the stream failed: {error}"
+        )));
+    }
+    let content = &chunk["choices"][0]["delta"]["content"];
+    Ok(content.as_str().unwrap_or("").to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_chunks_give_their_content_across_reads() {
+        let mut lines = SseLines::default();
+        let first =
+            lines.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"He\"}}]}\n\ndata: {\"choi");
+        assert_eq!(first.len(), 1);
+        assert_eq!(content_of(&first[0]).unwrap(), "He");
+        let rest = lines.push(b"ces\":[{\"delta\":{\"content\":\"llo\"}}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(content_of(&rest[0]).unwrap(), "llo");
+        assert_eq!(rest[1], "[DONE]");
+    }
 
     #[test]
     fn debug_hides_the_key() {

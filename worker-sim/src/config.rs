@@ -211,6 +211,11 @@ pub struct WorkerConfig {
     /// The CAIP-2 network the worker serves; a challenge for another is
     /// refused and the worker stops.
     pub network: String,
+    /// Announce the `deltas` feature and send text outputs as deltas as
+    /// they are made (decision 0023): the simulated backend's spread over
+    /// the job's latency, a streaming backend's as they arrive. Off unless
+    /// asked: the simulation's workers keep the transcripts they had.
+    pub stream: bool,
 }
 
 /// The network a worker expects unless configured: the coordinator's default.
@@ -229,6 +234,7 @@ impl Default for WorkerConfig {
             key: KeySource::Seed,
             reconnect: ReconnectPolicy::default(),
             network: DEFAULT_NETWORK.to_owned(),
+            stream: false,
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod owner;
 pub mod worker;
 pub mod ws;
 
-pub use backend::{Backend, BackendError, OpenAiBackend, SimBackend};
+pub use backend::{Backend, BackendError, DeltaSink, OpenAiBackend, SimBackend};
 pub use clock::{Clock, FixedClock, SharedClock, TokioClock};
 pub use config::{worker_seed, KeySource, Latency, ReconnectPolicy, WorkerConfig, DEFAULT_NETWORK};
 pub use event::{EventKind, EventLog, Observer, WorkerEvent};

@@ -125,6 +125,11 @@ struct RunArgs {
     /// TOML fault plan applied to every worker (see the `fault` module docs).
     #[arg(long, env = "WORKER_SIM_FAULTS")]
     faults: Option<PathBuf>,
+    /// Stream text outputs as deltas (the protocol's `deltas` feature):
+    /// `--backend sim` spreads each output over its latency, `--backend
+    /// openai` forwards the server's stream. `--stream false` sends results only.
+    #[arg(long, env = "WORKER_SIM_STREAM", default_value_t = true, action = clap::ArgAction::Set)]
+    stream: bool,
     /// How jobs are executed.
     #[arg(long, env = "WORKER_SIM_BACKEND", value_enum, default_value_t = BackendKind::Sim)]
     backend: BackendKind,
@@ -376,6 +381,7 @@ fn worker_config(args: &RunArgs, faults: &FaultPlan, index: u32) -> WorkerConfig
             ..ReconnectPolicy::default()
         },
         network: args.network.clone(),
+        stream: args.stream,
         ..WorkerConfig::for_index(args.seed, index)
     }
 }

@@ -35,7 +35,8 @@ use protocol::origin::{worker_origin, OriginError};
 use protocol::receipt::ReceiptBody;
 use protocol::signing::Keypair;
 use protocol::worker::{
-    challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
+    challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, FEATURE_DELTAS,
+    PROTOCOL_VERSION,
 };
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
@@ -104,7 +105,13 @@ enum Completion {
 struct InFlight {
     fault: Option<JobFault>,
     assignment: Assignment,
+    /// The `seq` of its next delta.
+    next_seq: u32,
 }
+
+/// Deltas of the jobs in flight, tagged with their job, on their way from
+/// the job's work to the session (decision 0023).
+type DeltaTx = tokio::sync::mpsc::UnboundedSender<(Uuid, String)>;
 
 pub struct Worker {
     config: WorkerConfig,
@@ -432,6 +439,10 @@ impl Worker {
             capabilities: self.config.capabilities.clone(),
             slots: self.config.slots,
             agent: Some(self.config.agent.clone()),
+            features: match self.config.stream {
+                true => vec![FEATURE_DELTAS.to_owned()],
+                false => Vec::new(),
+            },
         };
         self.send_frame(t, &hello).await?;
         loop {
@@ -500,6 +511,7 @@ impl Worker {
         let mut next_heartbeat = start + interval;
         let mut in_flight: BTreeMap<Uuid, InFlight> = BTreeMap::new();
         let mut pending: FuturesUnordered<BoxFuture<(Uuid, Completion)>> = FuturesUnordered::new();
+        let (delta_tx, mut deltas) = tokio::sync::mpsc::unbounded_channel();
 
         loop {
             let heartbeat_due = stop_at.is_none_or(|stop| next_heartbeat < stop);
@@ -508,9 +520,16 @@ impl Worker {
                 incoming = t.recv() => {
                     let Some(text) = text_of(incoming)? else { continue };
                     let Some(frame) = self.parse_in(text) else { continue };
-                    self.on_frame(t, frame, &mut in_flight, &mut pending).await?;
+                    self.on_frame(t, frame, &mut in_flight, &mut pending, &delta_tx).await?;
+                }
+                Some((job_id, text)) = deltas.recv() => {
+                    self.send_delta(t, &mut in_flight, job_id, text).await?;
                 }
                 Some((job_id, completion)) = pending.next(), if !pending.is_empty() => {
+                    // A job's last deltas may be queued still: they go first.
+                    while let Ok((job_id, text)) = deltas.try_recv() {
+                        self.send_delta(t, &mut in_flight, job_id, text).await?;
+                    }
                     let Some(job) = in_flight.remove(&job_id) else {
                         // Cancelled meanwhile; the work is wasted.
                         continue;
@@ -534,10 +553,12 @@ impl Worker {
         frame: CoordinatorFrame,
         in_flight: &mut BTreeMap<Uuid, InFlight>,
         pending: &mut FuturesUnordered<BoxFuture<(Uuid, Completion)>>,
+        deltas: &DeltaTx,
     ) -> Step {
         match frame {
             CoordinatorFrame::Assign(assignment) => {
-                self.on_assign(t, assignment, in_flight, pending).await
+                self.on_assign(t, assignment, in_flight, pending, deltas)
+                    .await
             }
             CoordinatorFrame::Cancel { job_id, reason } => {
                 if in_flight.remove(&job_id).is_some() {
@@ -557,6 +578,7 @@ impl Worker {
         assignment: Assignment,
         in_flight: &mut BTreeMap<Uuid, InFlight>,
         pending: &mut FuturesUnordered<BoxFuture<(Uuid, Completion)>>,
+        deltas: &DeltaTx,
     ) -> Step {
         let index = self.jobs_seen;
         self.jobs_seen += 1;
@@ -601,11 +623,37 @@ impl Worker {
         // Drawn for every job accepted here, whatever its fault: a seed's
         // later latencies depend on this draw order.
         let latency_ms = self.config.latency.sample_ms(&mut self.latency_rng);
-        if let Some(work) = self.work(fault.as_ref(), &assignment, latency_ms) {
+        if let Some(work) = self.work(fault.as_ref(), &assignment, latency_ms, deltas) {
             pending.push(work);
         }
-        in_flight.insert(job_id, InFlight { fault, assignment });
+        let next_seq = 0;
+        in_flight.insert(
+            job_id,
+            InFlight {
+                fault,
+                assignment,
+                next_seq,
+            },
+        );
         Ok(())
+    }
+
+    /// Sends a delta of a job still in flight (one cancelled meanwhile
+    /// sends nothing more).
+    async fn send_delta<T: FrameConnection>(
+        &self,
+        t: &mut T,
+        in_flight: &mut BTreeMap<Uuid, InFlight>,
+        job_id: Uuid,
+        text: String,
+    ) -> Step {
+        let Some(job) = in_flight.get_mut(&job_id) else {
+            return Ok(());
+        };
+        let seq = job.next_seq;
+        job.next_seq += 1;
+        self.send_frame(t, &WorkerFrame::Delta { job_id, seq, text })
+            .await
     }
 
     /// Why this worker cannot take `assignment` now, if it cannot.
@@ -634,6 +682,7 @@ impl Worker {
         fault: Option<&JobFault>,
         assignment: &Assignment,
         mut latency_ms: u64,
+        deltas: &DeltaTx,
     ) -> Option<BoxFuture<(Uuid, Completion)>> {
         let completion: BoxFuture<Completion> = match fault {
             Some(JobFault::Silent) => return None,
@@ -645,6 +694,11 @@ impl Worker {
             other => {
                 if let Some(JobFault::Slow { extra_ms }) = other {
                     latency_ms += extra_ms;
+                }
+                if self.config.stream {
+                    let job_id = assignment.job_id;
+                    let work = streamed(&*self.backend, assignment, latency_ms, job_id, deltas);
+                    return Some(Box::pin(async move { (job_id, work.await) }));
                 }
                 let work = self.backend.execute(&assignment.payload);
                 Box::pin(async move { Completion::Output(work.await) })
@@ -739,6 +793,7 @@ impl Worker {
                 capabilities: self.config.capabilities.clone(),
                 slots: self.config.slots,
                 agent: Some(self.config.agent.clone()),
+                features: Vec::new(),
             })
             .expect("worker frames serialise"),
             MalformedKind::ForeignResult => {
@@ -760,5 +815,80 @@ impl Worker {
                 .expect("worker frames serialise")
             }
         }
+    }
+}
+
+/// Most deltas the simulated backend's output is cut into.
+const SIM_DELTAS_MAX: usize = 32;
+
+/// A streaming worker's work on one job, due `latency_ms` after it began:
+/// a streaming backend's deltas as they come (after the latency), else the
+/// finished output's pieces spread evenly over the latency, the result at
+/// its end (decision 0023). Only text outputs are cut.
+fn streamed(
+    backend: &dyn Backend,
+    assignment: &Assignment,
+    latency_ms: u64,
+    job_id: Uuid,
+    deltas: &DeltaTx,
+) -> BoxFuture<Completion> {
+    let deltas = deltas.clone();
+    if backend.streams() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let work = backend.execute_streaming(&assignment.payload, tx);
+        let forwarding = async move {
+            while let Some(text) = rx.recv().await {
+                let _ = deltas.send((job_id, text));
+            }
+        };
+        return Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+            let (output, ()) = futures_util::future::join(work, forwarding).await;
+            Completion::Output(output)
+        });
+    }
+    let work = backend.execute(&assignment.payload);
+    Box::pin(async move {
+        let output = work.await;
+        let text = output.as_ref().ok().and_then(Value::as_str).unwrap_or("");
+        let pieces = pieces(text, SIM_DELTAS_MAX);
+        let step = latency_ms / (pieces.len() as u64 + 1);
+        for piece in &pieces {
+            tokio::time::sleep(Duration::from_millis(step)).await;
+            let _ = deltas.send((job_id, (*piece).to_owned()));
+        }
+        let rest = latency_ms - step * pieces.len() as u64;
+        tokio::time::sleep(Duration::from_millis(rest)).await;
+        Completion::Output(output)
+    })
+}
+
+/// `text` cut after spaces into at most `max` pieces that join to it.
+fn pieces(text: &str, max: usize) -> Vec<&str> {
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    let per_piece = words.len().div_ceil(max.max(1)).max(1);
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for group in words.chunks(per_piece) {
+        let len: usize = group.iter().map(|w| w.len()).sum();
+        pieces.push(&text[start..start + len]);
+        start += len;
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::pieces;
+
+    #[test]
+    fn pieces_join_to_the_text_and_are_bounded() {
+        let text = "one two three four five six seven";
+        for max in [1, 2, 3, 32] {
+            let p = pieces(text, max);
+            assert_eq!(p.concat(), text);
+            assert!(p.len() <= max && !p.is_empty());
+        }
+        assert!(pieces("", 4).is_empty());
     }
 }

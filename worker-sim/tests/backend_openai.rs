@@ -35,6 +35,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "Tell me about the sea".into(),
             max_tokens: 12,
+            model: None,
         })
         .await
         .unwrap();
@@ -78,6 +79,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -87,6 +89,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -96,6 +99,7 @@ async fn backend_calls_chat_completions_per_job_type() {
         .execute(&Payload::Llm {
             prompt: "x".into(),
             max_tokens: 4,
+            model: None,
         })
         .await
         .unwrap_err();
@@ -184,4 +188,28 @@ async fn rate_limits_are_retried_after_retry_after_in_process() {
         "{:?}",
         t0.elapsed()
     );
+}
+
+/// Issue 31: over real HTTP the backend streams an LLM job from the
+/// server, forwarding each content delta as it arrives; they join to the
+/// output it returns.
+#[tokio::test]
+async fn backend_streams_llm_jobs_from_the_server() {
+    let (_stub, base) = serve_stub().await;
+    let backend = OpenAiBackend::new(base, "llama3.2", Some("sk-local".into()));
+    assert!(backend.streams());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let payload = Payload::Llm {
+        prompt: "Tell me about the sea".into(),
+        max_tokens: 12,
+        model: None,
+    };
+    let out = backend.execute_streaming(&payload, tx).await.unwrap();
+    let mut deltas = Vec::new();
+    while let Some(d) = rx.recv().await {
+        deltas.push(d);
+    }
+    assert!(deltas.len() > 1, "one delta a word: {deltas:?}");
+    assert_eq!(json!(deltas.concat()), out);
+    assert_eq!(out, backend.execute(&payload).await.unwrap());
 }

@@ -149,7 +149,8 @@ fn assert_completed_by(record: &Value, pubkey: &str, prompt: &str) {
         *output,
         testkit::outputs::output_for(&Payload::Llm {
             prompt: prompt.into(),
-            max_tokens: 16
+            max_tokens: 16,
+            model: None,
         })
     );
 }

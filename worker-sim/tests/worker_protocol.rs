@@ -63,6 +63,7 @@ async fn hello_and_auth_signature_verify() {
         capabilities,
         slots,
         agent,
+        features,
     }) = c.hello.clone()
     else {
         panic!()
@@ -74,6 +75,10 @@ async fn hello_and_auth_signature_verify() {
     assert_eq!(capabilities, vec![JobType::Task]);
     assert_eq!(slots, 3);
     assert!(agent.unwrap().starts_with("worker-sim/"));
+    assert!(
+        features.is_empty(),
+        "a worker that does not stream names no feature"
+    );
     let hello_text = &s.log.frame_lines()[0];
     assert!(hello_text
         .starts_with(r#"-> {"type":"hello","protocol_version":2,"coordinator":"ws://in-memory","#));

@@ -43,6 +43,7 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
         (name = "jobs", description = "Quotes, commits and polling"),
         (name = "trust", description = "Pairing users with their trusted workers"),
         (name = "service", description = "Health, this contract and the worker WebSocket"),
+        (name = "openai", description = "The OpenAI-compatible door: chat completions as LLM_INFER jobs (decision 0023)"),
     ),
 )]
 pub struct ApiDoc;
@@ -120,6 +121,15 @@ pub struct LlmPayloadRequest {
     /// Default 256.
     #[schema(required = false, minimum = 1, maximum = 32768)]
     pub max_tokens: u32,
+    /// The model asked for, passed to the worker (workers that serve one
+    /// model ignore it); no control characters.
+    #[schema(
+        required = false,
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+    )]
+    pub model: String,
 }
 
 /// The payload of a `TASK` job.

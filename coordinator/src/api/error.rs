@@ -38,6 +38,16 @@ pub enum ApiError {
     /// 503: a bounded resource is full; retry later.
     #[error("{0}")]
     Unavailable(String),
+    /// 502: a job the OpenAI-compatible door waited for failed.
+    #[error("{0}")]
+    JobFailed(String),
+    /// 504: a job the door waited for did not end while it waited.
+    #[error("{0}")]
+    JobPending(String),
+    /// A streamed chat completion whose job restarted after text was sent
+    /// (only ever an error chunk of the stream).
+    #[error("{0}")]
+    StreamRestarted(String),
     /// 402: no payment, or a payment that was refused (x402 answer).
     #[error("payment required")]
     Payment(Box<x402::Refusal>),
@@ -66,8 +76,57 @@ impl ApiError {
             ApiError::UserProof { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Payment(_) => StatusCode::PAYMENT_REQUIRED,
+            ApiError::JobFailed(_) | ApiError::StreamRestarted(_) => StatusCode::BAD_GATEWAY,
+            ApiError::JobPending(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+}
+
+impl ApiError {
+    /// The OpenAI-compatible door's error body, OpenAI's shape
+    /// `{"error": {"message", "type", "code"}}`, and its status.
+    pub fn openai_body(&self) -> (StatusCode, serde_json::Value) {
+        let status = self.status();
+        let (kind, code) = match self {
+            ApiError::BadRequest(_)
+            | ApiError::UnsupportedMediaType
+            | ApiError::PayloadTooLarge { .. }
+            | ApiError::MethodNotAllowed => ("invalid_request_error", "invalid_request"),
+            ApiError::JobNotFound | ApiError::NoRoute { .. } => {
+                ("invalid_request_error", "not_found")
+            }
+            ApiError::BodyTimeout { .. } => ("invalid_request_error", "request_timeout"),
+            ApiError::NoTrustedWorker(_) => ("invalid_request_error", "no_trusted_worker"),
+            ApiError::RateLimited { .. } => ("rate_limit_error", "rate_limit_exceeded"),
+            ApiError::UserProof { .. } => ("authentication_error", "user_proof_required"),
+            ApiError::Payment(_) => ("invalid_request_error", "payment_required"),
+            ApiError::Unavailable(_) => ("server_error", "unavailable"),
+            ApiError::JobFailed(_) => ("server_error", "job_failed"),
+            ApiError::JobPending(_) => ("server_error", "job_pending"),
+            ApiError::StreamRestarted(_) => ("server_error", "stream_restarted"),
+            ApiError::Internal(_) => ("server_error", "internal_error"),
+        };
+        let body =
+            serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": code}});
+        (status, body)
+    }
+
+    /// This error as the OpenAI-compatible door answers it: OpenAI's shape,
+    /// but for 402, which stays x402's answer (its `accepts` and header are
+    /// what a paying client reads), and 429's `Retry-After`.
+    pub fn openai_response(self) -> Response {
+        if let ApiError::Payment(refusal) = self {
+            return refusal.into_response();
+        }
+        let (status, body) = self.openai_body();
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after_s, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        response
     }
 }
 

@@ -109,10 +109,9 @@ fn is_json(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The whole body, within the configured size limit.
 /// The body, bounded in bytes and in time: past `http_body_timeout_ms`
 /// the request is answered 408 and its buffer freed.
-async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(req: Request, state: &Coordinator) -> Result<Bytes, ApiError> {
     let limit_bytes = state.config().limits.body_bytes_max;
     let timeout_ms = state.config().timing.http_body_timeout_ms;
     let read = Bytes::from_request(req, state);

@@ -4,8 +4,9 @@
 //! Each route is registered once, in [`routes`], with the handler's
 //! `#[utoipa::path]` operation (utoipa-axum's `OpenApiRouter`): the router
 //! and the OpenAPI document ([`document_json`]) both come from that list.
-//! Files: `jobs.rs`, `trust.rs`, `service.rs`, `worker_ws.rs` (the route
-//! groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
+//! Files: `jobs.rs`, `events.rs` (a job's server-sent events), `openai.rs`
+//! (the OpenAI-compatible door), `trust.rs`,
+//! `service.rs`, `worker_ws.rs` (the route groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
 //! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`,
 //! `user_auth.rs` (acting for a user: the `X-User-Proof` check).
 
@@ -14,9 +15,11 @@ pub mod error;
 pub mod validate;
 pub mod worker_ws;
 
+mod events;
 mod extract;
 mod jobs;
 mod layers;
+mod openai;
 mod service;
 mod trust;
 mod user_auth;
@@ -47,6 +50,9 @@ fn routes() -> OpenApiRouter<Coordinator> {
         .routes(routes!(jobs::commit_fast))
         .routes(routes!(jobs::commit_cheap))
         .routes(routes!(jobs::poll))
+        .routes(routes!(events::events))
+        .routes(routes!(openai::chat_completions))
+        .routes(routes!(openai::models))
         .routes(routes!(trust::trust_create))
         .routes(routes!(trust::trust_claim))
         .routes(routes!(trust::trust_list))

@@ -36,6 +36,7 @@ pub fn submission(body: &Value, limits: &Limits) -> Result<JobSubmission, String
             max_tokens: Field::get(p, "max_tokens"),
             task_type: Field::get(p, "task_type"),
             input: Field::get(p, "input"),
+            model: Field::get(p, "model"),
         }),
         Some(_) => PayloadFields::NotObject,
     };
@@ -115,6 +116,8 @@ struct PayloadObject<'a> {
     task_type: Field<'a>,
     #[serde(default, borrow)]
     input: Field<'a>,
+    #[serde(default, borrow)]
+    model: Field<'a>,
 }
 
 /// A plain commit body. Unknown fields are refused here (not ignored as
@@ -338,6 +341,29 @@ pub fn free_text(name: &str, s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Most characters of an `LLM_INFER` payload's `model`.
+pub const MODEL_CHARS_MAX: usize = 256;
+
+/// An `LLM_INFER` payload's optional `model` (decision 0023): absent or
+/// `null` is none; else a non-empty string of at most [`MODEL_CHARS_MAX`]
+/// characters without control characters.
+fn llm_model(field: Field<'_>) -> Result<Option<String>, String> {
+    let invalid = || {
+        format!("payload.model must be a non-empty string of at most {MODEL_CHARS_MAX} characters without control characters")
+    };
+    match field {
+        Field::Absent | Field::Null => Ok(None),
+        Field::Str(s)
+            if !s.is_empty()
+                && s.chars().count() <= MODEL_CHARS_MAX
+                && !s.chars().any(char::is_control) =>
+        {
+            Ok(Some(s.to_owned()))
+        }
+        _ => Err(invalid()),
+    }
+}
+
 fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<Payload, String> {
     if p.job_type != Field::Absent && p.job_type.as_str() != Some(job_type.as_str()) {
         return Err("payload.job_type must match job_type".into());
@@ -359,7 +385,12 @@ fn payload(p: PayloadObject<'_>, job_type: JobType, limits: &Limits) -> Result<P
                     ))
                 }
             };
-            Ok(Payload::Llm { prompt, max_tokens })
+            let model = llm_model(p.model)?;
+            Ok(Payload::Llm {
+                prompt,
+                max_tokens,
+                model,
+            })
         }
         JobType::Task => {
             let task_type = p
@@ -397,6 +428,34 @@ mod tests {
         submission(&body, &Limits::default())
     }
 
+    /// Issue 31: an LLM job's optional `model` is kept, checked, and read
+    /// the same from a plain body as from a parsed one.
+    #[test]
+    fn an_llm_model_is_kept_and_checked() {
+        let with = |model: Value| json!({"job_type":"LLM_INFER","user_id":"u","payload":{"prompt":"hi","model":model}});
+        let s = check(with(json!("llama3.2"))).unwrap();
+        assert!(matches!(s.payload, Payload::Llm { model: Some(ref m), .. } if m == "llama3.2"));
+        let plain = plain_submission(with(json!("m")).to_string().as_bytes(), &Limits::default());
+        assert!(matches!(plain, Some(Ok(_))));
+        assert!(matches!(
+            check(with(Value::Null)).unwrap().payload,
+            Payload::Llm { model: None, .. }
+        ));
+        for bad in [
+            json!(""),
+            json!(5),
+            json!("a\u{7}b"),
+            json!("m".repeat(257)),
+        ] {
+            assert!(
+                check(with(bad.clone()))
+                    .unwrap_err()
+                    .contains("payload.model"),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn accepts_both_payload_kinds_with_defaults() {
         let s =
@@ -405,7 +464,8 @@ mod tests {
             s.payload,
             Payload::Llm {
                 prompt: "hi".into(),
-                max_tokens: 256
+                max_tokens: 256,
+                model: None,
             }
         );
         assert_eq!(s.privacy_class, PrivacyClass::Public);

@@ -970,6 +970,7 @@ mod tests {
             payload: protocol::api::Payload::Llm {
                 prompt: "hi".into(),
                 max_tokens: 8,
+                model: None,
             },
             privacy_class: protocol::api::PrivacyClass::Public,
         };

@@ -24,6 +24,7 @@ fn submission(user: &str, privacy_class: PrivacyClass) -> JobSubmission {
         payload: Payload::Llm {
             prompt: "hi".into(),
             max_tokens: 8,
+            model: None,
         },
         privacy_class,
     }

@@ -1350,11 +1350,11 @@ impl Core {
 /// included): counting the raw text let prompts of control characters
 /// take up to six times their count on disk (issue 29).
 fn submission_bytes(s: &JobSubmission) -> usize {
-    let payload = match &s.payload {
-        Payload::Llm { prompt, .. } => prompt,
-        Payload::Task { input, .. } => input,
+    let (payload, model) = match &s.payload {
+        Payload::Llm { prompt, model, .. } => (prompt, model.as_deref().unwrap_or("")),
+        Payload::Task { input, .. } => (input, ""),
     };
-    escaped_len(&s.user_id) + escaped_len(payload)
+    escaped_len(&s.user_id) + escaped_len(payload) + escaped_len(model)
 }
 
 /// A string's length in JSON, escapes included, without its quotes.
@@ -1368,6 +1368,7 @@ fn without_payload(s: &JobSubmission) -> JobSubmission {
         Payload::Llm { max_tokens, .. } => Payload::Llm {
             prompt: String::new(),
             max_tokens: *max_tokens,
+            model: None,
         },
         Payload::Task { task_type, .. } => Payload::Task {
             task_type: *task_type,

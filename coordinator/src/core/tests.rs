@@ -185,6 +185,7 @@ fn submission(job_type: JobType, user: &str, privacy_class: PrivacyClass) -> Job
         JobType::LlmInfer => Payload::Llm {
             prompt: "hi".into(),
             max_tokens: 8,
+            model: None,
         },
         JobType::Task => Payload::Task {
             task_type: TaskType::Summarize,
@@ -1361,6 +1362,7 @@ fn a_finished_job_drops_its_payload_and_keeps_its_digest() {
     sub.payload = Payload::Llm {
         prompt: "p".repeat(10_000),
         max_tokens: 8,
+        model: None,
     };
     let id = r
         .core
@@ -1375,7 +1377,8 @@ fn a_finished_job_drops_its_payload_and_keeps_its_digest() {
         job.submission.payload,
         Payload::Llm {
             prompt: String::new(),
-            max_tokens: 8
+            max_tokens: 8,
+            model: None,
         }
     );
     assert!(job.payload_digest.is_some());
@@ -1388,6 +1391,7 @@ fn a_finished_job_drops_its_payload_and_keeps_its_digest() {
     other.payload = Payload::Llm {
         prompt: "q".repeat(10_000),
         max_tokens: 8,
+        model: None,
     };
     assert!(crate::core::bought_with(&job, &other, Tier::Cheap).is_none());
 }
@@ -1401,6 +1405,7 @@ fn control_characters_count_as_the_store_writes_them() {
     sub.payload = Payload::Llm {
         prompt: "\u{1}".repeat(10_000),
         max_tokens: 8,
+        model: None,
     };
     let id = r.commit_as(Tier::Cheap, sub).unwrap();
     let stored = serde_json::to_string(r.core.job(&id).unwrap())
@@ -1425,6 +1430,7 @@ fn one_client_cannot_fill_the_queued_budget() {
     sub.payload = Payload::Llm {
         prompt: "p".repeat(8 * 1024),
         max_tokens: 8,
+        model: None,
     };
     let mut accepted = 0;
     while r

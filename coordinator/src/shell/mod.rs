@@ -6,7 +6,8 @@
 //!
 //! Files: `polls.rs` (held long polls), `handshakes.rs` (places for
 //! unauthenticated connections), `timers.rs` (the timer task), `proofs.rs`
-//! (the nonces of accepted user proofs).
+//! (the nonces of accepted user proofs), `streams.rs` (running jobs'
+//! output deltas and the event streams reading them).
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -24,12 +25,14 @@ use uuid::Uuid;
 mod handshakes;
 mod polls;
 mod proofs;
+mod streams;
 mod timers;
 
 pub use handshakes::{HandshakePermit, WorkerPlace};
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub use proofs::NonceRefused;
+pub use streams::{Cursor, StreamView, StreamWatch, StreamsFull};
 pub(crate) use timers::run_timers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -121,6 +124,7 @@ struct State {
     /// result the worker sent: the worker itself bounds the backlog.
     outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Box<Outbound>>>,
     held: HeldPolls,
+    streams: streams::Streams,
 }
 
 impl Coordinator {
@@ -145,6 +149,7 @@ impl Coordinator {
                 core,
                 outboxes: BTreeMap::new(),
                 held: HeldPolls::default(),
+                streams: streams::Streams::default(),
             }),
             timer_wake: Notify::new(),
             stopping: AtomicBool::new(false),
@@ -348,6 +353,7 @@ impl Coordinator {
         if state.held.any_waiting() {
             state.held.wake_changed(&changes);
         }
+        state.streams.observe(&changes, self.inner.clock.now_ms());
         let mut outbox = state.core.take_outbox();
         for (session, out) in outbox.drain(..) {
             if let Some(tx) = state.outboxes.get(&session) {
@@ -456,6 +462,7 @@ impl Coordinator {
         self.inner.stopping.store(true, Ordering::SeqCst);
         // Held polls answer now with the job as it is; new ones are not held.
         state.held.wake_all();
+        state.streams.wake_all();
         for out in state.outboxes.values() {
             let close = Outbound::Close(
                 protocol::worker::ErrorCode::ShuttingDown,

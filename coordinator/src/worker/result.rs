@@ -49,6 +49,8 @@ pub struct Held {
     pub shape: OutputShape,
     /// Goes into the receipt verbatim.
     pub payment_ref: Option<String>,
+    /// The output deltas sent so far (decision 0023).
+    pub deltas: super::deltas::Deltas,
 }
 
 /// Checks the result of job `job_id` against what it was assigned with:
@@ -76,6 +78,13 @@ pub fn check_result(
             FailureReason::InvalidOutput,
             ErrorCode::InvalidOutput,
             "output must be a string for LLM_INFER, summarize and classify, and an object or array for extract_json".into(),
+        ));
+    }
+    if !job.deltas.join_to(output) {
+        return Err((
+            FailureReason::InvalidOutput,
+            ErrorCode::InvalidOutput,
+            "the job's deltas do not join to the result's output".into(),
         ));
     }
     let invalid = |message: String| {
@@ -123,6 +132,7 @@ mod tests {
         let llm = Payload::Llm {
             prompt: "p".into(),
             max_tokens: 1,
+            model: None,
         };
         let text = OutputShape::of(&llm);
         assert!(text.fits(&json!("text")));
@@ -144,9 +154,10 @@ mod tests {
         let keypair = protocol::signing::Keypair::from_secret_hex(&"07".repeat(32)).unwrap();
         let pubkey = keypair.public_key_hex();
         let key = protocol::signing::parse_public_key(&pubkey).unwrap();
-        let held = Held {
+        let mut held = Held {
             shape: OutputShape::Text,
             payment_ref: None,
+            deltas: Default::default(),
         };
         let receipt = protocol::receipt::Receipt {
             job_id: Uuid::nil(),
@@ -167,5 +178,11 @@ mod tests {
         // Within the limit, the receipt is what fails here.
         let refused = check_result(&pubkey, &key, Uuid::nil(), &held, &output, &receipt, 700);
         assert_eq!(refused.unwrap_err().0, FailureReason::InvalidReceipt);
+        // Issue 31: deltas that do not join to the output refuse it first.
+        held.deltas.push(0, "other", 10, 700).unwrap();
+        let refused = check_result(&pubkey, &key, Uuid::nil(), &held, &output, &receipt, 700);
+        let (reason, _, message) = refused.unwrap_err();
+        assert_eq!(reason, FailureReason::InvalidOutput);
+        assert!(message.contains("deltas"), "{message}");
     }
 }

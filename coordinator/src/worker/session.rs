@@ -13,6 +13,7 @@
 //! the session, outside the core's lock, because signature recovery is the
 //! most expensive step of a job.
 
+use super::deltas::DeltaRate;
 use super::result::{check_result, Held, OutputShape};
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::shell::{Coordinator, OutboxRx};
@@ -20,7 +21,7 @@ use protocol::api::JobType;
 use protocol::connection::{FrameConnection, Incoming, SendError};
 use protocol::signing;
 use protocol::worker::{
-    challenge_message, CoordinatorFrame, ErrorCode, WorkerFrame, PROTOCOL_VERSION,
+    challenge_message, CoordinatorFrame, ErrorCode, WorkerFrame, FEATURE_DELTAS, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,6 +38,9 @@ struct Peer {
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
     outbox: OutboxRx,
+    /// Its hello named [`FEATURE_DELTAS`]: it may send `delta` frames.
+    deltas: bool,
+    delta_rate: DeltaRate,
     /// Its place among its address's sessions, held while it runs.
     _place: Option<crate::shell::WorkerPlace>,
 }
@@ -219,6 +223,7 @@ struct Hello {
     key: signing::PublicKey,
     capabilities: Vec<JobType>,
     slots: u32,
+    deltas: bool,
 }
 
 /// Waits for a hello this coordinator accepts (other frames are answered
@@ -237,6 +242,7 @@ async fn hello<C: FrameConnection>(
                 provider_pubkey,
                 capabilities,
                 slots,
+                features,
                 ..
             }) => {
                 if protocol_version != PROTOCOL_VERSION {
@@ -255,6 +261,7 @@ async fn hello<C: FrameConnection>(
                         key,
                         capabilities,
                         slots,
+                        deltas: features.iter().any(|f| f == FEATURE_DELTAS),
                     }),
                     Err(message) => {
                         let _ = send_error(conn, ErrorCode::InvalidHello, message, None).await;
@@ -339,6 +346,8 @@ async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello
         pubkey: hello.pubkey,
         key: hello.key,
         outbox,
+        deltas: hello.deltas,
+        delta_rate: DeltaRate::default(),
         _place: None,
     })
 }
@@ -420,7 +429,8 @@ async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Pee
                 match frame {
                     CoordinatorFrame::Assign(a) => {
                         let shape = OutputShape::of(&a.payload);
-                        held.insert(a.job_id, Held { shape, payment_ref: a.payment_ref });
+                        let deltas = Default::default();
+                        held.insert(a.job_id, Held { shape, payment_ref: a.payment_ref, deltas });
                     }
                     CoordinatorFrame::Cancel { job_id, .. } => { held.remove(&job_id); }
                     _ => {}
@@ -449,7 +459,7 @@ async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Pee
 async fn handle<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut C,
-    peer: &Peer,
+    peer: &mut Peer,
     held: &mut HashMap<Uuid, Held>,
     frame: WorkerFrame,
 ) -> Result<(), SendError> {
@@ -473,6 +483,7 @@ async fn handle<C: FrameConnection>(
             .err()
             .map(|e| (e.code(), e.to_string(), Some(job_id)))
         }
+        WorkerFrame::Delta { job_id, seq, text } => delta(c, peer, held, job_id, seq, text),
         WorkerFrame::Result {
             job_id,
             output,
@@ -498,16 +509,7 @@ async fn result(
 ) -> Result<Option<Refusal>, SendError> {
     let session = peer.session;
     match held.remove(&job_id) {
-        None => {
-            // Not a job this session holds: say whether it exists at all.
-            // A store that cannot answer: the job is taken to exist.
-            let e = if !matches!(c.job(&job_id), Ok(None)) {
-                crate::core::FrameError::NotAssigned
-            } else {
-                crate::core::FrameError::UnknownJob
-            };
-            Ok(Some((e.code(), e.to_string(), Some(job_id))))
-        }
+        None => Ok(Some(not_held(c, job_id))),
         Some(job) => {
             let output_max = c.config().limits.output_bytes_max;
             let checked = check_result(
@@ -550,4 +552,65 @@ async fn result(
             }
         }
     }
+}
+
+/// The refusal of a frame about a job this session does not hold: it says
+/// whether the job exists at all. A store that cannot answer: the job is
+/// taken to exist.
+fn not_held(c: &Coordinator, job_id: Uuid) -> Refusal {
+    let e = if !matches!(c.job(&job_id), Ok(None)) {
+        crate::core::FrameError::NotAssigned
+    } else {
+        crate::core::FrameError::UnknownJob
+    };
+    (e.code(), e.to_string(), Some(job_id))
+}
+
+/// A worker's output delta (decision 0023): from a worker that announced
+/// the feature, for a text job it holds and runs, in order and within the
+/// limits, then handed to the job's readers. A delta that breaks a rule
+/// is refused and spends the attempt as an invalid output would: the
+/// readers were shown a stream that can no longer be trusted, and the
+/// job's retry tells them to start again.
+fn delta(
+    c: &Coordinator,
+    peer: &mut Peer,
+    held: &mut HashMap<Uuid, Held>,
+    job_id: Uuid,
+    seq: u32,
+    text: String,
+) -> Option<Refusal> {
+    if !peer.deltas {
+        let message = "delta frames need the `deltas` feature in the hello";
+        return Some((ErrorCode::UnexpectedFrame, message.into(), Some(job_id)));
+    }
+    let Some(job) = held.get_mut(&job_id) else {
+        return Some(not_held(c, job_id));
+    };
+    let limits = &c.config().limits;
+    let checked = if job.shape != OutputShape::Text {
+        Err("deltas are for text outputs only".to_owned())
+    } else if !peer
+        .delta_rate
+        .allow(limits.deltas_per_session_per_second_max)
+    {
+        Err(format!(
+            "more than {} deltas a second",
+            limits.deltas_per_session_per_second_max
+        ))
+    } else {
+        job.deltas.push(
+            seq,
+            &text,
+            limits.deltas_per_job_max,
+            limits.output_bytes_max,
+        )
+    };
+    let checked = checked.and_then(|()| c.push_delta(peer.session, job_id, &text));
+    let message = checked.err()?;
+    held.remove(&job_id);
+    let reason = FailureReason::InvalidOutput;
+    c.metrics().result_rejected(reason);
+    let _ = c.with(|core, now_ms| core.attempt_failed(peer.session, job_id, reason, now_ms));
+    Some((ErrorCode::InvalidOutput, message, Some(job_id)))
 }

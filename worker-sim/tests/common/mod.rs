@@ -158,6 +158,7 @@ pub fn llm(n: u128, prompt: &str) -> Assignment {
         payload: Payload::Llm {
             prompt: prompt.into(),
             max_tokens: 32,
+            model: None,
         },
         privacy_class: PrivacyClass::Public,
         payment_ref: Some(format!("x402:0xpay{n}")),
