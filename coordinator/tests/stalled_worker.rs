@@ -38,6 +38,10 @@ async fn a_worker_that_stops_reading_is_closed_and_its_jobs_go_elsewhere() {
 
     // Logs in, then never reads (nor writes) again.
     let stalled = TestWorker::connect(Wire::ws(&url).await, 1, &["TASK"], 64).await;
+    let last_frame = tokio::time::Instant::now();
+    // Its sends block only a second after its last frame, so a deadline
+    // counted from the first blocked send would end a second late.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let input = "x".repeat(INPUT_BYTES);
     let mut ids = Vec::new();
     for _ in 0..JOBS {
@@ -50,17 +54,18 @@ async fn a_worker_that_stops_reading_is_closed_and_its_jobs_go_elsewhere() {
     let honest = TestWorker::connect(Wire::ws(&url).await, 2, &["TASK"], 64).await;
     let served = tokio::spawn(serve_all(honest));
 
-    // Closed within the heartbeat timeout (plus the close's own second).
-    let started = tokio::time::Instant::now();
+    // Closed within the heartbeat timeout of its last frame (2 s; 600 ms
+    // for the polling here). Before, the timeout ran from its first blocked
+    // send, and the close handshake took another second.
     loop {
         let online = call(&router, "GET", "/v1/health", None).await.body["workers_online"].clone();
         if online == 1 {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(6),
-            "the stalled worker is still online after {:?}",
-            started.elapsed()
+            last_frame.elapsed() < Duration::from_millis(2_600),
+            "the stalled worker is still online {:?} after its last frame",
+            last_frame.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -57,7 +57,12 @@ pub async fn run_admitted<C: FrameConnection>(
     permit: Option<crate::shell::HandshakePermit>,
 ) {
     let within = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
-    let mut conn = Timed { conn, within };
+    let mut conn = Timed {
+        conn,
+        within,
+        silent_until: None,
+        stalled: false,
+    };
     // Held to the end: shutdown waits for it (the worker's jobs are given
     // back below, before the final commit).
     let _running = c.session_running();
@@ -83,10 +88,19 @@ pub async fn run_admitted<C: FrameConnection>(
 /// waited forever while the heartbeat timer (checked between frames) never
 /// fired and the outbox grew (issue 29, finding 3). A send that misses it
 /// fails as on a closed connection, which ends the session; its jobs go
-/// back to the queue. The closing handshake gets [`CLOSE_WITHIN`].
+/// back to the queue. Once the session runs, a send also ends at the
+/// heartbeat deadline (a worker silent that long is gone whatever the send
+/// path does), so a stalled worker is closed within the heartbeat timeout
+/// of its last frame, not of its first blocked send. The closing handshake
+/// gets [`CLOSE_WITHIN`], and none after a missed send (the socket takes
+/// nothing more).
 struct Timed<C> {
     conn: C,
     within: Duration,
+    /// The heartbeat deadline of the running session.
+    silent_until: Option<Instant>,
+    /// A send missed its deadline.
+    stalled: bool,
 }
 
 /// Most time a closing handshake may take before the socket is dropped.
@@ -98,14 +112,21 @@ impl<C: FrameConnection> FrameConnection for Timed<C> {
     }
 
     async fn send(&mut self, text: String) -> Result<(), SendError> {
-        match tokio::time::timeout(self.within, self.conn.send(text)).await {
+        let deadline = Instant::now() + self.within;
+        let deadline = self.silent_until.map_or(deadline, |s| s.min(deadline));
+        match tokio::time::timeout_at(deadline, self.conn.send(text)).await {
             Ok(sent) => sent,
-            Err(_) => Err(SendError::Closed),
+            Err(_) => {
+                self.stalled = true;
+                Err(SendError::Closed)
+            }
         }
     }
 
     async fn close(&mut self) {
-        let _ = tokio::time::timeout(CLOSE_WITHIN, self.conn.close()).await;
+        if !self.stalled {
+            let _ = tokio::time::timeout(CLOSE_WITHIN, self.conn.close()).await;
+        }
     }
 }
 
@@ -404,9 +425,14 @@ fn check_hello(
 }
 
 /// The authenticated loop; returns why it ended.
-async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Peer) -> &'static str {
+async fn serve<C: FrameConnection>(
+    c: &Coordinator,
+    conn: &mut Timed<C>,
+    peer: &mut Peer,
+) -> &'static str {
     let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
     let mut silent_until = Instant::now() + heartbeat_timeout;
+    conn.silent_until = Some(silent_until);
     // Jobs this session holds, to check results against.
     let mut held: HashMap<Uuid, Held> = HashMap::new();
     loop {
@@ -443,6 +469,7 @@ async fn serve<C: FrameConnection>(c: &Coordinator, conn: &mut C, peer: &mut Pee
             incoming = conn.recv() => {
                 // Any frame, even a bad one, shows the worker is alive.
                 silent_until = Instant::now() + heartbeat_timeout;
+                conn.silent_until = Some(silent_until);
                 let frame = match parse_frame(c, conn, incoming).await {
                     Err(_) => return "connection closed",
                     Ok(None) => continue,
