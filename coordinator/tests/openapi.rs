@@ -66,6 +66,11 @@ fn every_route_and_status_is_documented() {
         ("/v1/quote", "get", &["200", "400"]),
         ("/v1/jobs/{id}", "get", &["200", "400", "404"]),
         (
+            "/v1/jobs/{id}/cancel",
+            "post",
+            &["200", "401", "404", "409", "503"],
+        ),
+        (
             "/v1/trust/create",
             "post",
             &["201", "400", "401", "413", "415", "429", "503"],
@@ -83,7 +88,7 @@ fn every_route_and_status_is_documented() {
     for (path, method, codes) in expected {
         assert_eq!(statuses(&doc, path, method), *codes, "{method} {path}");
     }
-    assert_eq!(doc["paths"].as_object().unwrap().len(), 11);
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 12);
 }
 
 #[test]
@@ -100,6 +105,7 @@ fn limited_answers_document_their_headers_and_examples() {
         "RateLimited",
         "Unavailable",
         "NoTrustedWorkerAnswer",
+        "NotCancellableAnswer",
     ] {
         let content = &responses[name]["content"]["application/json"];
         assert!(

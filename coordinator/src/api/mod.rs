@@ -4,7 +4,7 @@
 //! Each route is registered once, in [`routes`], with the handler's
 //! `#[utoipa::path]` operation (utoipa-axum's `OpenApiRouter`): the router
 //! and the OpenAPI document ([`document_json`]) both come from that list.
-//! Files: `jobs.rs`, `trust.rs`, `service.rs`, `worker_ws.rs` (the route
+//! Files: `jobs.rs`, `cancel.rs`, `trust.rs`, `service.rs`, `worker_ws.rs` (the route
 //! groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
 //! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`,
 //! `user_auth.rs` (acting for a user: the `X-User-Proof` check).
@@ -14,6 +14,7 @@ pub mod error;
 pub mod validate;
 pub mod worker_ws;
 
+mod cancel;
 mod extract;
 mod jobs;
 mod layers;
@@ -47,6 +48,7 @@ fn routes() -> OpenApiRouter<Coordinator> {
         .routes(routes!(jobs::commit_fast))
         .routes(routes!(jobs::commit_cheap))
         .routes(routes!(jobs::poll))
+        .routes(routes!(cancel::cancel))
         .routes(routes!(trust::trust_create))
         .routes(routes!(trust::trust_claim))
         .routes(routes!(trust::trust_list))
