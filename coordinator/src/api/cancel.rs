@@ -64,12 +64,7 @@ pub(super) async fn cancel(
         user_auth::prove_user(&c, &proof, &job.submission.user_id, None)?;
     }
     let cancelled = match found {
-        Found::Here(_) => c.with(|core, now_ms| {
-            core.cancel(id, now_ms)
-                .map(|()| core.job_shared(&id))
-                .ok()
-                .flatten()
-        }),
+        Found::Here(_) => c.with(|core, now_ms| core.cancel(id, now_ms).ok()),
         Found::Elsewhere(_) => None,
     };
     // Memory runs ahead of the disk: answer only what would survive a crash.

@@ -6,9 +6,10 @@
 //! failed job's payment gets (released, never settled) a cancelled one
 //! gets too.
 
-use super::{Core, FailureReason, Outbound};
+use super::{Change, Core, FailureReason, Job, Outbound};
 use protocol::api::JobStatus;
 use protocol::worker::CoordinatorFrame;
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// The `reason` of the `cancel` frame a worker gets for a cancelled job
@@ -42,8 +43,10 @@ impl Core {
     /// Cancels job `id`: a pending one leaves its queue; a held one's worker
     /// gets a `cancel` frame and its freed slot is filled from the queues.
     /// Either way the job fails `cancelled`, so a later result from that
-    /// worker is refused (`not_assigned`) and never completes it.
-    pub fn cancel(&mut self, id: Uuid, now_ms: i64) -> Result<(), CancelRefused> {
+    /// worker is refused (`not_assigned`) and never completes it. Returns
+    /// the cancelled job: it may have left memory already (a finished-job
+    /// cache of 0 evicts it as it ends; found by the swarm, seed 35).
+    pub fn cancel(&mut self, id: Uuid, now_ms: i64) -> Result<Arc<Job>, CancelRefused> {
         let job = self.jobs.get(&id).ok_or(CancelRefused::UnknownJob)?;
         if !cancellable(job.status) {
             return Err(CancelRefused::NotCancellable(job.status));
@@ -69,11 +72,14 @@ impl Core {
             }
             (status, None) => unreachable!("job {id} is {status} without a holder"),
         }
-        debug_assert_eq!(self.jobs[&id].status, JobStatus::Failed);
-        debug_assert!(
-            self.jobs[&id].timer.is_none(),
-            "cancelled job {id} kept a timer"
-        );
-        Ok(())
+        // `fail` recorded the job as it ended (before it may leave memory).
+        let ended = self.changes.iter().rev().find_map(|change| match change {
+            Change::Job(job) if job.id == id => Some(Arc::clone(job)),
+            _ => None,
+        });
+        let ended = ended.expect("a failed job is recorded as changed");
+        debug_assert_eq!(ended.error, Some(FailureReason::Cancelled));
+        debug_assert!(ended.timer.is_none(), "cancelled job {id} kept a timer");
+        Ok(ended)
     }
 }

@@ -1449,7 +1449,33 @@ impl Rig {
     fn cancel(&mut self, id: Uuid) -> Result<(), super::CancelRefused> {
         let out = self.core.cancel(id, self.now_ms);
         self.check();
-        out
+        out.map(|job| assert_eq!((job.id, job.status), (id, JobStatus::Failed)))
+    }
+}
+
+/// Found by the swarm (seed 35): with no finished job cached, a cancelled
+/// job leaves memory as it ends; the cancel still answers with it (it
+/// panicked looking it up, and the API would have answered 409).
+#[test]
+fn a_cancel_answers_with_the_job_even_when_it_leaves_memory_as_it_ends() {
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 0;
+    let mut r = Rig::with_config(config);
+    let w = r.worker("0xa", &[LLM], 1);
+    let held = r.commit(Tier::Fast);
+    let pending = r.commit(Tier::Fast);
+    assert_eq!(
+        (r.holder(held), r.status(pending)),
+        (Some(w), JobStatus::Pending)
+    );
+    for id in [pending, held] {
+        let job = r.core.cancel(id, r.now_ms).unwrap();
+        r.check();
+        assert_eq!(
+            (job.status, job.error),
+            (JobStatus::Failed, Some(FailureReason::Cancelled))
+        );
+        assert!(r.core.job(&id).is_none(), "evicted as it ended");
     }
 }
 

@@ -56,6 +56,10 @@ pub(super) async fn run_http(
     Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
 }
 
+/// The `job` of a `cancel` step that names the job of the latest 201 a
+/// step got from its instance.
+const LATEST: &str = "latest";
+
 /// How long the held poll of a `cancel` step asks to wait.
 const HELD_POLL_WAIT_MS: u64 = 30_000;
 
@@ -67,11 +71,20 @@ pub(super) async fn run_cancel(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
-    let call = cancel.http();
+    let mut call = cancel.http();
+    if cancel.job == LATEST {
+        // None yet: the nil id, which no job has (404).
+        let job = world.acknowledged.latest(&cancel.instance);
+        let job = job.unwrap_or_else(|| uuid::Uuid::nil().to_string());
+        call.path = format!("/v1/jobs/{job}/cancel");
+    }
     if !cancel.held_poll {
         return run_http(&call, world, vars).await;
     }
-    let job = matcher::render_str(&cancel.job, vars)?;
+    let job = matcher::render_str(&call.path, vars)?;
+    let job = job
+        .trim_start_matches("/v1/jobs/")
+        .trim_end_matches("/cancel");
     let base = world.node_url(&cancel.instance, cancel.node.unwrap_or(0))?;
     let poll = HttpRequest::get(format!("{base}/v1/jobs/{job}?wait_ms={HELD_POLL_WAIT_MS}"));
     let transport = match cancel.client.as_deref() {
@@ -332,6 +345,7 @@ pub(super) async fn exchange(
                 ),
             );
             world.acknowledged.record(r.status, body["job_id"].as_str());
+            (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
             Answer {
                 status: Some(r.status),
                 headers: r.headers,

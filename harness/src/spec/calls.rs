@@ -44,7 +44,8 @@ pub struct HttpCall {
 pub struct CancelCall {
     #[serde(default = "chain_a")]
     pub instance: String,
-    /// The job id (a template, usually `{{job}}`).
+    /// The job id (a template, usually `{{job}}`), or `latest`: the job of
+    /// the latest 201 a step got from the instance (the nil id if none).
     pub job: String,
     pub client: Option<String>,
     pub node: Option<u32>,
