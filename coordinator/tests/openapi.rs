@@ -73,6 +73,11 @@ fn every_route_and_status_is_documented() {
         ),
         ("/v1/models", "get", &["200"]),
         (
+            "/v1/jobs/{id}/cancel",
+            "post",
+            &["200", "401", "404", "409", "503"],
+        ),
+        (
             "/v1/trust/create",
             "post",
             &["201", "400", "401", "413", "415", "429", "503"],
@@ -90,7 +95,7 @@ fn every_route_and_status_is_documented() {
     for (path, method, codes) in expected {
         assert_eq!(statuses(&doc, path, method), *codes, "{method} {path}");
     }
-    assert_eq!(doc["paths"].as_object().unwrap().len(), 14);
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 15);
 }
 
 #[test]
@@ -107,6 +112,7 @@ fn limited_answers_document_their_headers_and_examples() {
         "RateLimited",
         "Unavailable",
         "NoTrustedWorkerAnswer",
+        "NotCancellableAnswer",
     ] {
         let content = &responses[name]["content"]["application/json"];
         assert!(

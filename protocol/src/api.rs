@@ -176,6 +176,26 @@ pub struct JobRecord {
     pub completed_at: Option<String>,
 }
 
+/// 409 of `POST /v1/jobs/{id}/cancel` for a job that can no longer be
+/// cancelled (it ended): `error` is `job_not_cancellable`, the other
+/// fields the job's record as a poll shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobNotCancellable {
+    #[cfg_attr(feature = "openapi", schema(example = "job_not_cancellable"))]
+    pub error: String,
+    #[serde(flatten)]
+    pub job: JobRecord,
+}
+
+/// The `error` of [`JobNotCancellable`].
+pub const JOB_NOT_CANCELLABLE: &str = "job_not_cancellable";
+
+/// The path that cancels job `id`.
+pub fn cancel_path(id: &Uuid) -> String {
+    format!("/v1/jobs/{id}/cancel")
+}
+
 /// Every error answer: `{"error": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,5 +1,7 @@
 //! Runs one job through the router with configuration from the environment
-//! and prints the ComputeResult as JSON.
+//! and prints the ComputeResult as JSON, after (on stderr) the routes it
+//! tried: a coordinator job given up on at its timeout shows whether it
+//! was cancelled before the next route ran (decision 0022).
 //!
 //! ```text
 //! cargo run -p router --example route -- llm "Why is the sky blue?" --user-id alice
@@ -14,8 +16,8 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use rand::SeedableRng;
 use router::{
-    Chain, ComputeResult, ComputeRouter, LlmRequest, Policy, PrivacyClass, RouterConfig,
-    RouterError, TaskRequest, TaskType,
+    AdapterError, AttemptOutcome, Chain, ComputeResult, ComputeRouter, LlmRequest, Policy,
+    PrivacyClass, RouterConfig, RouterError, TaskRequest, TaskType,
 };
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -115,6 +117,7 @@ async fn main() -> ExitCode {
     let router = ComputeRouter::new(config);
     match run_job(&router, cli).await {
         Ok(result) => {
+            print_attempts(&result);
             println!(
                 "{}",
                 serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
@@ -125,6 +128,22 @@ async fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The routes tried, one line each, on stderr (stdout is the result).
+fn print_attempts(result: &ComputeResult) {
+    for (n, attempt) in result.attempts.iter().enumerate() {
+        let outcome = match &attempt.outcome {
+            AttemptOutcome::Answered => "answered".to_owned(),
+            AttemptOutcome::Failed(AdapterError::PollTimeout {
+                job_id,
+                timeout_ms,
+                cancel,
+            }) => format!("gave up on job {job_id} after {timeout_ms} ms; cancel: {cancel}"),
+            AttemptOutcome::Failed(e) => format!("failed: {e}"),
+        };
+        eprintln!("attempt {}: {} {outcome}", n + 1, attempt.route);
     }
 }
 

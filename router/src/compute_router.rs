@@ -5,7 +5,7 @@ use crate::config::{ConfigError, RouterConfig};
 use crate::coordinator::CoordinatorClient;
 use crate::error::{AdapterError, RouterError};
 use crate::hosted::{prompts, AnthropicClient, OpenAiClient};
-use crate::request::{ComputeResult, Job, LlmRequest, TaskRequest};
+use crate::request::{Attempt, AttemptOutcome, ComputeResult, Job, LlmRequest, TaskRequest};
 use crate::route::{Chain, HostedProvider, Route};
 use crate::transport::{HttpTransport, ReqwestTransport};
 use protocol::api::{JobSubmission, Payload, PrivacyClass};
@@ -84,6 +84,7 @@ impl ComputeRouter {
                         price: Some(outcome.price),
                         latency_ms: elapsed_ms(),
                         receipt: Some(outcome.receipt),
+                        attempts: attempts(failures, route),
                     })
                 }
                 Err(error) => {
@@ -110,6 +111,7 @@ impl ComputeRouter {
                         price: None,
                         latency_ms: elapsed_ms(),
                         receipt: None,
+                        attempts: attempts(failures, route),
                     })
                 }
                 Err(error) => {
@@ -187,4 +189,17 @@ impl ComputeRouter {
             Payload::Task { task_type, .. } => prompts::task_output(*task_type, &text),
         }
     }
+}
+
+/// The attempts of a call that `answered` on after `failures`.
+fn attempts(failures: Vec<(Route, AdapterError)>, answered: Route) -> Vec<Attempt> {
+    let failed = failures.into_iter().map(|(route, error)| Attempt {
+        route,
+        outcome: AttemptOutcome::Failed(error),
+    });
+    let last = Attempt {
+        route: answered,
+        outcome: AttemptOutcome::Answered,
+    };
+    failed.chain(std::iter::once(last)).collect()
 }

@@ -1,7 +1,7 @@
 //! The decentralized adapter: quote, commit (paying on 402), poll, verify.
 
 use crate::config::PollConfig;
-use crate::error::{AdapterError, Stage};
+use crate::error::{AdapterError, CancelOutcome, Stage};
 use crate::payment::{PaymentChallenge, PaymentClient};
 use crate::route::Chain;
 use crate::transport::{join_url, HttpRequest, HttpResponse, HttpTransport};
@@ -86,16 +86,14 @@ impl CoordinatorClient {
         self
     }
 
-    /// A commit request for `body`: with the user's proof when the job is
-    /// PRIVATE and a signer is set (a fresh proof per request: each nonce
-    /// is accepted once).
-    fn commit_request(
+    /// `request` with the user's proof when the job is PRIVATE and a
+    /// signer is set (a fresh proof per request: each nonce is accepted
+    /// once): PRIVATE commits and cancels.
+    fn with_user_proof(
         &self,
-        url: &str,
-        body: &serde_json::Value,
+        request: HttpRequest,
         submission: &JobSubmission,
     ) -> Result<HttpRequest, AdapterError> {
-        let request = HttpRequest::post_json(url, body);
         let signer = match (&self.user_signer, submission.privacy_class) {
             (Some(signer), PrivacyClass::Private) => signer,
             _ => return Ok(request),
@@ -104,13 +102,22 @@ impl CoordinatorClient {
             .proof_header(
                 &submission.user_id,
                 &ProofRequest {
-                    method: "POST",
-                    path_and_query: path_and_query(url),
+                    method: request.method.as_str(),
+                    path_and_query: path_and_query(&request.url),
                     body: &request.body,
                 },
             )
             .map_err(|reason| AdapterError::UserProofFailed { reason })?;
         Ok(request.header(protocol::user_proof::HEADER, proof))
+    }
+
+    fn commit_request(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+        submission: &JobSubmission,
+    ) -> Result<HttpRequest, AdapterError> {
+        self.with_user_proof(HttpRequest::post_json(url, body), submission)
     }
 
     /// Quote (refused above `max_price`), commit, poll until done or timed
@@ -136,19 +143,57 @@ impl CoordinatorClient {
             JobType::LlmInfer => self.poll.llm_timeout_ms,
         };
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        let (output, receipt) =
-            tokio::time::timeout_at(deadline, self.poll_until_done(job_id, deadline))
-                .await
-                .map_err(|_| AdapterError::PollTimeout {
-                    job_id: job_id.to_string(),
-                    timeout_ms,
-                })??;
+        let polled =
+            tokio::time::timeout_at(deadline, self.poll_until_done(job_id, deadline)).await;
+        let (output, receipt) = match polled {
+            Ok(done) => done?,
+            // Given up on: cancelled before the caller moves on, so one
+            // prompt is not paid for twice (decision 0022).
+            Err(_) => match self.cancel(job_id, submission).await {
+                Cancelled::Completed(done) => done?,
+                Cancelled::Not(cancel) => {
+                    return Err(AdapterError::PollTimeout {
+                        job_id: job_id.to_string(),
+                        timeout_ms,
+                        cancel,
+                    })
+                }
+            },
+        };
         Ok(CoordinatorOutcome {
             job_id,
             output,
             price: quote.price.to_string(),
             receipt,
         })
+    }
+
+    /// Cancels a job the router gave up on (`POST /v1/jobs/{id}/cancel`,
+    /// with the user's proof for a PRIVATE job). A job that completed
+    /// meanwhile (409 with its record) is paid for already: its verified
+    /// result is used rather than thrown away.
+    async fn cancel(&self, job_id: Uuid, submission: &JobSubmission) -> Cancelled {
+        let url = join_url(&self.base_url, &protocol::api::cancel_path(&job_id));
+        let request = match self.with_user_proof(HttpRequest::post_empty(url), submission) {
+            Ok(request) => request,
+            Err(e) => return Cancelled::Not(CancelOutcome::NotCancelled(Box::new(e))),
+        };
+        let response = match self.send(Stage::Cancel, request).await {
+            Ok(response) => response,
+            Err(e) => return Cancelled::Not(CancelOutcome::NotCancelled(Box::new(e))),
+        };
+        let record = response.json::<RawJobRecord>().ok();
+        match (response.status, record) {
+            (200, _) => Cancelled::Not(CancelOutcome::Cancelled),
+            (409, Some(record)) if record.id == job_id => match record.status {
+                JobStatus::Completed => Cancelled::Completed(completed(job_id, record)),
+                _ => Cancelled::Not(CancelOutcome::AlreadyFailed),
+            },
+            _ => Cancelled::Not(CancelOutcome::NotCancelled(Box::new(status_error(
+                Stage::Cancel,
+                &response,
+            )))),
+        }
     }
 
     async fn send(&self, stage: Stage, request: HttpRequest) -> Result<HttpResponse, AdapterError> {
@@ -295,6 +340,13 @@ impl CoordinatorClient {
             }
         }
     }
+}
+
+/// What a cancel of an abandoned job came to.
+enum Cancelled {
+    /// It had completed meanwhile: its output and receipt, as a poll's.
+    Completed(Result<(serde_json::Value, Receipt), AdapterError>),
+    Not(CancelOutcome),
 }
 
 /// The output of a completed job and its receipt, verified against it.

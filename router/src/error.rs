@@ -11,6 +11,8 @@ pub enum Stage {
     Quote,
     Commit,
     Poll,
+    /// Cancelling a job the router gave up on.
+    Cancel,
 }
 
 impl fmt::Display for Stage {
@@ -19,6 +21,7 @@ impl fmt::Display for Stage {
             Stage::Quote => "quote",
             Stage::Commit => "commit",
             Stage::Poll => "poll",
+            Stage::Cancel => "cancel",
         })
     }
 }
@@ -59,8 +62,14 @@ pub enum AdapterError {
     NoTrustedWorker { job_id: String },
     #[error("job {job_id} failed: {reason}")]
     JobFailed { job_id: String, reason: String },
-    #[error("job {job_id} not completed within {timeout_ms} ms")]
-    PollTimeout { job_id: String, timeout_ms: u64 },
+    /// The job did not finish in time; the router then cancelled it
+    /// before moving on, so it is not paid for twice (`cancel`: how that went).
+    #[error("job {job_id} not completed within {timeout_ms} ms ({cancel})")]
+    PollTimeout {
+        job_id: String,
+        timeout_ms: u64,
+        cancel: CancelOutcome,
+    },
     #[error("receipt of job {job_id} is not trustworthy: {reason}")]
     InvalidReceipt { job_id: String, reason: String },
     #[error(
@@ -116,6 +125,28 @@ impl AdapterError {
             | AdapterError::InvalidReceipt { .. } => true,
             AdapterError::HttpStatus { status, .. } => *status >= 500 || *status == 429,
             _ => false,
+        }
+    }
+}
+
+/// What became of the cancel of a job the router gave up on (decision 0022).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// 200: the job failed `cancelled`; a paid job is never charged.
+    Cancelled,
+    /// 409: the job had failed already (a completed one is used instead).
+    AlreadyFailed,
+    /// The cancel was not made or refused: the job may still run and, if
+    /// paid, be charged (a coordinator without the endpoint answers 404/405).
+    NotCancelled(Box<AdapterError>),
+}
+
+impl fmt::Display for CancelOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelOutcome::Cancelled => f.write_str("cancelled"),
+            CancelOutcome::AlreadyFailed => f.write_str("it had failed already"),
+            CancelOutcome::NotCancelled(e) => write!(f, "not cancelled: {e}"),
         }
     }
 }

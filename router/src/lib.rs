@@ -5,10 +5,11 @@
 //! Layout:
 //! - [`compute_router`]: [`ComputeRouter`], the routing rules and fallback.
 //! - [`breaker`]: a circuit breaker per chain's coordinator (a cooldown after repeated failures).
-//! - [`request`]: [`LlmRequest`], [`TaskRequest`], [`ComputeResult`].
+//! - [`request`]: [`LlmRequest`], [`TaskRequest`], [`ComputeResult`] and the [`Attempt`]s it lists.
 //! - [`route`]: [`Route`], [`Chain`], [`HostedProvider`] and their wire names.
 //! - [`config`]: [`RouterConfig`] and reading it from the environment.
-//! - [`coordinator`]: the decentralized adapter, [`coordinator::CoordinatorClient`].
+//! - [`coordinator`]: the decentralized adapter, [`coordinator::CoordinatorClient`]; it
+//!   cancels a job it gives up on before the next route runs ([`CancelOutcome`]).
 //! - [`hosted`]: the OpenAI and Anthropic adapters, retry, task prompts.
 //! - [`payment`]: the [`PaymentClient`] seam the x402 crate implements.
 //! - [`user`]: the [`UserSigner`] that proves the user on PRIVATE commits (`X-User-Proof`).
@@ -50,10 +51,10 @@ pub use compute_router::ComputeRouter;
 pub use config::{
     ApiKey, ConfigError, CoordinatorUrls, HostedConfig, PaymentClients, PollConfig, RouterConfig,
 };
-pub use error::{AdapterError, RouterError, Stage};
+pub use error::{AdapterError, CancelOutcome, RouterError, Stage};
 pub use hosted::{AnthropicClient, OpenAiClient, ProviderSettings, RetryPolicy};
 pub use payment::{PaymentChallenge, PaymentClient, WallClock, X402Payer};
-pub use request::{ComputeResult, LlmRequest, TaskRequest};
+pub use request::{Attempt, AttemptOutcome, ComputeResult, LlmRequest, TaskRequest};
 pub use route::{Chain, HostedProvider, Route};
 pub use transport::{HttpRequest, HttpResponse, HttpTransport, ReqwestTransport, TransportError};
 pub use user::{KeyUserSigner, UserSigner};

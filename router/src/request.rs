@@ -1,5 +1,6 @@
 //! What callers ask for and what they get back (spec 4.8).
 
+use crate::error::AdapterError;
 use crate::route::{Chain, Route};
 use protocol::api::{Payload, Policy, PrivacyClass, TaskType, Tier};
 use protocol::money::Price;
@@ -80,6 +81,30 @@ pub struct ComputeResult {
     pub latency_ms: u64,
     /// The verified worker receipt; decentralized routes only.
     pub receipt: Option<Receipt>,
+    /// Every route tried for this call, in order, the last the one that
+    /// answered. In memory only (its errors are not data to store): a
+    /// result read back has none.
+    #[serde(skip)]
+    pub attempts: Vec<Attempt>,
+}
+
+/// One route tried for a call and how it went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub route: Route,
+    pub outcome: AttemptOutcome,
+}
+
+/// How one route of a call went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// Its answer is the call's result.
+    Answered,
+    /// It failed or was skipped, and the next route was tried. A
+    /// coordinator job given up on at its timeout is
+    /// [`AdapterError::PollTimeout`], whose `cancel` says whether it was
+    /// cancelled before the next route ran.
+    Failed(AdapterError),
 }
 
 /// A request with every default applied.

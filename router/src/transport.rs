@@ -71,6 +71,16 @@ impl HttpRequest {
         }
     }
 
+    /// A POST without a body (`POST /v1/jobs/{id}/cancel`).
+    pub fn post_empty(url: impl Into<String>) -> Self {
+        Self {
+            method: Method::POST,
+            url: url.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self

@@ -41,6 +41,7 @@ fn compute_result_serialises_with_spec_fields() {
         price: None,
         latency_ms: 12,
         receipt: None,
+        attempts: Vec::new(),
     };
     assert_eq!(
         serde_json::to_value(&result).unwrap(),

@@ -9,9 +9,9 @@
 //! (built by the `x402` crate).
 
 use protocol::api::{
-    ClaimPairing, Claimed, CommitResponse, CreatePairing, ErrorBody, Health, JobRecord, JobStatus,
-    JobType, NoTrustedWorker, PairingCode, Policy, PrivacyClass, Quote, TaskType, Tier, TrustList,
-    TrustedProvider, UserProofRefused,
+    ClaimPairing, Claimed, CommitResponse, CreatePairing, ErrorBody, Health, JobNotCancellable,
+    JobRecord, JobStatus, JobType, NoTrustedWorker, PairingCode, Policy, PrivacyClass, Quote,
+    TaskType, Tier, TrustList, TrustedProvider, UserProofRefused,
 };
 use protocol::receipt::Receipt;
 use utoipa::{OpenApi, ToResponse, ToSchema};
@@ -33,10 +33,12 @@ use utoipa::{OpenApi, ToResponse, ToSchema};
             SubmissionRequest, LlmSubmission, TaskSubmission, LlmPayloadRequest, TaskPayloadRequest, CommitResponse, JobRecord,
             Receipt, ErrorBody, NoTrustedWorker, CreatePairing, PairingCode, ClaimPairing, Claimed,
             TrustedProvider, TrustList, PaymentRequiredBody, PaymentOption, UserProofRefused,
+            JobNotCancellable,
         ),
         responses(
             BadRequest, NotFound, UnsupportedMediaType, PayloadTooLarge, RateLimited,
             Unavailable, PaymentRequired, NoTrustedWorkerAnswer, UserProofRequired,
+            NotCancellableAnswer,
         ),
     ),
     tags(
@@ -247,7 +249,7 @@ pub struct NoTrustedWorkerAnswer(pub NoTrustedWorker);
 /// What the `X-User-Proof` header is, for every operation that reads it.
 pub const USER_PROOF_HEADER: &str =
     "The user's proof (decision 0017), needed with `--user-auth on` \
-    (the default) by trust/create, trust/list and PRIVATE commits: base64 of the JSON object \
+    (the default) by trust/create, trust/list, PRIVATE commits and a PRIVATE job's cancel: base64 of the JSON object \
     `{user_id, issued_at_ms, nonce, signature}`, the signature an EIP-191 personal_sign by the \
     user id's account over the text `protocol::user_proof::message` builds from the user id, \
     method, path with query, body SHA-256, issue time (within 300 s of the coordinator's clock) \
@@ -267,3 +269,18 @@ pub const USER_PROOF_HEADER: &str =
         "message": "user_id \"alice\" is not an account, so no signature can prove it: ..."}))),
 ))]
 pub struct UserProofRequired(pub UserProofRefused);
+
+/// The job ended (`completed` or `failed`) before the cancel: nothing
+/// changed. The body is the job's record, as a poll shows it, with
+/// `error` set to `job_not_cancellable`.
+#[derive(ToResponse)]
+#[response(example = json!({
+    "error": "job_not_cancellable",
+    "id": "0b6c1f0e-9c53-4d5e-8a0f-2f5d4c3b2a19",
+    "status": "completed",
+    "result": {"output": {"text": "hello"}},
+    "receipt": null,
+    "created_at": "2026-11-27T20:00:00.000Z",
+    "completed_at": "2026-11-27T20:00:01.000Z"
+}))]
+pub struct NotCancellableAnswer(pub JobNotCancellable);

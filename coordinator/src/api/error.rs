@@ -5,7 +5,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use protocol::api::{ErrorBody, NoTrustedWorker, UserProofRefused};
+use protocol::api::{ErrorBody, JobNotCancellable, JobRecord, NoTrustedWorker, UserProofRefused};
 use protocol::user_proof::RefusalCode;
 use uuid::Uuid;
 
@@ -16,6 +16,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("job not found")]
     JobNotFound,
+    /// 409 of a cancel: the job ended; the body carries its record.
+    #[error("job_not_cancellable")]
+    NotCancellable(Box<JobRecord>),
     #[error("no route for {method} {path}")]
     NoRoute { method: String, path: String },
     #[error("method not allowed")]
@@ -72,6 +75,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotCancellable(_) => StatusCode::CONFLICT,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UserProof { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -97,6 +101,7 @@ impl ApiError {
                 ("invalid_request_error", "not_found")
             }
             ApiError::BodyTimeout { .. } => ("invalid_request_error", "request_timeout"),
+            ApiError::NotCancellable(_) => ("invalid_request_error", "job_not_cancellable"),
             ApiError::NoTrustedWorker(_) => ("invalid_request_error", "no_trusted_worker"),
             ApiError::RateLimited { .. } => ("rate_limit_error", "rate_limit_exceeded"),
             ApiError::UserProof { .. } => ("authentication_error", "user_proof_required"),
@@ -143,6 +148,14 @@ impl IntoResponse for ApiError {
                 Json(NoTrustedWorker {
                     error: self.to_string(),
                     job_id: *job_id,
+                }),
+            )
+                .into_response(),
+            ApiError::NotCancellable(job) => (
+                status,
+                Json(JobNotCancellable {
+                    error: protocol::api::JOB_NOT_CANCELLABLE.to_owned(),
+                    job: (**job).clone(),
                 }),
             )
                 .into_response(),

@@ -4,7 +4,7 @@
 //! Each route is registered once, in [`routes`], with the handler's
 //! `#[utoipa::path]` operation (utoipa-axum's `OpenApiRouter`): the router
 //! and the OpenAPI document ([`document_json`]) both come from that list.
-//! Files: `jobs.rs`, `events.rs` (a job's server-sent events), `openai.rs`
+//! Files: `jobs.rs`, `cancel.rs`, `events.rs` (a job's server-sent events), `openai.rs`
 //! (the OpenAI-compatible door), `trust.rs`,
 //! `service.rs`, `worker_ws.rs` (the route groups), `extract.rs` (extractors), `layers.rs` (request ids, spans,
 //! counts), `docs.rs` (the document's own types), `error.rs`, `validate.rs`,
@@ -15,6 +15,7 @@ pub mod error;
 pub mod validate;
 pub mod worker_ws;
 
+mod cancel;
 mod events;
 mod extract;
 mod jobs;
@@ -53,6 +54,7 @@ fn routes() -> OpenApiRouter<Coordinator> {
         .routes(routes!(events::events))
         .routes(routes!(openai::chat_completions))
         .routes(routes!(openai::models))
+        .routes(routes!(cancel::cancel))
         .routes(routes!(trust::trust_create))
         .routes(routes!(trust::trust_claim))
         .routes(routes!(trust::trust_list))

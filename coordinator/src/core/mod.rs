@@ -14,6 +14,7 @@
 //! changed (`assert_invariants`), and the whole check every few hundred
 //! events.
 
+mod cancel;
 mod cluster;
 mod dispatch;
 mod ended;
@@ -27,6 +28,7 @@ mod timers;
 mod tracked;
 pub mod trust;
 
+pub use cancel::{cancellable, CancelRefused, CANCEL_FRAME_REASON};
 pub use cluster::Want;
 pub use ended::{bought_with, percent_of, Forgotten, PASS_JOBS_MAX};
 pub use ended::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
@@ -71,6 +73,8 @@ pub enum FailureReason {
     /// The coordinator restarted while the job was held more times than
     /// `attempts_max`: the job itself may be what brings it down.
     CoordinatorRestarted,
+    /// Cancelled by its client (`POST /v1/jobs/{id}/cancel`, cancel.rs).
+    Cancelled,
 }
 
 impl FailureReason {
@@ -84,6 +88,7 @@ impl FailureReason {
             FailureReason::InvalidReceipt => "invalid_receipt",
             FailureReason::InvalidOutput => "invalid_output",
             FailureReason::CoordinatorRestarted => "coordinator_restarted",
+            FailureReason::Cancelled => "cancelled",
         }
     }
 }

@@ -1448,3 +1448,191 @@ fn one_client_cannot_fill_the_queued_budget() {
         .commit_from("10.0.0.1", sub, Tier::Cheap, None, r.now_ms)
         .is_ok());
 }
+
+// ---- cancel (cancel.rs, decision 0022) ----
+
+impl Rig {
+    fn cancel(&mut self, id: Uuid) -> Result<(), super::CancelRefused> {
+        let out = self.core.cancel(id, self.now_ms);
+        self.check();
+        out.map(|job| assert_eq!((job.id, job.status), (id, JobStatus::Failed)))
+    }
+}
+
+/// Found by the swarm (seed 35): with no finished job cached, a cancelled
+/// job leaves memory as it ends; the cancel still answers with it (it
+/// panicked looking it up, and the API would have answered 409).
+#[test]
+fn a_cancel_answers_with_the_job_even_when_it_leaves_memory_as_it_ends() {
+    let mut config = Config::default();
+    config.limits.finished_jobs_cached_max = 0;
+    let mut r = Rig::with_config(config);
+    let w = r.worker("0xa", &[LLM], 1);
+    let held = r.commit(Tier::Fast);
+    let pending = r.commit(Tier::Fast);
+    assert_eq!(
+        (r.holder(held), r.status(pending)),
+        (Some(w), JobStatus::Pending)
+    );
+    for id in [pending, held] {
+        let job = r.core.cancel(id, r.now_ms).unwrap();
+        r.check();
+        assert_eq!(
+            (job.status, job.error),
+            (JobStatus::Failed, Some(FailureReason::Cancelled))
+        );
+        assert!(r.core.job(&id).is_none(), "evicted as it ended");
+    }
+}
+
+fn cancel_frame(id: Uuid) -> Outbound {
+    Outbound::Frame(CoordinatorFrame::Cancel {
+        job_id: id,
+        reason: "cancelled".into(),
+    })
+}
+
+#[test]
+fn only_jobs_that_have_not_ended_are_cancellable() {
+    use super::cancellable;
+    assert!(cancellable(JobStatus::Pending));
+    assert!(cancellable(JobStatus::Assigned));
+    assert!(cancellable(JobStatus::Running));
+    assert!(!cancellable(JobStatus::Completed));
+    assert!(!cancellable(JobStatus::Failed));
+}
+
+#[test]
+fn a_cancelled_pending_job_leaves_its_queue_and_fails_cancelled() {
+    let mut r = Rig::new();
+    let id = r.commit(Tier::Fast);
+    assert_eq!(r.core.pending_jobs(), 1);
+    r.core.take_changes();
+    r.cancel(id).unwrap();
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(
+        (job.status, job.error),
+        (JobStatus::Failed, Some(FailureReason::Cancelled))
+    );
+    assert_eq!(job.record().result.unwrap()["error"], "cancelled");
+    assert_eq!(r.core.pending_jobs(), 0);
+    assert_eq!(r.core.next_deadline_ms(), None, "its pending timer is gone");
+    assert!(matches!(r.core.take_changes().as_slice(), [Change::Job(j)] if j.id == id));
+    assert!(r.core.take_outbox().is_empty(), "no worker held it");
+    // A worker arriving later is not given it.
+    r.worker("0xa", &[LLM], 1);
+    assert!(r.assigns().is_empty());
+}
+
+#[test]
+fn a_cancelled_held_job_tells_its_worker_and_frees_the_slot_for_the_next() {
+    for accepted in [false, true] {
+        let mut r = Rig::new();
+        let w = r.worker("0xa", &[LLM], 1);
+        let first = r.commit(Tier::Fast);
+        let next = r.commit(Tier::Fast);
+        if accepted {
+            r.core.accept(w, first).unwrap();
+            r.check();
+        }
+        assert_eq!(r.status(next), JobStatus::Pending);
+        r.core.take_outbox();
+        r.cancel(first).unwrap();
+        assert_eq!(r.status(first), JobStatus::Failed);
+        let out = r.core.take_outbox();
+        assert_eq!(out[0], (w, cancel_frame(first)), "the cancel comes first");
+        assert!(
+            matches!(&out[1], (s, Outbound::Frame(CoordinatorFrame::Assign(a))) if *s == w && a.job_id == next),
+            "the freed slot takes the queued job: {out:?}"
+        );
+        assert_eq!(r.holder(next), Some(w));
+    }
+}
+
+#[test]
+fn a_late_result_for_a_cancelled_job_is_refused_and_never_completes_it() {
+    let mut r = Rig::new();
+    let w = r.worker("0xa", &[LLM], 1);
+    let id = r.commit(Tier::Fast);
+    r.core.accept(w, id).unwrap();
+    r.check();
+    r.cancel(id).unwrap();
+    let late = r
+        .core
+        .complete(w, id, serde_json::json!("ok"), receipt(id), r.now_ms);
+    r.check();
+    assert_eq!(late, Err(FrameError::NotAssigned));
+    assert_eq!(r.core.accept(w, id), Err(FrameError::NotAssigned));
+    let rejected = r
+        .core
+        .attempt_failed(w, id, FailureReason::WorkerRejected, r.now_ms);
+    assert_eq!(rejected, Err(FrameError::NotAssigned));
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(
+        (job.status, job.error),
+        (JobStatus::Failed, Some(FailureReason::Cancelled))
+    );
+    assert!(job.output.is_none() && job.receipt.is_none());
+    // The lease timer went with the job: nothing fires for it later.
+    r.core.take_outbox();
+    r.tick_at(T0 + r.core.config().timing.lease_ms);
+    assert!(r.core.take_outbox().is_empty());
+}
+
+#[test]
+fn an_ended_job_is_not_cancelled_and_an_unknown_one_is_not_found() {
+    let mut r = Rig::new();
+    let w = r.worker("0xa", &[LLM], 1);
+    let done = r.commit(Tier::Fast);
+    r.complete(w, done);
+    let changes_before = r.core.take_changes().len();
+    assert!(changes_before > 0);
+    assert_eq!(
+        r.cancel(done),
+        Err(super::CancelRefused::NotCancellable(JobStatus::Completed))
+    );
+    let failed = r.commit(Tier::Fast);
+    r.cancel(failed).unwrap();
+    r.core.take_outbox();
+    assert_eq!(
+        r.cancel(failed),
+        Err(super::CancelRefused::NotCancellable(JobStatus::Failed))
+    );
+    assert_eq!(
+        r.cancel(Uuid::from_u128(7)),
+        Err(super::CancelRefused::UnknownJob)
+    );
+    assert!(r
+        .core
+        .take_outbox()
+        .iter()
+        .all(|(_, o)| !matches!(o, Outbound::Frame(CoordinatorFrame::Cancel { .. }))));
+    assert_eq!(
+        r.status(done),
+        JobStatus::Completed,
+        "a refused cancel changes nothing"
+    );
+}
+
+#[test]
+fn a_cancel_survives_a_restart_as_a_failed_job() {
+    let mut r = Rig::new();
+    let mut records = Records::default();
+    let w = r.worker("0xa", &[LLM], 1);
+    let held = r.commit(Tier::Fast);
+    let pending = r.commit(Tier::Cheap);
+    r.cancel(held).unwrap();
+    r.cancel(pending).unwrap();
+    let _ = w;
+    records.apply(&r.core.take_changes());
+    let mut restarted = Rig::new();
+    restarted.core.restore(records.load(), r.now_ms);
+    restarted.check();
+    for id in [held, pending] {
+        let job = restarted.core.job(&id).unwrap();
+        assert_eq!(
+            (job.status, job.error),
+            (JobStatus::Failed, Some(FailureReason::Cancelled))
+        );
+    }
+}

@@ -41,7 +41,7 @@ mod tasks;
 pub use logs::NodeLogs;
 pub use nonces::SharedNonces;
 pub use requests::{
-    learn_trust_of, pairing_for_claim, pairing_is_ours, shared_paid_job, shared_record,
+    learn_trust_of, pairing_for_claim, pairing_is_ours, shared_job, shared_paid_job, shared_record,
     take_claim_budgets, take_create_budgets, trusted_elsewhere, workers_online, BudgetRefused,
     Budgets,
 };

@@ -84,6 +84,18 @@ pub async fn shared_record(
     Ok(link.shared.job(id).await?.map(|job| job.record()))
 }
 
+/// A job as the shared store last committed it, for a cancel on a node
+/// that does not hold it; `None` outside cluster mode.
+pub async fn shared_job(
+    c: &Coordinator,
+    id: uuid::Uuid,
+) -> Result<Option<crate::core::Job>, ClusterError> {
+    match c.cluster() {
+        Some(link) => link.shared.job(id).await,
+        None => Ok(None),
+    }
+}
+
 /// The job a payment bought, from the shared store, if it is this
 /// submission on this tier, with the `PAYMENT-RESPONSE` it was answered
 /// with: a retry on any node gets the same answer. `None` outside cluster

@@ -61,6 +61,15 @@ pub fn check_step_users(step: &Step, scenario: &Scenario, problem: &mut impl FnM
             }
         }
         Action::Attack(attack) => names.extend([attack.victim.as_str(), &attack.attacker]),
+        Action::Cancel(cancel) => {
+            if let Some(proof) = &cancel.user_proof {
+                match proof.signer() {
+                    Ok(Some((user, key))) => names.extend([user, key]),
+                    Ok(None) => {}
+                    Err(e) => problem(e),
+                }
+            }
+        }
         _ => {}
     }
     for name in names {
@@ -87,6 +96,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::Sockets(s) => &s.instance,
         Action::ExpectStore(s) => &s.instance,
         Action::Attack(a) => &a.instance,
+        Action::Cancel(c) => &c.instance,
         Action::ExpectCalls(c) => return c.facilitator.as_deref(),
         Action::Router(_)
         | Action::Advance(_)
@@ -116,6 +126,7 @@ pub(crate) fn strings_of(step: &Step) -> Vec<String> {
         }
         Action::Router(c) => add(&c.request),
         Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
+        Action::Cancel(c) => add(&Value::String(c.job.clone())),
         Action::ExpectStore(s) => add(&Value::String(s.job.clone())),
         Action::CommitMany(c) => add(&c.body),
         Action::SendFrame(c) => add(&c.frame),

@@ -3,7 +3,7 @@
 
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
-use crate::spec::{Alter, HttpCall, Pay, ProofSpec};
+use crate::spec::{Alter, CancelCall, HttpCall, Pay, ProofSpec};
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
 use protocol::user_proof::{ProofRequest, HEADER};
@@ -54,6 +54,69 @@ pub(super) async fn run_http(
         add_user_proof(world, proof, &mut request, &path)?;
     }
     Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+}
+
+/// The `job` of a `cancel` step that names the job of the latest 201 a
+/// step got from its instance.
+const LATEST: &str = "latest";
+
+/// How long the held poll of a `cancel` step asks to wait.
+const HELD_POLL_WAIT_MS: u64 = 30_000;
+
+/// The `cancel` step: the `http` call it is; with `held_poll`, a long poll
+/// of the job sent first and held across it, which must answer at the
+/// cancel's instant with the status the cancel left.
+pub(super) async fn run_cancel(
+    cancel: &CancelCall,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
+    let mut call = cancel.http();
+    if cancel.job == LATEST {
+        // None yet: the nil id, which no job has (404).
+        let job = world.acknowledged.latest(&cancel.instance);
+        let job = job.unwrap_or_else(|| uuid::Uuid::nil().to_string());
+        call.path = format!("/v1/jobs/{job}/cancel");
+    }
+    if !cancel.held_poll {
+        return run_http(&call, world, vars).await;
+    }
+    let job = matcher::render_str(&call.path, vars)?;
+    let job = job
+        .trim_start_matches("/v1/jobs/")
+        .trim_end_matches("/cancel");
+    let base = world.node_url(&cancel.instance, cancel.node.unwrap_or(0))?;
+    let poll = HttpRequest::get(format!("{base}/v1/jobs/{job}?wait_ms={HELD_POLL_WAIT_MS}"));
+    let transport = match cancel.client.as_deref() {
+        Some(name) => world.client(name),
+        None => world.http.clone(),
+    };
+    let sent_at = tokio::time::Instant::now();
+    let held = tokio::spawn(async move { transport.send(poll).await });
+    // Until the poll is held (no time passes).
+    for _ in 0..64 {
+        tokio::task::yield_now().await;
+    }
+    let answer = run_http(&call, world, vars).await?;
+    let polled = held.await.map_err(|e| format!("held poll: {e}"))?;
+    let polled = polled.map_err(|e| format!("held poll: {e}"))?;
+    let body: Value = serde_json::from_slice(&polled.body).unwrap_or(Value::Null);
+    let held_ms = sent_at.elapsed().as_millis();
+    world.transcript.log(
+        &cancel.instance,
+        format!(
+            "held poll < {} after {held_ms} ms {}",
+            polled.status,
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+        ),
+    );
+    if held_ms >= u128::from(HELD_POLL_WAIT_MS) || body["status"] != answer.body["status"] {
+        return Err(format!(
+            "the held poll answered {} after {held_ms} ms, not {} at the cancel's instant",
+            body["status"], answer.body["status"]
+        ));
+    }
+    Ok(answer)
 }
 
 /// The step's request: method, URL, body (canonical JSON or raw bytes) and
@@ -282,6 +345,7 @@ pub(super) async fn exchange(
                 ),
             );
             world.acknowledged.record(r.status, body["job_id"].as_str());
+            (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
             Answer {
                 status: Some(r.status),
                 headers: r.headers,

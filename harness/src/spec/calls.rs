@@ -35,6 +35,44 @@ pub struct HttpCall {
     pub user_proof: Option<ProofSpec>,
 }
 
+/// `cancel`: `POST /v1/jobs/{job}/cancel` (decision 0022), answered like
+/// an `http` step. With `held_poll`, a long poll of the job is held open
+/// across the cancel, and the step fails unless it answers at the cancel's
+/// instant with what the cancel left (logged as `held poll <`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelCall {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    /// The job id (a template, usually `{{job}}`), or `latest`: the job of
+    /// the latest 201 a step got from the instance (the nil id if none).
+    pub job: String,
+    pub client: Option<String>,
+    pub node: Option<u32>,
+    /// Acts as a scenario user, as an `http` step's `user_proof`.
+    pub user_proof: Option<ProofSpec>,
+    #[serde(default)]
+    pub held_poll: bool,
+}
+
+impl CancelCall {
+    /// The `http` call the cancel is.
+    pub fn http(&self) -> HttpCall {
+        HttpCall {
+            instance: self.instance.clone(),
+            method: "POST".into(),
+            path: format!("/v1/jobs/{}/cancel", self.job),
+            body: None,
+            raw_body: None,
+            headers: BTreeMap::new(),
+            pay: None,
+            client: self.client.clone(),
+            node: self.node,
+            user_proof: self.user_proof.clone(),
+        }
+    }
+}
+
 /// The `X-User-Proof` an `http` step sends.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -143,6 +143,9 @@ actions! {
     /// An attacker acting for a user without its key (`calls::Attack`).
     Attack(Attack) => "attack",
         answers: true, simulation_only: false, version: 2;
+    /// `POST /v1/jobs/{id}/cancel`, optionally across a held poll (`calls::CancelCall`).
+    Cancel(CancelCall) => "cancel",
+        answers: true, simulation_only: false, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -16,6 +16,7 @@
 //! thread count.
 
 pub mod attacks;
+pub mod cancels;
 pub mod cli;
 pub mod draw;
 pub mod nodes;

@@ -16,6 +16,7 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         && world.loads.is_empty()
         && world.reboots.is_empty()
         && world.workers.iter().all(|w| w.key_of.is_none())
+        && !world.kinds.has(Kind::Cancels)
     {
         1
     } else {
@@ -364,6 +365,11 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
+        Event::Cancel { instance, node } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
+            node_key(*node)
+        ),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -41,6 +41,9 @@ pub enum Kind {
     /// User auth on, honest users who pair and commit with their keys, and
     /// attackers who act for them without (drawn by [`super::attacks`]).
     UserAttacks,
+    /// Cancels at random moments of the timeline, each of the latest job
+    /// committed on an instance (drawn by [`super::cancels`]).
+    Cancels,
 }
 
 impl Kind {
@@ -77,10 +80,11 @@ impl Kind {
     ];
 
     /// Every kind, in the order of the coverage table: the main stream's,
-    /// then [`Kind::Nodes`] and [`Kind::UserAttacks`].
+    /// then [`Kind::Nodes`], [`Kind::UserAttacks`] and [`Kind::Cancels`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 2];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 3];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
+        all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -118,6 +122,7 @@ impl Kind {
             Kind::RebootInFlight => "reboot_in_flight",
             Kind::Nodes => "several_nodes",
             Kind::UserAttacks => "user_attacks",
+            Kind::Cancels => "cancels",
         }
     }
 }
@@ -297,6 +302,13 @@ pub enum Event {
     /// An `attack` step against user `victim` (`u0`..`u3`), then, for a
     /// pairing attack, PRIVATE commits of the victim signed with its key.
     Attack(super::attacks::AttackEvent),
+    /// A `cancel` of the latest job committed on the instance, whatever
+    /// its state then (pending, running, ended: 200, 409 or, on a node
+    /// that does not hold it, 503).
+    Cancel {
+        instance: &'static str,
+        node: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -463,6 +475,7 @@ impl WorldSpec {
                 }
                 Event::Facilitator { instance, .. } => facilitated.contains(instance),
                 Event::ProviderFault(_) | Event::Router { .. } => true,
+                Event::Cancel { instance, .. } => instances.contains(instance),
                 Event::Attack(a) => {
                     instances.contains(&a.instance)
                         && a.worker.as_ref().is_none_or(|w| workers.contains(w))

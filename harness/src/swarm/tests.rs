@@ -364,3 +364,36 @@ fn user_attacks_change_only_the_worlds_they_are_on_in() {
         "{on} of 200 worlds have user attacks"
     );
 }
+
+/// `cancels` draws from a stream of its own and adds only `cancel` steps:
+/// a world without it renders as before the kind existed (no cancel), one
+/// with it renders 1 to 4 cancels of the latest job.
+#[test]
+fn cancels_change_only_the_worlds_they_are_on_in() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let cancels = world
+            .events
+            .iter()
+            .filter(|t| matches!(t.event, Event::Cancel { .. }))
+            .count();
+        if !world.kinds.has(spec::Kind::Cancels) {
+            assert_eq!(cancels, 0, "seed {seed}");
+            continue;
+        }
+        on += 1;
+        assert!(
+            (1..=super::cancels::CANCELS_MAX).contains(&cancels),
+            "seed {seed}"
+        );
+        let text = render::render(&world, "w", "test");
+        assert_eq!(
+            text.matches("job = \"latest\"").count(),
+            cancels,
+            "seed {seed}"
+        );
+        assert!(text.starts_with("schema_version = 2"), "seed {seed}");
+    }
+    assert!((30..=90).contains(&on), "{on} of 200 worlds have cancels");
+}

@@ -84,6 +84,8 @@ pub struct CoordinatorState {
     /// `METHOD path` of each request, with `+X-PAYMENT=value` on paid commits.
     pub log: Mutex<Vec<String>>,
     pub commit_bodies: Mutex<Vec<Value>>,
+    /// No cancel route, as a coordinator from before decision 0022.
+    pub cancel_unsupported: bool,
 }
 
 impl CoordinatorState {
@@ -104,6 +106,7 @@ impl CoordinatorState {
             polls_left: Mutex::new(HashMap::new()),
             log: Mutex::new(Vec::new()),
             commit_bodies: Mutex::new(Vec::new()),
+            cancel_unsupported: false,
         }
     }
 
@@ -124,6 +127,7 @@ pub fn fake_coordinator(state: Arc<CoordinatorState>) -> axum::Router {
         .route("/v1/quote", get(quote))
         .route("/v1/jobs/commit/{tier}", post(commit))
         .route("/v1/jobs/{id}", get(poll))
+        .route("/v1/jobs/{id}/cancel", post(cancel))
         .with_state(state)
 }
 
@@ -241,6 +245,47 @@ async fn poll(
         return record("pending", Value::Null, Value::Null, Value::Null);
     }
     finished(&s, id)
+}
+
+/// `POST /v1/jobs/{id}/cancel`: a job that has not finished is cancelled
+/// (200); one that has answers 409 with its record.
+async fn cancel(
+    State(s): State<Arc<CoordinatorState>>,
+    Path(id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Response {
+    let mut line = format!("POST /v1/jobs/{id}/cancel");
+    if headers.contains_key(protocol::user_proof::HEADER) {
+        line.push_str("+X-User-Proof");
+    }
+    s.log.lock().unwrap().push(line);
+    if s.cancel_unsupported || !s.polls_left.lock().unwrap().contains_key(&id) {
+        let body = Json(json!({"error": "job not found"}));
+        return (StatusCode::NOT_FOUND, body).into_response();
+    }
+    let record = |status: &str, result: Value| {
+        json!({
+            "id": id, "status": status, "result": result, "receipt": null,
+            "created_at": "2026-11-21T10:00:00.000Z", "completed_at": null
+        })
+    };
+    // Holding polls, the job follows its timeline; otherwise one with an
+    // outcome is taken to have reached it by the time of a cancel.
+    let done = match s.wait {
+        WaitSupport::Hold => s.timeline.done_after_ms.is_some_and(|ms| {
+            let committed = s.committed_at.lock().unwrap()[&id];
+            tokio::time::Instant::now() >= committed + std::time::Duration::from_millis(ms)
+        }),
+        _ => !matches!(s.outcome, Outcome::Never),
+    };
+    if !done {
+        return Json(record("failed", json!({"error": "cancelled"}))).into_response();
+    }
+    let finished = finished(&s, id).into_body();
+    let bytes = axum::body::to_bytes(finished, usize::MAX).await.unwrap();
+    let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+    body["error"] = json!("job_not_cancellable");
+    (StatusCode::CONFLICT, Json(body)).into_response()
 }
 
 /// A poll of a coordinator that holds polls: the job follows `s.timeline`.
