@@ -72,6 +72,8 @@ struct Inner {
     script: StubScript,
     calls: Vec<StubCall>,
     settled: u64,
+    /// `/settle` calls still to answer 503 without settling.
+    lose_settles: u32,
 }
 
 /// The stub; clones share state.
@@ -101,6 +103,19 @@ impl FacilitatorStub {
     /// How many `/settle` calls succeeded.
     pub fn settled(&self) -> u64 {
         self.lock().settled
+    }
+
+    /// The next `n` `/settle` calls answer 503 and settle nothing: an
+    /// answer lost on the way (the caller cannot tell it from a settlement
+    /// whose answer was lost, and must retry the same payment).
+    pub fn lose_settles(&self, n: u32) {
+        self.lock().lose_settles = n;
+    }
+
+    /// The recorded `/settle` calls.
+    pub fn settle_calls(&self) -> Vec<StubCall> {
+        let calls = self.calls();
+        calls.into_iter().filter(|c| c.path == "/settle").collect()
     }
 
     pub fn router(&self) -> Router {
@@ -154,10 +169,23 @@ async fn verify(
 async fn settle(
     State(stub): State<FacilitatorStub>,
     Json(body): Json<Value>,
-) -> Json<SettleResponse> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let script = stub.record("/settle", &body);
     tokio::time::sleep(script.settle_delay).await;
-    let network = network(&stub, &body);
+    {
+        let mut inner = stub.lock();
+        if inner.lose_settles > 0 {
+            inner.lose_settles -= 1;
+            return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    }
+    settled(&stub, script, body).into_response()
+}
+
+/// The answer to a `/settle` that is not lost.
+fn settled(stub: &FacilitatorStub, script: StubScript, body: Value) -> Json<SettleResponse> {
+    let network = network(stub, &body);
     if let Some(reason) = script.settle_error_reason {
         return Json(SettleResponse {
             success: false,

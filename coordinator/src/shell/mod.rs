@@ -24,12 +24,15 @@ use uuid::Uuid;
 mod handshakes;
 mod polls;
 mod proofs;
+mod settlements;
 mod timers;
 
 pub use handshakes::{HandshakePermit, WorkerPlace};
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub use proofs::NonceRefused;
+pub(crate) use settlements::run_settlements;
+pub use settlements::{BACKOFF_FIRST_MS, BACKOFF_MAX_MS};
 pub(crate) use timers::run_timers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +60,8 @@ struct Inner {
     store: Arc<dyn Store>,
     state: Mutex<State>,
     timer_wake: Notify,
+    /// Wakes the settlement task when jobs begin awaiting settlement.
+    settle_wake: Notify,
     /// Set once by `shutdown`; `stopped` waits on `stop`.
     stopping: AtomicBool,
     stop: Notify,
@@ -147,6 +152,7 @@ impl Coordinator {
                 held: HeldPolls::default(),
             }),
             timer_wake: Notify::new(),
+            settle_wake: Notify::new(),
             stopping: AtomicBool::new(false),
             stop: Notify::new(),
             payments: std::sync::OnceLock::new(),
@@ -347,6 +353,9 @@ impl Coordinator {
         }
         if state.held.any_waiting() {
             state.held.wake_changed(&changes);
+        }
+        if state.core.has_settlements() {
+            self.inner.settle_wake.notify_one();
         }
         let mut outbox = state.core.take_outbox();
         for (session, out) in outbox.drain(..) {
