@@ -26,6 +26,9 @@ pub struct StubScript {
     pub settle_error_reason: Option<String>,
     pub verify_delay: Duration,
     pub settle_delay: Duration,
+    /// When set, the next `/settle` answer is lost (see
+    /// [`FacilitatorStub::lose_settles`]).
+    pub settle_lost_once: bool,
 }
 
 impl StubScript {
@@ -45,6 +48,14 @@ impl StubScript {
     pub fn settle_failure(code: &str) -> Self {
         Self {
             settle_error_reason: Some(code.into()),
+            ..Self::default()
+        }
+    }
+
+    /// `/verify` and `/settle` succeed, but the next `/settle` answer is lost.
+    pub fn settle_lost_once() -> Self {
+        Self {
+            settle_lost_once: true,
             ..Self::default()
         }
     }
@@ -93,7 +104,11 @@ impl FacilitatorStub {
     }
 
     pub fn set_script(&self, script: StubScript) {
-        self.lock().script = script;
+        let mut inner = self.lock();
+        if script.settle_lost_once {
+            inner.lose_settles = 1;
+        }
+        inner.script = script;
     }
 
     pub fn calls(&self) -> Vec<StubCall> {

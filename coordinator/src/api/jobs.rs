@@ -59,8 +59,8 @@ pub(super) async fn quote(
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
             headers(
-                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
-                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits with `--settlement at-commit` only (on completion nothing is settled yet: see the record's `payment_transaction`)"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits with `--settlement at-commit` only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
         (status = 401, response = crate::api::docs::UserProofRequired),
@@ -89,8 +89,8 @@ pub(super) async fn commit_fast(
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
             headers(
-                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
-                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits with `--settlement at-commit` only (on completion nothing is settled yet: see the record's `payment_transaction`)"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits with `--settlement at-commit` only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
         (status = 401, response = crate::api::docs::UserProofRequired),

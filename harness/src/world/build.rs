@@ -74,6 +74,13 @@ async fn sim_instance(
         None => None,
     };
     let (settings, settler) = sim_settings(name, spec, facilitator.as_ref())?;
+    let settlements = settler
+        .as_ref()
+        .map(|_| super::settlements::SettleLedger::default());
+    let settler = settler.map(|inner| {
+        let ledger = settlements.clone().unwrap_or_default();
+        Arc::new(super::settlements::RecordingSettler { inner, ledger }) as Arc<dyn x402::Settler>
+    });
     // Several nodes: one shared store kept across node generations,
     // and a seed per node after the instance's, in node order.
     let shared = spec.is_cluster().then(|| Arc::new(MemoryShared::default()));
@@ -111,6 +118,7 @@ async fn sim_instance(
         base_url: sim_url(name),
         poll_url: sim_url(name),
         facilitator,
+        settlements,
         driver: Driver::Sim(Box::new(first)),
         more_nodes: nodes,
         shared,
@@ -446,6 +454,13 @@ pub fn facilitator_script(script: FacilitatorScript) -> testkit::StubScript {
         FacilitatorScript::SettleFailure => {
             testkit::StubScript::settle_failure("unexpected_settle_error")
         }
+        FacilitatorScript::RefuseSettle => {
+            testkit::StubScript::settle_failure("insufficient_funds")
+        }
+        FacilitatorScript::SlowSettle => {
+            testkit::StubScript::settle_delay(std::time::Duration::from_secs(20))
+        }
+        FacilitatorScript::LoseSettle => testkit::StubScript::settle_lost_once(),
     }
 }
 
