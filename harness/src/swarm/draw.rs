@@ -63,6 +63,7 @@ impl WorldSpec {
         draw_caches(&mut world);
         draw_retention(&mut world);
         super::attacks::draw(&mut world);
+        super::settlement::draw(&mut world);
         world
     }
 }

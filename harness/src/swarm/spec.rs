@@ -41,6 +41,9 @@ pub enum Kind {
     /// User auth on, honest users who pair and commit with their keys, and
     /// attackers who act for them without (drawn by [`super::attacks`]).
     UserAttacks,
+    /// Refused, slow and lost settlements on facilitator instances (drawn
+    /// by [`super::settlement`]).
+    SettlementFaults,
 }
 
 impl Kind {
@@ -77,10 +80,11 @@ impl Kind {
     ];
 
     /// Every kind, in the order of the coverage table: the main stream's,
-    /// then [`Kind::Nodes`] and [`Kind::UserAttacks`].
+    /// then [`Kind::Nodes`], [`Kind::UserAttacks`] and [`Kind::SettlementFaults`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 2];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 3];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
+        all[Self::MAIN_STREAM.len() + 2] = Kind::SettlementFaults;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -118,6 +122,7 @@ impl Kind {
             Kind::RebootInFlight => "reboot_in_flight",
             Kind::Nodes => "several_nodes",
             Kind::UserAttacks => "user_attacks",
+            Kind::SettlementFaults => "settlement_faults",
         }
     }
 }

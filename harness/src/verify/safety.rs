@@ -224,10 +224,17 @@ fn check_settlements(
     instance: &str,
     state: &InstanceState<'_>,
 ) -> Result<(), Violation> {
+    let shown = outputs_shown(lines, instance);
+    if let Some((id, line)) = shown.iter().find(|(_, (_, completed))| !completed) {
+        return Err(Violation {
+            invariant: SafetyKey::OutputBeforeSettlement,
+            message: format!("{instance}: job {id}'s output was shown before the job completed"),
+            line: Some(line.0),
+        });
+    }
     let Some(settled) = state.settled else {
         return Ok(());
     };
-    let shown = outputs_shown(lines, instance);
     for job in state.jobs {
         let Some(paid) = &job.paid_with else { continue };
         let nonce = paid.nonce.nonce.to_string().to_ascii_lowercase();
@@ -250,7 +257,7 @@ fn check_settlements(
                 format!("{instance}: job {id} failed ({reason}) and its payment was settled");
             return found(SafetyKey::ChargedForFailedJob, message, None);
         }
-        let line = shown.get(&id).copied();
+        let line = shown.get(&id).map(|(line, _)| *line);
         if count == 0 && (line.is_some() || job.status == JobStatus::Completed) {
             let message =
                 format!("{instance}: job {id}'s output was shown, its payment never settled");
@@ -260,8 +267,10 @@ fn check_settlements(
     Ok(())
 }
 
-/// The jobs whose output an answer of `instance` showed, with the first line.
-fn outputs_shown(lines: &[String], instance: &str) -> BTreeMap<String, usize> {
+/// The jobs whose output an answer of `instance` showed, with the first
+/// line and whether the job was completed there (an output is shown only
+/// with `completed`, which on completion means settled).
+fn outputs_shown(lines: &[String], instance: &str) -> BTreeMap<String, (usize, bool)> {
     let mut shown = BTreeMap::new();
     for (n, line) in lines.iter().enumerate() {
         let Some((actor, rest)) = split(line) else {
@@ -274,8 +283,12 @@ fn outputs_shown(lines: &[String], instance: &str) -> BTreeMap<String, usize> {
             continue;
         };
         let output = body.pointer("/result/output").is_some_and(|o| !o.is_null());
+        let completed = body["status"].as_str() == Some("completed");
         if let (true, Some(id)) = (output, body["id"].as_str()) {
-            shown.entry(id.to_owned()).or_insert(n);
+            let seen = shown.entry(id.to_owned()).or_insert((n, completed));
+            if !completed && seen.1 {
+                *seen = (n, false);
+            }
         }
     }
     shown
