@@ -158,6 +158,24 @@ async fn a_lost_answer_is_retried_with_the_same_payment_and_settles_once() {
     assert_eq!(stub.settled(), 1);
 }
 
+/// The answer is lost after the money moved: the retry is refused as
+/// already used, which after our own lost attempt means our settlement
+/// landed. Before, the job failed `payment_failed` with the payer charged.
+#[tokio::test(start_paused = true)]
+async fn an_answer_lost_after_the_money_moved_completes_the_job() {
+    let stub = FacilitatorStub::new("eip155:84532");
+    let (c, app) = gated(config(), &stub).await;
+    let mut w = TestWorker::connect(Wire::channel(&c), 8, &["LLM_INFER"], 1).await;
+    let id = commit_paid(&app, 8).await;
+    stub.lose_settled(1);
+    let a = w.expect_assign().await;
+    w.complete(&a).await;
+    let record = until_ended(&app, &id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(stub.settle_calls().len(), 2);
+    assert_eq!(stub.settled(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_paid_job_past_its_authorization_fails_unpaid() {
     let stub = FacilitatorStub::new("eip155:84532");

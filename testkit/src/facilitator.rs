@@ -85,6 +85,11 @@ struct Inner {
     settled: u64,
     /// `/settle` calls still to answer 503 without settling.
     lose_settles: u32,
+    /// `/settle` calls still to settle and then answer 503.
+    lose_settled: u32,
+    /// Payments settled, as the chain remembers them: settling one again is
+    /// refused `invalid_exact_evm_nonce_already_used`.
+    spent: std::collections::BTreeSet<String>,
 }
 
 /// The stub; clones share state.
@@ -125,6 +130,12 @@ impl FacilitatorStub {
     /// whose answer was lost, and must retry the same payment).
     pub fn lose_settles(&self, n: u32) {
         self.lock().lose_settles = n;
+    }
+
+    /// The next `n` `/settle` calls settle, then answer 503: the answer is
+    /// lost after the money moved.
+    pub fn lose_settled(&self, n: u32) {
+        self.lock().lose_settled = n;
     }
 
     /// The recorded `/settle` calls.
@@ -195,7 +206,17 @@ async fn settle(
             return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
     }
-    settled(&stub, script, body).into_response()
+    let lose_answer = {
+        let mut inner = stub.lock();
+        let lose = inner.lose_settled > 0;
+        inner.lose_settled = inner.lose_settled.saturating_sub(1);
+        lose
+    };
+    let answer = settled(&stub, script, body);
+    if lose_answer && answer.success {
+        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    answer.into_response()
 }
 
 /// The answer to a `/settle` that is not lost.
@@ -210,8 +231,18 @@ fn settled(stub: &FacilitatorStub, script: StubScript, body: Value) -> Json<Sett
             network,
         });
     }
+    let payment = body["paymentPayload"].to_string();
     let count = {
         let mut inner = stub.lock();
+        if !inner.spent.insert(payment) {
+            return Json(SettleResponse {
+                success: false,
+                error_reason: Some("invalid_exact_evm_nonce_already_used".into()),
+                payer: payer(&body),
+                transaction: String::new(),
+                network,
+            });
+        }
         inner.settled += 1;
         inner.settled
     };

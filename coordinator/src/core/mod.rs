@@ -168,6 +168,11 @@ pub struct Job {
     /// status stays `running`; no worker holds the job (decision 0021).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_settlement: bool,
+    /// A `/settle` was (about to be) sent for the job: stored before the
+    /// first one, so that after a crash a refusal as "already used" is
+    /// known for our own earlier settlement (settle.rs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settle_sent: bool,
     /// The settlement's transaction, once settled on completion (the
     /// `payment_transaction` of the job record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -852,6 +857,7 @@ impl Core {
             payment_ref,
             paid_with,
             awaiting_settlement: false,
+            settle_sent: false,
             payment_transaction: None,
             deadline_ms: None,
             seq,

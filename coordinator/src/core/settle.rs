@@ -106,6 +106,21 @@ impl Core {
             .collect()
     }
 
+    /// The shell is about to send job `id`'s first `/settle` of this
+    /// process: recorded (the shell makes it durable before sending).
+    /// Returns whether one was sent before (by an earlier process or node).
+    pub fn settle_sending(&mut self, id: Uuid) -> Result<bool, SettleError> {
+        if !self.awaiting.contains(&id) {
+            return Err(SettleError::NotAwaiting);
+        }
+        let job = self.jobs.get_mut(&id).expect("awaiting job exists");
+        let before = std::mem::replace(&mut job.settle_sent, true);
+        if !before {
+            self.job_changed(&id);
+        }
+        Ok(before)
+    }
+
     /// Whether jobs wait to be handed to the shell.
     pub fn has_settlements(&self) -> bool {
         !self.to_settle.is_empty()

@@ -45,8 +45,12 @@ pub(crate) async fn run_settlements(c: Coordinator) {
 /// Settles one job's payment and reports the outcome to the core.
 async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
     let job = super::job_ref(&id);
-    // The awaiting record first: a crash after a settlement must find the
-    // job awaiting, never run it again.
+    // The awaiting record, marked as sent, first: a crash after a
+    // settlement must find the job awaiting (never run it again) and know
+    // that an "already used" refusal may be its own settlement.
+    let Ok(mut sent) = c.with(|core, _| core.settle_sending(id)) else {
+        return;
+    };
     if let Err(e) = c.durable().await {
         tracing::error!(error = %e, %job, "store failed before settlement; the job is not settled");
         return;
@@ -68,11 +72,20 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
                     transaction: s.response.transaction,
                 }
             }
+            // Only our own earlier attempt can have spent the authorization
+            // (or the payer, cancelling it in the same instant: decision 0021).
+            SettleOutcome::Refused(x402::Reason::NonceAlreadyUsed) if sent => {
+                tracing::warn!(%job, "the authorization was spent by an earlier settlement whose answer was lost; counted settled, transaction unknown");
+                break Settled::Paid {
+                    transaction: ticket.payment_ref.clone(),
+                };
+            }
             SettleOutcome::Refused(reason) => {
                 tracing::info!(%job, reason = reason.as_str(), "settlement refused");
                 break Settled::Refused;
             }
             SettleOutcome::Lost(e) => {
+                sent = true;
                 c.metrics().settlement("lost");
                 tracing::warn!(%job, error = %e, "settlement answer lost; retrying the same payment");
                 let left_ms = u64::try_from(deadline_ms - c.now_ms()).unwrap_or(0);

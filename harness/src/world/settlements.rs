@@ -3,8 +3,14 @@
 //! settles (locally or through the scripted facilitator). The safety keys
 //! `charged_for_failed_job`, `settled_twice` and `output_before_settlement`
 //! judge a run against it (decision 0021).
+//!
+//! It also plays the chain's part, which neither local settlement nor the
+//! scripted facilitator does: an authorization settles once, and sending it
+//! again is refused `invalid_exact_evm_nonce_already_used` (as after a crash
+//! between a settlement and its record), moving nothing.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use x402::settle::BoxFuture;
 use x402::{Reason, SettleOutcome, SettleRequest, SettleTicket, Settlement, Settler};
@@ -19,6 +25,12 @@ impl SettleLedger {
         *ledger.entry(nonce.unwrap_or_default()).or_insert(0) += 1;
     }
 
+    /// Whether the chain has spent this authorization already.
+    fn spent(&self, nonce: Option<&String>) -> bool {
+        let ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        nonce.is_some_and(|n| ledger.contains_key(n))
+    }
+
     /// The counts so far.
     pub fn counts(&self) -> BTreeMap<String, usize> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -31,16 +43,31 @@ fn body_nonce(body: &serde_json::Value) -> Option<String> {
     Some(nonce.as_str()?.to_ascii_lowercase())
 }
 
-/// A settler that records each success in a [`SettleLedger`].
+/// A node's settler, recording each success in its instance's
+/// [`SettleLedger`]. A crashed process reaches no peer (`crash_after`), the
+/// facilitator included: its attempts are lost.
 pub struct RecordingSettler {
     pub inner: Arc<dyn Settler>,
     pub ledger: SettleLedger,
+    pub crashed: Arc<AtomicBool>,
+}
+
+impl RecordingSettler {
+    fn dead(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
 }
 
 impl Settler for RecordingSettler {
     fn settle<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<Settlement, Reason>> {
         Box::pin(async move {
             let nonce = req.verified.map(|v| v.nonce.to_string());
+            if self.dead() {
+                return Err(Reason::UnexpectedSettleError);
+            }
+            if self.ledger.spent(nonce.as_ref()) {
+                return Err(Reason::NonceAlreadyUsed);
+            }
             let settled = self.inner.settle(req).await;
             if settled.is_ok() {
                 self.ledger.record(nonce);
@@ -55,9 +82,16 @@ impl Settler for RecordingSettler {
 
     fn settle_ticket<'a>(&'a self, ticket: &'a SettleTicket) -> BoxFuture<'a, SettleOutcome> {
         Box::pin(async move {
+            let nonce = body_nonce(&ticket.body);
+            if self.dead() {
+                return SettleOutcome::Lost("the process crashed".into());
+            }
+            if self.ledger.spent(nonce.as_ref()) {
+                return SettleOutcome::Refused(Reason::NonceAlreadyUsed);
+            }
             let outcome = self.inner.settle_ticket(ticket).await;
             if matches!(outcome, SettleOutcome::Settled(_)) {
-                self.ledger.record(body_nonce(&ticket.body));
+                self.ledger.record(nonce);
             }
             outcome
         })
