@@ -33,6 +33,24 @@ pub struct Config {
     /// alone never reaches a user's trusted workers. `Off` is the spec's
     /// literal behaviour, for closed deployments and conformance runs.
     pub user_auth: UserAuth,
+    /// When a paid job's payment is settled (decision 0021).
+    pub settlement: Settlement,
+}
+
+/// `--settlement on-completion|at-commit`: when a paid job's payment moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Settlement {
+    /// Verified and its nonce reserved at commit; settled once a worker's
+    /// result has been checked, and only then is the job `completed` and its
+    /// output shown. A job that fails is never settled. The operator risks
+    /// the work of a job whose payer drains the balance before settlement
+    /// (that payer gets no output).
+    #[default]
+    OnCompletion,
+    /// Settled at commit, before the job exists (the behaviour before issue
+    /// 30): the operator is paid for every accepted job, and a payer pays
+    /// for jobs that then fail (no eligible worker, attempts exhausted).
+    AtCommit,
 }
 
 /// `--user-auth on|off`: what `trust/create`, `trust/list` and PRIVATE
@@ -59,6 +77,7 @@ impl Default for Config {
             check_invariants: cfg!(debug_assertions),
             trusted_proxies: Vec::new(),
             user_auth: UserAuth::On,
+            settlement: Settlement::OnCompletion,
         }
     }
 }
@@ -292,6 +311,12 @@ pub struct Timing {
     /// How far a user proof's issue time may lie from the coordinator's
     /// clock, either way; its nonce is remembered that long after it.
     pub user_proof_window_ms: i64,
+    /// Settling on completion: a paid job must be settled this long before
+    /// its authorization's `validBefore`; from then on it fails unpaid
+    /// (`payment_expired`) rather than completing unpaid. At least the
+    /// facilitator's timeout, so that no settlement is sent that could
+    /// land after the job failed.
+    pub settle_margin_ms: i64,
 }
 
 impl Default for Timing {
@@ -309,6 +334,7 @@ impl Default for Timing {
             pairing_code_ttl_ms: 3_600_000,
             pairing_code_retention_ms: 24 * 3_600_000,
             user_proof_window_ms: protocol::user_proof::WINDOW_MS,
+            settle_margin_ms: 60_000,
         }
     }
 }

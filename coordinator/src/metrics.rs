@@ -102,6 +102,7 @@ pub struct Metrics {
     payments_verified: Counter,
     payments_refused: Family<PaymentReasonLabel, Counter>,
     payments_settled: Family<OutcomeLabel, Counter>,
+    awaiting_settlement: Gauge,
     http_requests: Family<HttpLabels, Counter>,
     jobs_deleted: Family<ReasonLabel, Counter>,
     job_bytes: Family<StateLabel, Gauge>,
@@ -229,6 +230,7 @@ impl Metrics {
             payments_verified: Counter::default(),
             payments_refused: Family::default(),
             payments_settled: Family::default(),
+            awaiting_settlement: Gauge::default(),
             http_requests: Family::default(),
             jobs_deleted: Family::default(),
             job_bytes: Family::default(),
@@ -307,8 +309,13 @@ impl Metrics {
         );
         registry.register(
             "payments_settlements",
-            "x402 settlements, by outcome (settled or failed)",
+            "x402 settlement attempts, by outcome: settled or failed (at commit); settled, refused, lost (an answer lost, retried) or expired (given up at the settle deadline), on completion",
             m.payments_settled.clone(),
+        );
+        registry.register(
+            "payments_awaiting_settlement_jobs",
+            "Jobs whose checked results wait for their payment's settlement, read at scrape time",
+            m.awaiting_settlement.clone(),
         );
         registry.register(
             "http_requests",
@@ -399,6 +406,14 @@ impl Metrics {
             .inc();
     }
 
+    /// One settlement attempt on completion ended `outcome` (settled,
+    /// refused, lost, expired).
+    pub fn settlement(&self, outcome: &'static str) {
+        self.payments_settled
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
     /// `route` is the matched route template, never the raw path.
     pub fn http_request(&self, method: &str, route: &str, status: u16) {
         self.http_requests
@@ -457,6 +472,9 @@ impl Metrics {
         }
         let cut_s = core.retention_cut_ms().map_or(0, |ms| ms.div_euclid(1000));
         self.retention_cut.set(cut_s.max(0));
+        let awaiting = core.awaiting_settlement();
+        self.awaiting_settlement
+            .set(i64::try_from(awaiting).unwrap_or(i64::MAX));
         let online = core.workers_online();
         self.workers_online
             .set(i64::try_from(online).unwrap_or(i64::MAX));

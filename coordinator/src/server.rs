@@ -406,6 +406,7 @@ enum Started {
 fn with_tasks(coordinator: Coordinator, started: Started, settings: &Settings) -> Server {
     let mut tasks = Tasks::new();
     tasks.spawn(crate::shell::run_timers(coordinator.clone()));
+    tasks.spawn(crate::shell::run_settlements(coordinator.clone()));
     let (store, fenced, node_store) = match started {
         Started::Own(store) => {
             if let (Some(hours), Some(store)) = (settings.retention_hours, &store) {

@@ -226,6 +226,8 @@ async fn payments_are_counted_by_reason_and_settlement_outcome() {
     let c = coordinator(
         Config {
             network: "eip155:84532".into(),
+            // The outcomes at commit; on completion: tests/settlement.rs.
+            settlement: coordinator::config::Settlement::AtCommit,
             ..spec_config()
         },
         Arc::new(coordinator::ManualClock::new(EPOCH_MS)),

@@ -31,6 +31,7 @@ use x402::{InMemoryNonceStore, PaymentGate};
 async fn a_refused_paid_commit_stays_refused_when_a_trusted_worker_arrives() {
     let config = Config {
         network: "eip155:84532".into(),
+        settlement: coordinator::config::Settlement::AtCommit,
         ..spec_config()
     };
     let c = coordinator(config, Arc::new(ManualClock::new(EPOCH_MS)), 5).await;
@@ -78,6 +79,8 @@ async fn start_paid(db: &str, clock: Arc<TokioClock>, seed: u64) -> server::Serv
     let settings = Settings {
         config: Config {
             network: "eip155:84532".into(),
+            // These findings are about the spend at commit.
+            settlement: coordinator::config::Settlement::AtCommit,
             ..spec_config()
         },
         db: db.to_owned(),

@@ -7,7 +7,7 @@ mod common;
 use axum::http::StatusCode;
 use base64::Engine;
 use common::*;
-use coordinator::config::Config;
+use coordinator::config::{Config, Settlement};
 use coordinator::{app, Coordinator, ManualClock, TokioClock};
 use rand::SeedableRng;
 use serde_json::{json, Value};
@@ -22,8 +22,26 @@ async fn gated(
     clock: Arc<dyn coordinator::Clock>,
     stub: Option<&FacilitatorStub>,
 ) -> (Coordinator, axum::Router) {
+    gated_with(clock, stub, Settlement::OnCompletion).await
+}
+
+/// [`gated`], settling at commit (the behaviour before issue 30, now an
+/// operator's choice): these tests pin what it promises.
+async fn gated_at_commit(
+    clock: Arc<dyn coordinator::Clock>,
+    stub: Option<&FacilitatorStub>,
+) -> (Coordinator, axum::Router) {
+    gated_with(clock, stub, Settlement::AtCommit).await
+}
+
+async fn gated_with(
+    clock: Arc<dyn coordinator::Clock>,
+    stub: Option<&FacilitatorStub>,
+    settlement: Settlement,
+) -> (Coordinator, axum::Router) {
     let config = Config {
         network: "eip155:84532".into(),
+        settlement,
         ..spec_config()
     };
     let c = coordinator(config, clock, 5).await;
@@ -92,7 +110,7 @@ async fn no_payment_header_gives_402_with_the_accepts_list_and_header() {
 
 #[tokio::test(start_paused = true)]
 async fn a_valid_payment_buys_exactly_one_job_and_lands_in_the_receipt() {
-    let (c, app) = gated(Arc::new(TokioClock::new(EPOCH_MS)), None).await;
+    let (c, app) = gated_at_commit(Arc::new(TokioClock::new(EPOCH_MS)), None).await;
     let mut w = TestWorker::connect(Wire::channel(&c), 1, &["LLM_INFER"], 1).await;
     let challenge = post(&app, "/v1/jobs/commit/fast", &llm_job("alice"), None).await;
     let (name, value) = pay(&challenge, 1);
@@ -294,7 +312,7 @@ async fn each_bad_payment_is_refused_with_its_reason() {
 #[tokio::test]
 async fn a_failed_settlement_creates_no_job_and_frees_the_payment() {
     let stub = FacilitatorStub::new("eip155:84532");
-    let (c, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
+    let (c, app) = gated_at_commit(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
     stub.set_script(StubScript::insufficient_funds());
     let challenge = post(&app, "/v1/jobs/commit/fast", &task_job("alice"), None).await;
     let (name, value) = pay(&challenge, 3);
@@ -326,7 +344,7 @@ async fn a_failed_settlement_creates_no_job_and_frees_the_payment() {
 #[tokio::test]
 async fn bad_requests_and_422s_are_never_charged() {
     let stub = FacilitatorStub::new("eip155:84532");
-    let (_, app) = gated(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
+    let (_, app) = gated_at_commit(Arc::new(ManualClock::new(EPOCH_MS)), Some(&stub)).await;
     let challenge = post(&app, "/v1/jobs/commit/fast", &task_job("alice"), None).await;
     let (name, value) = pay(&challenge, 4);
     // A 400 is answered before payment is even looked at.

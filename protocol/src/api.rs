@@ -174,6 +174,12 @@ pub struct JobRecord {
     pub receipt: Option<Receipt>,
     pub created_at: String,
     pub completed_at: Option<String>,
+    /// A paid job settled on completion: the settlement's transaction, once
+    /// it exists (the receipt's `payment_ref` names the authorization, as
+    /// the worker signs it before settlement). Absent otherwise. An
+    /// extension of the spec's record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_transaction: Option<String>,
 }
 
 /// 409 of `POST /v1/jobs/{id}/cancel` for a job that can no longer be

@@ -26,6 +26,9 @@ pub struct StubScript {
     pub settle_error_reason: Option<String>,
     pub verify_delay: Duration,
     pub settle_delay: Duration,
+    /// When set, the next `/settle` answer is lost (see
+    /// [`FacilitatorStub::lose_settles`]).
+    pub settle_lost_once: bool,
 }
 
 impl StubScript {
@@ -45,6 +48,14 @@ impl StubScript {
     pub fn settle_failure(code: &str) -> Self {
         Self {
             settle_error_reason: Some(code.into()),
+            ..Self::default()
+        }
+    }
+
+    /// `/verify` and `/settle` succeed, but the next `/settle` answer is lost.
+    pub fn settle_lost_once() -> Self {
+        Self {
+            settle_lost_once: true,
             ..Self::default()
         }
     }
@@ -72,6 +83,13 @@ struct Inner {
     script: StubScript,
     calls: Vec<StubCall>,
     settled: u64,
+    /// `/settle` calls still to answer 503 without settling.
+    lose_settles: u32,
+    /// `/settle` calls still to settle and then answer 503.
+    lose_settled: u32,
+    /// Payments settled, as the chain remembers them: settling one again is
+    /// refused `invalid_exact_evm_nonce_already_used`.
+    spent: std::collections::BTreeSet<String>,
 }
 
 /// The stub; clones share state.
@@ -91,7 +109,11 @@ impl FacilitatorStub {
     }
 
     pub fn set_script(&self, script: StubScript) {
-        self.lock().script = script;
+        let mut inner = self.lock();
+        if script.settle_lost_once {
+            inner.lose_settles = 1;
+        }
+        inner.script = script;
     }
 
     pub fn calls(&self) -> Vec<StubCall> {
@@ -101,6 +123,25 @@ impl FacilitatorStub {
     /// How many `/settle` calls succeeded.
     pub fn settled(&self) -> u64 {
         self.lock().settled
+    }
+
+    /// The next `n` `/settle` calls answer 503 and settle nothing: an
+    /// answer lost on the way (the caller cannot tell it from a settlement
+    /// whose answer was lost, and must retry the same payment).
+    pub fn lose_settles(&self, n: u32) {
+        self.lock().lose_settles = n;
+    }
+
+    /// The next `n` `/settle` calls settle, then answer 503: the answer is
+    /// lost after the money moved.
+    pub fn lose_settled(&self, n: u32) {
+        self.lock().lose_settled = n;
+    }
+
+    /// The recorded `/settle` calls.
+    pub fn settle_calls(&self) -> Vec<StubCall> {
+        let calls = self.calls();
+        calls.into_iter().filter(|c| c.path == "/settle").collect()
     }
 
     pub fn router(&self) -> Router {
@@ -154,10 +195,33 @@ async fn verify(
 async fn settle(
     State(stub): State<FacilitatorStub>,
     Json(body): Json<Value>,
-) -> Json<SettleResponse> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let script = stub.record("/settle", &body);
     tokio::time::sleep(script.settle_delay).await;
-    let network = network(&stub, &body);
+    {
+        let mut inner = stub.lock();
+        if inner.lose_settles > 0 {
+            inner.lose_settles -= 1;
+            return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    }
+    let lose_answer = {
+        let mut inner = stub.lock();
+        let lose = inner.lose_settled > 0;
+        inner.lose_settled = inner.lose_settled.saturating_sub(1);
+        lose
+    };
+    let answer = settled(&stub, script, body);
+    if lose_answer && answer.success {
+        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    answer.into_response()
+}
+
+/// The answer to a `/settle` that is not lost.
+fn settled(stub: &FacilitatorStub, script: StubScript, body: Value) -> Json<SettleResponse> {
+    let network = network(stub, &body);
     if let Some(reason) = script.settle_error_reason {
         return Json(SettleResponse {
             success: false,
@@ -167,8 +231,18 @@ async fn settle(
             network,
         });
     }
+    let payment = body["paymentPayload"].to_string();
     let count = {
         let mut inner = stub.lock();
+        if !inner.spent.insert(payment) {
+            return Json(SettleResponse {
+                success: false,
+                error_reason: Some("invalid_exact_evm_nonce_already_used".into()),
+                payer: payer(&body),
+                transaction: String::new(),
+                network,
+            });
+        }
         inner.settled += 1;
         inner.settled
     };

@@ -16,8 +16,8 @@ use crate::evm::{Address, Bytes32};
 use crate::reason::Reason;
 use crate::replay::{InMemoryNonceStore, NonceKey, NonceStore};
 use crate::settle::{
-    FacilitatorSettler, LocalSettler, SettleRequest, Settlement, Settler, TransportError,
-    DEFAULT_FACILITATOR_TIMEOUT,
+    FacilitatorSettler, LocalSettler, SettleOutcome, SettleRequest, SettleTicket, Settlement,
+    Settler, TransportError, DEFAULT_FACILITATOR_TIMEOUT,
 };
 use crate::verify::{verify_exact_evm, VerifiedPayment};
 use http::HeaderMap;
@@ -73,6 +73,9 @@ pub struct Authorized {
     /// The payment's identity, reserved in the nonce store until it is
     /// settled (spent) or cancelled (released).
     pub nonce_key: NonceKey,
+    /// Unix seconds: the authorization's `validBefore` (on networks without
+    /// one, the offer's `maxTimeoutSeconds` from authorization).
+    pub valid_before_seconds: u64,
 }
 
 /// A settled payment.
@@ -212,6 +215,7 @@ impl PaymentGate {
             payment,
             verified,
             nonce_key,
+            valid_before_seconds: valid_before,
         })
     }
 
@@ -293,6 +297,45 @@ impl PaymentGate {
                 })
             }
         }
+    }
+
+    /// Settling on completion, at commit: what the facilitator checks before
+    /// it would settle (`/verify`: balance, on-chain nonce state), nothing
+    /// moved. On a refusal the nonce is released, as by a failed `settle`.
+    pub async fn verify(&self, auth: &Authorized) -> Result<(), Refusal> {
+        let req = SettleRequest {
+            offer: &auth.offer,
+            payment: &auth.payment,
+            verified: auth.verified.as_ref(),
+        };
+        self.settler.verify(req).await.map_err(|reason| {
+            self.cancel(auth);
+            Refusal::Refused {
+                answer: auth.offer.payment_refused(&reason),
+                reason,
+            }
+        })
+    }
+
+    /// What settling `auth` later needs, to keep with what it buys.
+    pub fn ticket(&self, auth: &Authorized) -> SettleTicket {
+        let req = SettleRequest {
+            offer: &auth.offer,
+            payment: &auth.payment,
+            verified: auth.verified.as_ref(),
+        };
+        SettleTicket {
+            body: FacilitatorSettler::<crate::settle::ReqwestTransport>::body(&req),
+            payment_ref: format!("x402:{}", auth.nonce_key.nonce),
+            payer: auth.verified.as_ref().map(|v| v.from.to_string()),
+            network: self.config.network.clone(),
+            valid_before_seconds: auth.valid_before_seconds,
+        }
+    }
+
+    /// One attempt at settling a stored ticket (see [`SettleOutcome`]).
+    pub async fn settle_ticket(&self, ticket: &SettleTicket) -> SettleOutcome {
+        self.settler.settle_ticket(ticket).await
     }
 
     /// Ends a payment whose request was refused after authorization (a 422

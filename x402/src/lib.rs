@@ -81,6 +81,9 @@ pub use evm::Address;
 pub use gate::{Authorized, Paid, PaymentGate, Refusal};
 pub use reason::Reason;
 pub use replay::{InMemoryNonceStore, NonceKey, NonceStore, NonceUsed};
-pub use settle::{FacilitatorSettler, LocalSettler, SettleRequest, Settlement, Settler};
+pub use settle::{
+    FacilitatorSettler, LocalSettler, SettleOutcome, SettleRequest, SettleTicket, Settlement,
+    Settler,
+};
 pub use signer::{LocalEvmSigner, PaymentHeader, PaymentRequired, PaymentSigner, SignError};
 pub use verify::{verify_exact_evm, VerifiedPayment};

@@ -59,8 +59,76 @@ pub struct SettleRequest<'a> {
 /// exception is a facilitator that settled but whose answer was lost (a
 /// timeout during `/settle`): the payer is then charged without a job, and
 /// reconciling that needs the transaction log of the facilitator.
+/// Settling on completion ([`Settler::verify`] at commit,
+/// [`Settler::settle_ticket`] later) retries such a loss with the same
+/// ticket instead.
 pub trait Settler: Send + Sync {
+    /// Verify then settle, at once (settlement at commit).
     fn settle<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<Settlement, Reason>>;
+
+    /// Only what `settle` checks before moving money (a facilitator's
+    /// `/verify`); nothing to add for local settlement.
+    fn verify<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<(), Reason>> {
+        let _ = req;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Settles a payment verified earlier, from its stored ticket. Sending
+    /// the same ticket again is safe: the chain spends one authorization
+    /// once. Local settlement moves nothing and answers the ticket's
+    /// reference.
+    fn settle_ticket<'a>(&'a self, ticket: &'a SettleTicket) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(async move { SettleOutcome::Settled(ticket.local_settlement()) })
+    }
+}
+
+/// What settling a verified payment later needs, kept with the job it
+/// bought (durably: a restart settles it too), so every attempt sends the
+/// very same `/settle` body.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SettleTicket {
+    /// The `/settle` body: `x402Version`, `paymentPayload`, `paymentRequirements`.
+    pub body: serde_json::Value,
+    /// The reference the job carries before settlement (and the worker
+    /// signs into the receipt): `x402:<nonce>`, the authorization's nonce
+    /// (a Solana payment's: the hash of its message). It names the
+    /// payment from the moment it is verified; the settlement's
+    /// transaction is recorded beside it once it exists.
+    pub payment_ref: String,
+    pub payer: Option<String>,
+    /// CAIP-2.
+    pub network: String,
+    /// The authorization's `validBefore`, Unix seconds: no settlement is
+    /// tried at or after it less the operator's margin.
+    pub valid_before_seconds: u64,
+}
+
+impl SettleTicket {
+    /// What local settlement answers: the reference, no money moved.
+    pub fn local_settlement(&self) -> Settlement {
+        Settlement {
+            payment_ref: self.payment_ref.clone(),
+            response: SettleResponse {
+                success: true,
+                error_reason: None,
+                payer: self.payer.clone(),
+                transaction: self.payment_ref.clone(),
+                network: self.network.clone(),
+            },
+        }
+    }
+}
+
+/// How one settlement attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleOutcome {
+    Settled(Settlement),
+    /// The facilitator answered no: no money moved, none will.
+    Refused(Reason),
+    /// No usable answer (transport error, timeout, 5xx, unreadable body):
+    /// the attempt may or may not have reached the chain; send the same
+    /// ticket again.
+    Lost(String),
 }
 
 /// Local verification mode: the payment was verified offline, but nothing
@@ -213,7 +281,8 @@ impl<T: FacilitatorTransport> FacilitatorSettler<T> {
         Self { transport, timeout }
     }
 
-    fn body(req: &SettleRequest<'_>) -> serde_json::Value {
+    /// The `/verify` and `/settle` body of a payment.
+    pub fn body(req: &SettleRequest<'_>) -> serde_json::Value {
         serde_json::json!({
             "x402Version": req.payment.version.number(),
             "paymentPayload": req.payment.raw,
@@ -286,6 +355,31 @@ impl<T: FacilitatorTransport> FacilitatorSettler<T> {
         };
         serde_json::from_slice(&resp.body).map_err(|e| TransportError::Http(e.to_string()))
     }
+
+    /// `POST /settle` with a stored ticket's body: [`Settler::settle_ticket`].
+    pub async fn settle_body(&self, body: &serde_json::Value) -> SettleOutcome {
+        let resp = match self.post("/settle", body).await {
+            Ok(resp) => resp,
+            Err(e) => return SettleOutcome::Lost(e.to_string()),
+        };
+        if resp.status >= 500 {
+            return SettleOutcome::Lost(format!("facilitator answered {}", resp.status));
+        }
+        let Ok(answer) = serde_json::from_slice::<SettleResponse>(&resp.body) else {
+            return SettleOutcome::Lost(format!("unreadable answer ({})", resp.status));
+        };
+        if !answer.success {
+            let reason = answer.error_reason.as_deref().map(Reason::from_code);
+            return SettleOutcome::Refused(reason.unwrap_or(Reason::UnexpectedSettleError));
+        }
+        if answer.transaction.is_empty() {
+            return SettleOutcome::Lost("a success without a transaction".into());
+        }
+        SettleOutcome::Settled(Settlement {
+            payment_ref: answer.transaction.clone(),
+            response: answer,
+        })
+    }
 }
 
 impl<T: FacilitatorTransport> Settler for FacilitatorSettler<T> {
@@ -296,5 +390,13 @@ impl<T: FacilitatorTransport> Settler for FacilitatorSettler<T> {
             self.verify(req).await?;
             self.settle_only(req).await
         })
+    }
+
+    fn verify<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<(), Reason>> {
+        Box::pin(async move { FacilitatorSettler::verify(self, req).await.map(|_| ()) })
+    }
+
+    fn settle_ticket<'a>(&'a self, ticket: &'a SettleTicket) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(self.settle_body(&ticket.body))
     }
 }

@@ -5,6 +5,7 @@ use super::error::ApiError;
 use super::extract::{ClientAddr, CommitRequest, QueryMap};
 use super::user_auth;
 use super::validate;
+use crate::config::Settlement;
 use crate::core::{CommitError, PaidWith, Payment};
 use crate::shell::{Coordinator, Watch};
 use axum::extract::{Path, RawQuery, State};
@@ -58,8 +59,8 @@ pub(super) async fn quote(
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
             headers(
-                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
-                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits with `--settlement at-commit` only (on completion nothing is settled yet: see the record's `payment_transaction`)"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits with `--settlement at-commit` only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
         (status = 401, response = crate::api::docs::UserProofRequired),
@@ -88,8 +89,8 @@ pub(super) async fn commit_fast(
     responses(
         (status = 201, description = "Job accepted", body = CommitResponse,
             headers(
-                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits only"),
-                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits only"),
+                ("PAYMENT-RESPONSE" = String, description = "x402 v2 settlement (base64 JSON); paid commits with `--settlement at-commit` only (on completion nothing is settled yet: see the record's `payment_transaction`)"),
+                ("X-PAYMENT-RESPONSE" = String, description = "x402 v1 settlement (base64 JSON); paid commits with `--settlement at-commit` only"),
             )),
         (status = 400, response = crate::api::docs::BadRequest),
         (status = 401, response = crate::api::docs::UserProofRequired),
@@ -224,9 +225,11 @@ fn paid_by_the_user(
         .inspect_err(|_| gate.cancel(auth))
 }
 
-/// Settles an authorized payment (402 on failure, no job) and creates the
-/// job with the settlement as its `payment_ref`, spending the nonce in the
-/// same write.
+/// Creates the job of an authorized payment, spending the nonce in the
+/// same write: settled first (`--settlement at-commit`: 402 on failure, no
+/// job; `payment_ref` the transaction), or verified with the facilitator
+/// and settled once the job's result is checked (the default: decision
+/// 0021; `payment_ref` names the authorization).
 async fn settle_and_commit(
     c: &Coordinator,
     gate: &x402::PaymentGate,
@@ -236,6 +239,46 @@ async fn settle_and_commit(
     tier: Tier,
 ) -> Result<Response, ApiError> {
     let job_type = submission.job_type;
+    let payment = match c.config().settlement {
+        Settlement::AtCommit => settle_now(c, gate, auth).await?,
+        Settlement::OnCompletion => settle_later(c, gate, auth).await?,
+    };
+    let response_header = payment.paid_with.response_header.clone();
+    let committed =
+        c.with(|core, now_ms| core.commit_from(client, submission, tier, Some(payment), now_ms));
+    count_commit(c, &committed, tier, job_type);
+    answer_commit(c, committed, Some(&response_header)).await
+}
+
+/// Settling on completion, at commit: the facilitator's `/verify` (402 on
+/// a refusal, the nonce released), then the ticket the job keeps. Nothing
+/// moves yet, so the 201 carries no `PAYMENT-RESPONSE`.
+async fn settle_later(
+    c: &Coordinator,
+    gate: &x402::PaymentGate,
+    auth: x402::Authorized,
+) -> Result<Payment, ApiError> {
+    gate.verify(&auth).await.map_err(|refusal| {
+        c.metrics().payment_refused(refusal.reason());
+        ApiError::Payment(Box::new(refusal))
+    })?;
+    let ticket = gate.ticket(&auth);
+    Ok(Payment {
+        payment_ref: ticket.payment_ref.clone(),
+        paid_with: PaidWith {
+            nonce: auth.nonce_key,
+            response_header: String::new(),
+            ticket: Some(Box::new(ticket)),
+        },
+    })
+}
+
+/// `--settlement at-commit`: settles now (402 on failure, no job).
+async fn settle_now(
+    c: &Coordinator,
+    gate: &x402::PaymentGate,
+    auth: x402::Authorized,
+) -> Result<Payment, ApiError> {
     let paid = gate.settle_unspent(auth).await;
     c.metrics().payment_settled(paid.is_ok());
     let paid = paid.map_err(|refusal| {
@@ -243,18 +286,14 @@ async fn settle_and_commit(
         c.metrics().payment_refused(refusal.reason());
         ApiError::Payment(Box::new(refusal))
     })?;
-    let response_header = paid.settlement.payment_response_header();
-    let payment = Payment {
+    Ok(Payment {
         payment_ref: paid.payment_ref().to_owned(),
         paid_with: PaidWith {
             nonce: paid.nonce_key,
-            response_header: response_header.clone(),
+            response_header: paid.settlement.payment_response_header(),
+            ticket: None,
         },
-    };
-    let committed =
-        c.with(|core, now_ms| core.commit_from(client, submission, tier, Some(payment), now_ms));
-    count_commit(c, &committed, tier, job_type);
-    answer_commit(c, committed, Some(&response_header)).await
+    })
 }
 
 /// The job (and its `PAYMENT-RESPONSE`) a payment with nonce `key`
@@ -303,6 +342,8 @@ pub(super) async fn answer_commit(
         Ok(job_id) => {
             let mut response =
                 (StatusCode::CREATED, Json(CommitResponse { job_id })).into_response();
+            // Empty: nothing was settled at commit (decision 0021).
+            let payment_response = payment_response.filter(|v| !v.is_empty());
             if let Some(value) = payment_response.and_then(|v| HeaderValue::from_str(v).ok()) {
                 for name in [x402::wire::PAYMENT_RESPONSE, x402::wire::X_PAYMENT_RESPONSE] {
                     if let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) {

@@ -6,7 +6,7 @@
 //! them (default `info`).
 
 use clap::Parser;
-use coordinator::config::{Config, UserAuth};
+use coordinator::config::{Config, Settlement, UserAuth};
 use coordinator::node::{self, ClusterSettings};
 use coordinator::server::{self, MetricsAt, Parts, Runtime, Server, Settings, StartError};
 use coordinator::SystemClock;
@@ -238,6 +238,19 @@ struct Args {
     /// acts for that user (closed deployments, conformance runs).
     #[arg(long, env = "COORDINATOR_USER_AUTH", value_enum, default_value_t = UserAuthArg::On)]
     user_auth: UserAuthArg,
+    /// When a paid job's payment is settled: `on-completion` (verified at
+    /// commit, settled once the result is checked, output shown only after;
+    /// a job that fails is never charged) or `at-commit` (settled before the
+    /// job exists: every accepted job is paid for, failed ones included).
+    /// See docs/decisions/0021-settle-on-completion.md.
+    #[arg(long, env = "COORDINATOR_SETTLEMENT", value_enum, default_value_t = SettlementArg::OnCompletion)]
+    settlement: SettlementArg,
+    /// Settling on completion: a paid job must be settled this long before
+    /// its authorization's validBefore, else it fails unpaid
+    /// (`payment_expired`). At least the facilitator's timeout (30 s).
+    #[arg(long, env = "COORDINATOR_SETTLE_MARGIN_MS", default_value_t = 60_000,
+        value_parser = clap::value_parser!(i64).range(30_000..=3_600_000))]
+    settle_margin_ms: i64,
     /// Require an x402 payment on the commit endpoints.
     #[arg(long, env = "COORDINATOR_PAYMENT_REQUIRED")]
     payment_required: bool,
@@ -307,6 +320,12 @@ enum UserAuthArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SettlementArg {
+    OnCompletion,
+    AtCommit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -355,6 +374,10 @@ impl Args {
                 UserAuthArg::On => UserAuth::On,
                 UserAuthArg::Off => UserAuth::Off,
             },
+            settlement: match self.settlement {
+                SettlementArg::OnCompletion => Settlement::OnCompletion,
+                SettlementArg::AtCommit => Settlement::AtCommit,
+            },
             ..Config::default()
         };
         config.prices.fast_llm = self.price_fast_llm;
@@ -364,6 +387,7 @@ impl Args {
         let t = &mut config.timing;
         t.pending_timeout_ms = self.pending_timeout_ms;
         t.lease_ms = self.lease_ms;
+        t.settle_margin_ms = self.settle_margin_ms;
         t.attempts_max = self.attempts_max;
         t.heartbeat_interval_ms = self.heartbeat_interval_ms;
         t.heartbeat_timeout_ms = self.heartbeat_timeout_ms;
@@ -501,6 +525,11 @@ async fn listen(server: &mut Server, args: &Args, db: &str) -> Result<(), ExitCo
     if args.user_auth == UserAuthArg::Off {
         tracing::warn!(
             "--user-auth off: anyone who knows a user id can pair workers for it, list them and commit PRIVATE jobs as it"
+        );
+    }
+    if args.payment_required && args.settlement == SettlementArg::AtCommit {
+        tracing::warn!(
+            "--settlement at-commit: payments are settled before the job runs; a job that then fails keeps the payer's money"
         );
     }
     if let Some(metrics_addr) = args.metrics_listen {

@@ -359,6 +359,7 @@ async fn a_payment_buys_one_job_across_nodes(shared: &dyn SharedStore) {
         paid_with: PaidWith {
             nonce,
             response_header: "h".into(),
+            ticket: None,
         },
     };
     let s = submission("u", PrivacyClass::Public);

@@ -48,7 +48,10 @@ impl Core {
     /// cache of 0 evicts it as it ends; found by the swarm, seed 35).
     pub fn cancel(&mut self, id: Uuid, now_ms: i64) -> Result<Arc<Job>, CancelRefused> {
         let job = self.jobs.get(&id).ok_or(CancelRefused::UnknownJob)?;
-        if !cancellable(job.status) {
+        // A job whose result waits for its settlement is `running` with no
+        // worker: its work is done and its payment is being taken, so it
+        // ends as the settlement decides, not by a cancel (decision 0021).
+        if !cancellable(job.status) || job.awaiting_settlement() {
             return Err(CancelRefused::NotCancellable(job.status));
         }
         let holder = job.worker;

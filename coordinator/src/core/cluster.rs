@@ -129,7 +129,13 @@ impl Core {
                 JobStatus::Pending => {
                     self.adopt(vec![job], now_ms);
                 }
+                // Settled by this node now, with the same ticket.
+                JobStatus::Running if job.awaiting_settlement && job.settle_ticket().is_some() => {
+                    self.insert_held(job);
+                    self.restore_awaiting(id);
+                }
                 JobStatus::Assigned | JobStatus::Running => {
+                    job.awaiting_settlement = false;
                     job.attempts = job.attempts.saturating_sub(1);
                     job.recoveries = job.recoveries.saturating_add(1);
                     self.insert_held(job);

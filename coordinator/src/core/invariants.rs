@@ -97,6 +97,8 @@ pub enum InvariantViolation {
         session: SessionId,
         listed: bool,
     },
+    #[error("settlement: job {job}: {problem}")]
+    Settlement { job: Uuid, problem: &'static str },
     #[error(
         "holder: job {job} ({status:?}, holder {holder:?}, seen at worker {session:?}): {problem}"
     )]
@@ -465,6 +467,7 @@ impl Core {
     }
 
     fn check_job(&self, job: &Job, now_ms: i64) -> Result<(), InvariantViolation> {
+        self.check_settlement(job)?;
         self.check_deadline(job, now_ms)?;
         self.check_attempts(job)?;
         self.check_holder(job)
@@ -473,6 +476,7 @@ impl Core {
     fn check_deadline(&self, job: &Job, now_ms: i64) -> Result<(), InvariantViolation> {
         let kind = match job.status {
             JobStatus::Pending => Some(TimerKind::Pending),
+            JobStatus::Running if job.awaiting_settlement => Some(TimerKind::Settle),
             JobStatus::Assigned | JobStatus::Running => Some(TimerKind::Lease),
             JobStatus::Completed | JobStatus::Failed => None,
         };
@@ -499,6 +503,11 @@ impl Core {
         // than the longer of the two waits: no job stays non-terminal forever.
         let t = &self.config.timing;
         let horizon_ms = t.pending_timeout_ms.max(t.lease_ms);
+        if job.awaiting_settlement {
+            // Bounded by the authorization instead, which the payment gate
+            // bounds (decision 0020); `check_settlement` ties the two.
+            return Ok(());
+        }
         match job.deadline_ms {
             Some(deadline_ms) if deadline_ms > now_ms.saturating_add(horizon_ms) => {
                 Err(InvariantViolation::DeadlineTooFar {
@@ -511,6 +520,41 @@ impl Core {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Decision 0021: an output exists only on a completed job or one
+    /// awaiting settlement; a job awaits settlement only while running, with
+    /// a ticket, listed, its timer at the authorization's end; a job settled
+    /// on completion is completed; a completed paid job settled on
+    /// completion has its transaction.
+    fn check_settlement(&self, job: &Job) -> Result<(), InvariantViolation> {
+        let problem = |problem| InvariantViolation::Settlement {
+            job: job.id,
+            problem,
+        };
+        let completed = job.status == JobStatus::Completed;
+        if job.output.is_some() && !completed && !job.awaiting_settlement {
+            return Err(problem(
+                "an output on a job neither completed nor awaiting settlement",
+            ));
+        }
+        let listed = self.awaiting.contains(&job.id);
+        if job.awaiting_settlement {
+            let timed =
+                job.deadline_ms.is_some() && job.deadline_ms == self.valid_before_ms(&job.id);
+            if job.status != JobStatus::Running || !listed || !timed || job.output.is_none() {
+                return Err(problem("awaits settlement but is not running, listed, timed to its authorization and with an output"));
+            }
+        } else if listed {
+            return Err(problem("listed as awaiting settlement but not awaiting"));
+        }
+        let ticketed = job.settle_ticket().is_some();
+        if job.payment_transaction.is_some() != (completed && ticketed) {
+            return Err(problem(
+                "a transaction on a job not completed by settlement, or none on one that is",
+            ));
+        }
+        Ok(())
     }
 
     fn check_attempts(&self, job: &Job) -> Result<(), InvariantViolation> {
@@ -530,7 +574,8 @@ impl Core {
     /// A held job has a connected holder that lists it and may hold it; any
     /// other job has none.
     fn check_holder(&self, job: &Job) -> Result<(), InvariantViolation> {
-        let held = matches!(job.status, JobStatus::Assigned | JobStatus::Running);
+        let held = matches!(job.status, JobStatus::Assigned | JobStatus::Running)
+            && !job.awaiting_settlement;
         let problem = |problem| InvariantViolation::Holder {
             job: job.id,
             status: Some(job.status),

@@ -22,6 +22,7 @@ mod invariants;
 mod queue;
 pub mod rate;
 mod restore;
+mod settle;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -34,6 +35,7 @@ pub use ended::{bought_with, percent_of, Forgotten, PASS_JOBS_MAX};
 pub use ended::{KEPT_HIGH_WATER_PERCENT, KEPT_LOW_WATER_PERCENT};
 pub use invariants::InvariantViolation;
 pub use restore::Snapshot;
+pub use settle::{SettleError, Settled};
 
 use crate::config::Config;
 use crate::core::trust::{ClaimError, CreateError, KeyNotOnCurve, Pairing, Trust, TrustEntry};
@@ -75,6 +77,12 @@ pub enum FailureReason {
     CoordinatorRestarted,
     /// Cancelled by its client (`POST /v1/jobs/{id}/cancel`, cancel.rs).
     Cancelled,
+    /// Settling on completion: the facilitator refused the settlement; the
+    /// output is never shown.
+    PaymentFailed,
+    /// Settling on completion: the payment's authorization ran out (less
+    /// the settle margin) before the job was settled; nothing is charged.
+    PaymentExpired,
 }
 
 impl FailureReason {
@@ -89,6 +97,8 @@ impl FailureReason {
             FailureReason::InvalidOutput => "invalid_output",
             FailureReason::CoordinatorRestarted => "coordinator_restarted",
             FailureReason::Cancelled => "cancelled",
+            FailureReason::PaymentFailed => "payment_failed",
+            FailureReason::PaymentExpired => "payment_expired",
         }
     }
 }
@@ -158,6 +168,20 @@ pub struct Job {
     /// The payment that bought the job, for answering its retries.
     #[serde(default)]
     pub paid_with: Option<Box<PaidWith>>,
+    /// Settling on completion: the worker's checked result (in `output`
+    /// and `receipt`, never shown) waits for its payment's settlement. The
+    /// status stays `running`; no worker holds the job (decision 0021).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_settlement: bool,
+    /// A `/settle` was (about to be) sent for the job: stored before the
+    /// first one, so that after a crash a refusal as "already used" is
+    /// known for our own earlier settlement (settle.rs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settle_sent: bool,
+    /// The settlement's transaction, once settled on completion (the
+    /// `payment_transaction` of the job record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_transaction: Option<String>,
     /// While pending: when it fails unassigned. While assigned or running: the lease end.
     pub deadline_ms: Option<i64>,
     /// Commit order; a requeued job keeps it.
@@ -196,7 +220,12 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaidWith {
     pub nonce: NonceKey,
+    /// Empty when the payment was not settled at commit (no header then).
     pub response_header: String,
+    /// Settling on completion: what settles the payment once the job's
+    /// result is checked; stored with the job, so a restart settles it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<Box<x402::SettleTicket>>,
 }
 
 /// A settled payment, as the core records it with the job it bought.
@@ -255,14 +284,31 @@ impl Job {
             })),
             _ => None,
         };
+        // The receipt signs the output: shown with it, once settled.
+        let receipt = match self.status {
+            JobStatus::Completed => self.receipt.as_deref().cloned(),
+            _ => None,
+        };
         JobRecord {
             id: self.id,
             status: self.status,
             result,
-            receipt: self.receipt.as_deref().cloned(),
+            receipt,
+            payment_transaction: self.payment_transaction.clone(),
             created_at: format_ms(self.created_at_ms),
             completed_at: self.completed_at_ms.map(format_ms),
         }
+    }
+
+    /// Settling on completion: the ticket that settles the job's payment.
+    pub fn settle_ticket(&self) -> Option<&x402::SettleTicket> {
+        self.paid_with.as_ref()?.ticket.as_deref()
+    }
+
+    /// Whether the job's result waits for its settlement: `running` to
+    /// pollers, no worker holds it, and it is finished for cancellation.
+    pub fn awaiting_settlement(&self) -> bool {
+        self.awaiting_settlement
     }
 }
 
@@ -403,6 +449,9 @@ enum QueueKey {
 pub enum TimerKind {
     Pending,
     Lease,
+    /// The end of a paid job's authorization, while its result awaits
+    /// settlement (settle.rs).
+    Settle,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -468,6 +517,10 @@ pub struct Core {
     changes: Vec<Change>,
     /// What the check after each event compares with (invariants.rs).
     checked: invariants::Checked,
+    /// Jobs whose results await settlement (settle.rs).
+    awaiting: BTreeSet<Uuid>,
+    /// Of those, the ones the shell has not been handed yet.
+    to_settle: Vec<Uuid>,
 }
 
 impl Core {
@@ -498,6 +551,8 @@ impl Core {
             outbox_checked: std::cell::Cell::new(0),
             changes: Vec::new(),
             checked: invariants::Checked::default(),
+            awaiting: BTreeSet::new(),
+            to_settle: Vec::new(),
         }
     }
 
@@ -806,6 +861,9 @@ impl Core {
             recoveries: 0,
             payment_ref,
             paid_with,
+            awaiting_settlement: false,
+            settle_sent: false,
+            payment_transaction: None,
             deadline_ms: None,
             seq,
             worker: None,
@@ -848,7 +906,7 @@ impl Core {
         }
         // One lookup for the state, the queue and the timer: each lookup
         // of a shared job is a hash and an atomic compare-and-swap.
-        let deadline = now_ms + self.config.timing.pending_timeout_ms;
+        let deadline = self.capped_ms(&id, now_ms + self.config.timing.pending_timeout_ms);
         let timer = self.new_timer(deadline, TimerKind::Pending, id);
         let job = self.jobs.get_mut(&id).expect("placed job exists");
         job.status = JobStatus::Pending;
@@ -906,13 +964,14 @@ impl Core {
     /// to the caller ([`Self::reindex`]).
     fn hand_over(&mut self, id: Uuid, session: SessionId, now_ms: i64) {
         let lease_ms = self.config.timing.lease_ms;
-        let timer = self.new_timer(now_ms + lease_ms, TimerKind::Lease, id);
+        let lease_end_ms = self.capped_ms(&id, now_ms + lease_ms);
+        let timer = self.new_timer(lease_end_ms, TimerKind::Lease, id);
         let job = self.jobs.get_mut(&id).expect("assigned job exists");
         job.status = JobStatus::Assigned;
         job.worker = Some(session);
         job.last_worker = Some(session);
         job.attempts += 1;
-        job.deadline_ms = Some(now_ms + lease_ms);
+        job.deadline_ms = Some(lease_end_ms);
         let frame = CoordinatorFrame::Assign(Assignment {
             job_id: id,
             job_type: job.submission.job_type,
@@ -976,6 +1035,8 @@ impl Core {
         }
         if job.attempts >= self.config.timing.attempts_max {
             self.fail(id, reason);
+        } else if self.payment_expired(&id, now_ms) {
+            self.fail(id, FailureReason::PaymentExpired);
         } else {
             self.place(id, true, now_ms);
         }
@@ -1003,8 +1064,16 @@ impl Core {
 
     fn fail(&mut self, id: Uuid, reason: FailureReason) {
         self.clear_timer(&id);
+        if self.awaiting.remove(&id) {
+            // Never settled, so never shown (decision 0021).
+            let job = self.jobs.get_mut(&id).expect("failed job exists");
+            job.awaiting_settlement = false;
+            job.output = None;
+            job.receipt = None;
+        }
         let job = self.jobs.get_mut(&id).expect("failed job exists");
         debug_assert!(!job.status.is_terminal(), "job {id} failed twice");
+        debug_assert!(job.output.is_none(), "failed job {id} has an output");
         self.queued_bytes -= job.footprint_bytes;
         uncount_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
         drop_payload(job);
@@ -1048,7 +1117,10 @@ impl Core {
         receipt: Receipt,
         now_ms: i64,
     ) -> Result<(), FrameError> {
-        self.held_by(&id, session)?;
+        if self.held_by(&id, session)?.settle_ticket().is_some() {
+            self.await_settlement(session, id, output, receipt, now_ms);
+            return Ok(());
+        }
         // The idle index is left to `fill_from`, below.
         let worker = self
             .workers
@@ -1061,9 +1133,24 @@ impl Core {
         if let Some(timer) = job.timer.take() {
             self.timers.remove(&timer);
         }
-        job.status = JobStatus::Completed;
         job.output = Some(output);
         job.receipt = Some(Box::new(receipt));
+        self.finish_completed(id, now_ms);
+        self.outbox.push((
+            session,
+            Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),
+        ));
+        self.fill_from(session, indexed, now_ms);
+        Ok(())
+    }
+
+    /// Makes a job whose output and receipt are set `completed`: its bytes
+    /// move from the queued to the kept ledger, its payload goes.
+    fn finish_completed(&mut self, id: Uuid, now_ms: i64) {
+        let job = self.jobs.get_mut(&id).expect("completed job exists");
+        debug_assert!(job.timer.is_none(), "completed job {id} keeps a timer");
+        debug_assert!(job.output.is_some(), "job {id} completed without an output");
+        job.status = JobStatus::Completed;
         self.queued_bytes -= job.footprint_bytes;
         uncount_queued(&mut self.queued_by_owner, &job.owner, job.footprint_bytes);
         drop_payload(job);
@@ -1074,12 +1161,6 @@ impl Core {
         job.deadline_ms = None;
         self.job_changed(&id);
         self.job_ended(id);
-        self.outbox.push((
-            session,
-            Outbound::Frame(CoordinatorFrame::ResultAccepted { job_id: id }),
-        ));
-        self.fill_from(session, indexed, now_ms);
-        Ok(())
     }
 
     /// The attempt ended without a usable result: a reject, or a result
@@ -1273,7 +1354,14 @@ impl Core {
             match (timer.kind, job.status) {
                 (TimerKind::Pending, JobStatus::Pending) => {
                     self.dequeue(&timer.job);
-                    self.fail(timer.job, FailureReason::NoEligibleWorker);
+                    let reason = match self.payment_expired(&timer.job, now_ms) {
+                        true => FailureReason::PaymentExpired,
+                        false => FailureReason::NoEligibleWorker,
+                    };
+                    self.fail(timer.job, reason);
+                }
+                (TimerKind::Settle, JobStatus::Running) => {
+                    self.fail(timer.job, FailureReason::PaymentExpired);
                 }
                 (TimerKind::Lease, JobStatus::Assigned | JobStatus::Running) => {
                     let session = job.worker.expect("held job has a worker");

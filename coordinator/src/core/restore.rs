@@ -41,6 +41,8 @@ pub struct Restoring {
     pending: Vec<(Uuid, i64)>,
     /// Jobs held by a worker when the process stopped.
     requeued: Vec<Uuid>,
+    /// Jobs whose results awaited settlement, to be settled again.
+    awaiting: Vec<Uuid>,
     last_seq: Option<u64>,
 }
 
@@ -106,7 +108,14 @@ impl Core {
                 self.jobs.insert(Arc::new(job));
                 r.pending.push((id, deadline_ms));
             }
+            // A checked result waiting for its settlement is settled again
+            // (same ticket), never run again.
+            JobStatus::Running if job.awaiting_settlement && job.settle_ticket().is_some() => {
+                self.jobs.insert(Arc::new(job));
+                r.awaiting.push(id);
+            }
             JobStatus::Assigned | JobStatus::Running => {
+                job.awaiting_settlement = false;
                 job.attempts = job.attempts.saturating_sub(1);
                 job.recoveries = job.recoveries.saturating_add(1);
                 self.jobs.insert(Arc::new(job));
@@ -127,6 +136,9 @@ impl Core {
     ) {
         for (id, deadline_ms) in r.pending {
             self.enqueue_restored(id, deadline_ms);
+        }
+        for id in r.awaiting {
+            self.restore_awaiting(id);
         }
         // Requeued jobs go to the head of their queues; pushing the newest
         // first keeps them in commit order there.

@@ -214,6 +214,7 @@ fn payment(nonce: x402::evm::Bytes32) -> (x402::NonceKey, crate::core::Payment) 
         paid_with: crate::core::PaidWith {
             nonce: key,
             response_header: "answer".into(),
+            ticket: None,
         },
     };
     (key, payment)
@@ -1635,4 +1636,190 @@ fn a_cancel_survives_a_restart_as_a_failed_job() {
             (JobStatus::Failed, Some(FailureReason::Cancelled))
         );
     }
+}
+
+// ---- settling on completion (settle.rs, decision 0021) ----
+
+/// A payment verified for settling on completion, valid until
+/// `valid_before_s`, with this EIP-3009 nonce.
+fn ticketed(nonce: u8, valid_before_s: u64) -> crate::core::Payment {
+    let (_, mut payment) = payment(x402::evm::Bytes32([nonce; 32]));
+    payment.payment_ref = format!("x402:{nonce}");
+    payment.paid_with.response_header = String::new();
+    payment.paid_with.ticket = Some(Box::new(x402::SettleTicket {
+        body: serde_json::json!({ "nonce": nonce }),
+        payment_ref: payment.payment_ref.clone(),
+        payer: None,
+        network: "eip155:84532".into(),
+        valid_before_seconds: valid_before_s,
+    }));
+    payment
+}
+
+const VALID_BEFORE_S: u64 = (T0 / 1000) as u64 + 300;
+
+impl Rig {
+    /// A paid job settled on completion, taken by worker `w` and completed.
+    fn paid_and_checked(&mut self, w: SessionId, nonce: u8) -> Uuid {
+        let sub = submission(LLM, "u", PrivacyClass::Public);
+        let payment = ticketed(nonce, VALID_BEFORE_S);
+        let id = self
+            .core
+            .commit(sub, Tier::Fast, Some(payment), self.now_ms)
+            .unwrap();
+        self.check();
+        assert_eq!(self.holder(id), Some(w));
+        self.complete(w, id);
+        id
+    }
+
+    fn settled(&mut self, id: Uuid, outcome: super::Settled) -> Result<(), super::SettleError> {
+        let out = self.core.settled(id, outcome, self.now_ms);
+        self.check();
+        out
+    }
+}
+
+#[test]
+fn a_checked_paid_result_awaits_settlement_unseen_and_frees_its_worker() {
+    let mut r = Rig::new();
+    let w = r.worker("0xw", &[LLM], 1);
+    let id = r.paid_and_checked(w, 1);
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(job.status, JobStatus::Running);
+    assert!(job.awaiting_settlement() && job.worker.is_none());
+    let record = job.record();
+    assert!(record.result.is_none() && record.receipt.is_none());
+    assert_eq!(r.core.awaiting_settlement(), 1);
+    let handed = r.core.take_settlements();
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].0, id);
+    assert!(r.core.take_settlements().is_empty(), "handed over once");
+    // The worker's slot is free: the next job goes to it.
+    let next = r.commit(Tier::Fast);
+    assert_eq!(r.holder(next), Some(w));
+    r.tick_at(r.now_ms + 1_000);
+    assert_eq!(r.status(id), JobStatus::Running);
+}
+
+#[test]
+fn a_settled_job_completes_with_its_transaction_and_never_settles_twice() {
+    let mut r = Rig::new();
+    let w = r.worker("0xw", &[LLM], 1);
+    let id = r.paid_and_checked(w, 2);
+    let paid = || super::Settled::Paid {
+        transaction: "0xtx".into(),
+    };
+    r.settled(id, paid()).unwrap();
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(job.status, JobStatus::Completed);
+    let record = job.record();
+    assert_eq!(record.payment_transaction.as_deref(), Some("0xtx"));
+    assert!(record.result.is_some() && record.receipt.is_some());
+    assert_eq!(r.settled(id, paid()), Err(super::SettleError::NotAwaiting));
+    assert_eq!(
+        r.settled(id, super::Settled::Refused),
+        Err(super::SettleError::NotAwaiting)
+    );
+}
+
+#[test]
+fn a_refused_or_expired_settlement_fails_the_job_without_its_output() {
+    let mut r = Rig::new();
+    let w = r.worker("0xw", &[LLM], 1);
+    let refused = r.paid_and_checked(w, 3);
+    r.settled(refused, super::Settled::Refused).unwrap();
+    let expired = r.paid_and_checked(w, 4);
+    r.settled(expired, super::Settled::Expired).unwrap();
+    // The timer at `validBefore` fails a job the shell never reported.
+    let lapsed = r.paid_and_checked(w, 5);
+    r.tick_at(VALID_BEFORE_S as i64 * 1000);
+    for (id, reason) in [
+        (refused, FailureReason::PaymentFailed),
+        (expired, FailureReason::PaymentExpired),
+        (lapsed, FailureReason::PaymentExpired),
+    ] {
+        let job = r.core.job(&id).unwrap();
+        assert_eq!((job.status, job.error), (JobStatus::Failed, Some(reason)));
+        assert!(job.output.is_none() && job.receipt.is_none());
+        assert!(job.record().receipt.is_none());
+    }
+    assert_eq!(r.core.awaiting_settlement(), 0);
+}
+
+#[test]
+fn a_paid_job_fails_unpaid_at_its_settle_deadline() {
+    let mut config = Config::default();
+    config.timing.pending_timeout_ms = 3_600_000;
+    let mut r = Rig::with_config(config);
+    let sub = submission(LLM, "u", PrivacyClass::Public);
+    let id = r
+        .core
+        .commit(sub, Tier::Fast, Some(ticketed(6, VALID_BEFORE_S)), r.now_ms)
+        .unwrap();
+    r.check();
+    let deadline = r.core.settle_deadline_ms(&id).unwrap();
+    assert_eq!(r.core.job(&id).unwrap().deadline_ms, Some(deadline));
+    r.tick_at(deadline);
+    let job = r.core.job(&id).unwrap();
+    assert_eq!(job.error, Some(FailureReason::PaymentExpired));
+    // A result checked past the deadline is not settled either.
+    let mut r2 = Rig::new();
+    let w2 = r2.worker("0xw", &[LLM], 1);
+    r2.now_ms = VALID_BEFORE_S as i64 * 1000 - 1;
+    let sub = submission(LLM, "u", PrivacyClass::Public);
+    let id = r2
+        .core
+        .commit(
+            sub,
+            Tier::Fast,
+            Some(ticketed(8, VALID_BEFORE_S)),
+            r2.now_ms,
+        )
+        .unwrap();
+    r2.check();
+    r2.complete(w2, id);
+    assert_eq!(
+        r2.core.job(&id).unwrap().error,
+        Some(FailureReason::PaymentExpired)
+    );
+    assert!(r2.core.take_settlements().is_empty());
+}
+
+#[test]
+fn a_restart_keeps_a_job_awaiting_settlement_and_hands_it_over_again() {
+    let mut r = Rig::new();
+    let mut store = Records::default();
+    let w = r.worker("0xw", &[LLM], 1);
+    let id = r.paid_and_checked(w, 9);
+    store.apply(&r.core.take_changes());
+    let mut c = Core::new(Config::default(), ChaCha20Rng::seed_from_u64(12));
+    c.restore(store.load(), r.now_ms + 1_000);
+    c.check_invariants(r.now_ms + 1_000).unwrap();
+    let job = c.job(&id).unwrap();
+    assert!(job.awaiting_settlement() && job.status == JobStatus::Running);
+    assert_eq!(job.attempts, 1, "not run again");
+    assert_eq!(c.pending_jobs(), 0);
+    let handed = c.take_settlements();
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].1.body, serde_json::json!({ "nonce": 9 }));
+}
+
+/// A paid job whose checked result waits for its settlement is `running`
+/// with no worker; a cancel then answers 409 (its work is done and its
+/// payment being taken) instead of reaching a holder it does not have.
+/// Before the merge of cancel and settle this panicked in `Core::cancel`.
+#[test]
+fn a_job_awaiting_settlement_is_not_cancelled() {
+    let mut r = Rig::new();
+    let w = r.worker("0xw", &[LLM], 1);
+    let id = r.paid_and_checked(w, 9);
+    let refused = r.core.cancel(id, r.now_ms);
+    r.check();
+    assert!(matches!(
+        refused,
+        Err(super::CancelRefused::NotCancellable(JobStatus::Running))
+    ));
+    assert_eq!(r.core.awaiting_settlement(), 1);
+    assert_eq!(r.status(id), JobStatus::Running);
 }

@@ -68,8 +68,8 @@ impl Lane {
 
 #[derive(Debug, Default)]
 pub(super) struct Timers {
-    /// By kind: `TimerKind::Pending`, `TimerKind::Lease`.
-    lanes: [Lane; 2],
+    /// By kind: `TimerKind::Pending`, `TimerKind::Lease`, `TimerKind::Settle`.
+    lanes: [Lane; 3],
     out_of_order: BTreeSet<Timer>,
     len: usize,
 }
@@ -78,6 +78,7 @@ fn lane_index(kind: TimerKind) -> usize {
     match kind {
         TimerKind::Pending => 0,
         TimerKind::Lease => 1,
+        TimerKind::Settle => 2,
     }
 }
 
@@ -166,7 +167,7 @@ mod tests {
             };
             let wait_ms = match kind {
                 TimerKind::Pending => 1_000,
-                TimerKind::Lease => 400,
+                TimerKind::Lease | TimerKind::Settle => 400,
             };
             let at_ms = if rng.gen_bool(0.05) {
                 now_ms + rng.gen_range(0..2_000)

@@ -25,6 +25,7 @@ use uuid::Uuid;
 mod handshakes;
 mod polls;
 mod proofs;
+mod settlements;
 mod streams;
 mod timers;
 
@@ -32,6 +33,8 @@ pub use handshakes::{HandshakePermit, WorkerPlace};
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub use proofs::NonceRefused;
+pub(crate) use settlements::run_settlements;
+pub use settlements::{BACKOFF_FIRST_MS, BACKOFF_MAX_MS};
 pub use streams::{Cursor, StreamView, StreamWatch, StreamsFull};
 pub(crate) use timers::run_timers;
 
@@ -60,6 +63,8 @@ struct Inner {
     store: Arc<dyn Store>,
     state: Mutex<State>,
     timer_wake: Notify,
+    /// Wakes the settlement task when jobs begin awaiting settlement.
+    settle_wake: Notify,
     /// Set once by `shutdown`; `stopped` waits on `stop`.
     stopping: AtomicBool,
     stop: Notify,
@@ -152,6 +157,7 @@ impl Coordinator {
                 streams: streams::Streams::default(),
             }),
             timer_wake: Notify::new(),
+            settle_wake: Notify::new(),
             stopping: AtomicBool::new(false),
             stop: Notify::new(),
             payments: std::sync::OnceLock::new(),
@@ -354,6 +360,9 @@ impl Coordinator {
             state.held.wake_changed(&changes);
         }
         state.streams.observe(&changes, self.inner.clock.now_ms());
+        if state.core.has_settlements() {
+            self.inner.settle_wake.notify_one();
+        }
         let mut outbox = state.core.take_outbox();
         for (session, out) in outbox.drain(..) {
             if let Some(tx) = state.outboxes.get(&session) {

@@ -6,13 +6,14 @@ use crate::spec::{Action, Step};
 use serde_json::Value;
 
 /// The keys of a `GET /v1/jobs/{id}` answer (`protocol::api::JobRecord`).
-pub const JOB_KEYS: [&str; 6] = [
+pub const JOB_KEYS: [&str; 7] = [
     "id",
     "status",
     "result",
     "receipt",
     "created_at",
     "completed_at",
+    "payment_transaction",
 ];
 /// The keys of a receipt (`protocol::receipt::Receipt`).
 pub const RECEIPT_KEYS: [&str; 6] = [

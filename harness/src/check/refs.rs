@@ -411,6 +411,7 @@ mod tests {
             receipt: Some(receipt.clone()),
             created_at: "t".into(),
             completed_at: None,
+            payment_transaction: None,
         };
         let keys = |v: serde_json::Value| -> Vec<String> {
             let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();

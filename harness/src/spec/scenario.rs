@@ -216,7 +216,15 @@ pub enum Settlement {
 }
 
 /// The spellings of [`Settlement`]: `local`, then every facilitator script.
-const SETTLEMENTS: &[&str] = &["local", "success", "insufficient_funds", "settle_failure"];
+const SETTLEMENTS: &[&str] = &[
+    "local",
+    "success",
+    "insufficient_funds",
+    "settle_failure",
+    "refuse_settle",
+    "slow_settle",
+    "lose_settle",
+];
 
 impl Settlement {
     /// The facilitator's script, when payments settle through one.
@@ -246,6 +254,13 @@ choice!(
         Success => "success",
         InsufficientFunds => "insufficient_funds",
         SettleFailure => "settle_failure",
+        /// `/verify` passes, `/settle` refuses `insufficient_funds`: the
+        /// payer's balance vanished between verify and settle.
+        RefuseSettle => "refuse_settle",
+        /// `/settle` answers after 20 s.
+        SlowSettle => "slow_settle",
+        /// The next `/settle` answer is lost (503, nothing settled).
+        LoseSettle => "lose_settle",
     }
 );
 

@@ -64,6 +64,7 @@ impl WorldSpec {
         draw_retention(&mut world);
         super::attacks::draw(&mut world);
         super::cancels::draw(&mut world);
+        super::settlement::draw(&mut world);
         world
     }
 }

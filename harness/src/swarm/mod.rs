@@ -21,6 +21,7 @@ pub mod cli;
 pub mod draw;
 pub mod nodes;
 pub mod render;
+pub mod settlement;
 pub mod shrink;
 pub mod spec;
 #[cfg(test)]

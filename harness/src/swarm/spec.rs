@@ -44,6 +44,9 @@ pub enum Kind {
     /// Cancels at random moments of the timeline, each of the latest job
     /// committed on an instance (drawn by [`super::cancels`]).
     Cancels,
+    /// Refused, slow and lost settlements on facilitator instances (drawn
+    /// by [`super::settlement`]).
+    SettlementFaults,
 }
 
 impl Kind {
@@ -80,11 +83,13 @@ impl Kind {
     ];
 
     /// Every kind, in the order of the coverage table: the main stream's,
-    /// then [`Kind::Nodes`], [`Kind::UserAttacks`] and [`Kind::Cancels`].
+    /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`] and
+    /// [`Kind::SettlementFaults`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 3];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 4];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
+        all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -123,6 +128,7 @@ impl Kind {
             Kind::Nodes => "several_nodes",
             Kind::UserAttacks => "user_attacks",
             Kind::Cancels => "cancels",
+            Kind::SettlementFaults => "settlement_faults",
         }
     }
 }

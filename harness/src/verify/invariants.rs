@@ -104,6 +104,11 @@ fn check_safety(
     }
     let proven = world.users.proven();
     let no_proofs = BTreeSet::new();
+    let settled: BTreeMap<&String, BTreeMap<String, usize>> = world
+        .instances
+        .iter()
+        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
+        .collect();
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -122,6 +127,7 @@ fn check_safety(
                 proven: spec
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
+                settled: settled.get(name),
             };
             (name.clone(), state)
         })

@@ -50,6 +50,7 @@ fn core_key(v: &InvariantViolation) -> &'static str {
         V::Overloaded { .. } => "slots",
         V::IdleSet { .. } => "idle_set",
         V::Holder { .. } => "holder",
+        V::Settlement { .. } => "settlement",
         V::UntrustedHolder { .. } => "trust",
         V::Attempts { .. } => "attempts",
         V::Queue { .. } => "queue",

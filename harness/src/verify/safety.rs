@@ -49,11 +49,14 @@ pub enum SafetyKey {
     PaymentBoughtTwoJobs,
     UnpaidJobDispatched,
     NodeFencedUnprovoked,
+    ChargedForFailedJob,
+    SettledTwice,
+    OutputBeforeSettlement,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 11] = [
+    pub const ALL: [SafetyKey; 14] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -65,6 +68,9 @@ impl SafetyKey {
         SafetyKey::PaymentBoughtTwoJobs,
         SafetyKey::UnpaidJobDispatched,
         SafetyKey::NodeFencedUnprovoked,
+        SafetyKey::ChargedForFailedJob,
+        SafetyKey::SettledTwice,
+        SafetyKey::OutputBeforeSettlement,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +86,9 @@ impl SafetyKey {
             SafetyKey::PaymentBoughtTwoJobs => "payment_bought_two_jobs",
             SafetyKey::UnpaidJobDispatched => "unpaid_job_dispatched",
             SafetyKey::NodeFencedUnprovoked => "node_fenced_unprovoked",
+            SafetyKey::ChargedForFailedJob => "charged_for_failed_job",
+            SafetyKey::SettledTwice => "settled_twice",
+            SafetyKey::OutputBeforeSettlement => "output_before_settlement",
         }
     }
 }
@@ -110,6 +119,9 @@ pub struct InstanceState<'a> {
     /// id alone pairs, by design, and `private_to_unproven_pairing` does
     /// not judge the instance.
     pub proven: Option<&'a BTreeSet<(String, String)>>,
+    /// A simulated paid instance's settlements by authorization nonce
+    /// (`world::settlements`); `None` where the harness cannot see them.
+    pub settled: Option<&'a BTreeMap<String, usize>>,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -140,6 +152,7 @@ pub fn check(
     found.extend(check_proven(frames, instances, workers, &jobs).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
+        found.extend(check_settlements(lines, name, state).err());
     }
     match found
         .into_iter()
@@ -199,6 +212,86 @@ fn check_proven(
 /// A user id as the coordinator keys it with user auth on.
 fn normal_user(user_id: &str) -> String {
     protocol::user_proof::normalize_user_id(user_id).unwrap_or_else(|| user_id.to_owned())
+}
+
+/// Decision 0021, judged against the instance's settlement ledger:
+/// `settled_twice`, a payment settled more than once; `charged_for_failed_job`,
+/// a job that ended failed whose payment was settled; `output_before_settlement`,
+/// a paid job whose output a poll showed (or that ended completed) though
+/// its payment was never settled.
+fn check_settlements(
+    lines: &[String],
+    instance: &str,
+    state: &InstanceState<'_>,
+) -> Result<(), Violation> {
+    let shown = outputs_shown(lines, instance);
+    if let Some((id, line)) = shown.iter().find(|(_, (_, completed))| !completed) {
+        return Err(Violation {
+            invariant: SafetyKey::OutputBeforeSettlement,
+            message: format!("{instance}: job {id}'s output was shown before the job completed"),
+            line: Some(line.0),
+        });
+    }
+    let Some(settled) = state.settled else {
+        return Ok(());
+    };
+    for job in state.jobs {
+        let Some(paid) = &job.paid_with else { continue };
+        let nonce = paid.nonce.nonce.to_string().to_ascii_lowercase();
+        let count = settled.get(&nonce).copied().unwrap_or(0);
+        let id = job.id.to_string();
+        let found = |invariant, message, line| {
+            Err(Violation {
+                invariant,
+                message,
+                line,
+            })
+        };
+        if count > 1 {
+            let message = format!("{instance}: the payment of job {id} was settled {count} times");
+            return found(SafetyKey::SettledTwice, message, None);
+        }
+        if job.status == JobStatus::Failed && count > 0 {
+            let reason = job.error.map_or("failed", |r| r.as_str());
+            let message =
+                format!("{instance}: job {id} failed ({reason}) and its payment was settled");
+            return found(SafetyKey::ChargedForFailedJob, message, None);
+        }
+        let line = shown.get(&id).map(|(line, _)| *line);
+        if count == 0 && (line.is_some() || job.status == JobStatus::Completed) {
+            let message =
+                format!("{instance}: job {id}'s output was shown, its payment never settled");
+            return found(SafetyKey::OutputBeforeSettlement, message, line);
+        }
+    }
+    Ok(())
+}
+
+/// The jobs whose output an answer of `instance` showed, with the first
+/// line and whether the job was completed there (an output is shown only
+/// with `completed`, which on completion means settled).
+fn outputs_shown(lines: &[String], instance: &str) -> BTreeMap<String, (usize, bool)> {
+    let mut shown = BTreeMap::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some((actor, rest)) = split(line) else {
+            continue;
+        };
+        if actor != instance {
+            continue;
+        }
+        let Some(body) = json_after(rest, "< 200 ") else {
+            continue;
+        };
+        let output = body.pointer("/result/output").is_some_and(|o| !o.is_null());
+        let completed = body["status"].as_str() == Some("completed");
+        if let (true, Some(id)) = (output, body["id"].as_str()) {
+            let seen = shown.entry(id.to_owned()).or_insert((n, completed));
+            if !completed && seen.1 {
+                *seen = (n, false);
+            }
+        }
+    }
+    shown
 }
 
 /// A node of a several-node instance is fenced by the shared store only
@@ -676,6 +769,7 @@ mod tests {
             retention,
             retention_cut_ms,
             proven: None,
+            settled: None,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -824,6 +918,7 @@ mod tests {
                     retention: false,
                     retention_cut_ms: None,
                     proven: None,
+                    settled: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -844,6 +939,7 @@ mod tests {
                     retention: false,
                     retention_cut_ms: None,
                     proven: None,
+                    settled: None,
                 }
             )]),
             &BTreeMap::new(),
@@ -889,6 +985,7 @@ mod tests {
                 retention: false,
                 retention_cut_ms: None,
                 proven,
+                settled: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)

@@ -2,6 +2,7 @@
 //! what both drivers share (`assemble`: workers, stubs, the payer and the
 //! router), drawing seeds from the master RNG in the documented order.
 
+use super::settlements::SettleLedger;
 use super::*;
 use crate::spec::names::STUB_NAMES;
 
@@ -74,6 +75,7 @@ async fn sim_instance(
         None => None,
     };
     let (settings, settler) = sim_settings(name, spec, facilitator.as_ref())?;
+    let settlements = settler.as_ref().map(|_| SettleLedger::default());
     // Several nodes: one shared store kept across node generations,
     // and a seed per node after the instance's, in node order.
     let shared = spec.is_cluster().then(|| Arc::new(MemoryShared::default()));
@@ -87,19 +89,21 @@ async fn sim_instance(
                 .unwrap_or(coordinator::node::NODE_LEASE_MS),
             transcript: peers.transcript.clone(),
         });
+        let crashed = Arc::new(AtomicBool::new(false));
+        let settler = recording(&settler, &settlements, &crashed);
         let mut settings = settings.clone();
         // Each node is published under its own host name.
         settings.config.public_urls = vec![format!("http://{}", node_host(name, i))];
         let sim = SimInstance {
             settings,
-            settler: settler.clone(),
+            settler,
             seed: if i == 0 { seed } else { master.gen() },
             generation: Arc::default(),
             clock: peers.clock.clone(),
             host: node_host(name, i),
             net: peers.net.clone(),
             process: Arc::default(),
-            crashed: Arc::new(AtomicBool::new(false)),
+            crashed,
             node,
             retention_cut_ms: Arc::default(),
         };
@@ -111,11 +115,30 @@ async fn sim_instance(
         base_url: sim_url(name),
         poll_url: sim_url(name),
         facilitator,
+        settlements,
         driver: Driver::Sim(Box::new(first)),
         more_nodes: nodes,
         shared,
         user_suffix: None,
     })
+}
+
+/// A node's settler: its settlements go through the instance's ledger,
+/// and none leaves the node once it crashed.
+fn recording(
+    settler: &Option<Arc<dyn x402::Settler>>,
+    settlements: &Option<SettleLedger>,
+    crashed: &Arc<AtomicBool>,
+) -> Option<Arc<dyn x402::Settler>> {
+    let inner = settler.clone()?;
+    let ledger = settlements.clone().unwrap_or_default();
+    let crashed = crashed.clone();
+    let recorder = super::settlements::RecordingSettler {
+        inner,
+        ledger,
+        crashed,
+    };
+    Some(Arc::new(recorder))
 }
 
 /// The settings every node of simulated instance `name` starts from, and
@@ -446,6 +469,13 @@ pub fn facilitator_script(script: FacilitatorScript) -> testkit::StubScript {
         FacilitatorScript::SettleFailure => {
             testkit::StubScript::settle_failure("unexpected_settle_error")
         }
+        FacilitatorScript::RefuseSettle => {
+            testkit::StubScript::settle_failure("insufficient_funds")
+        }
+        FacilitatorScript::SlowSettle => {
+            testkit::StubScript::settle_delay(std::time::Duration::from_secs(20))
+        }
+        FacilitatorScript::LoseSettle => testkit::StubScript::settle_lost_once(),
     }
 }
 

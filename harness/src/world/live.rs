@@ -114,6 +114,7 @@ async fn live_instance(
         base_url: format!("http://{}", addrs[0]),
         poll_url: format!("http://{}", addrs[addrs.len() - 1]),
         facilitator,
+        settlements: None,
         driver: Driver::Live {
             ws_urls: addrs
                 .iter()
@@ -172,6 +173,7 @@ fn remote_instance(
         base_url: nodes[0].clone(),
         poll_url: nodes[nodes.len() - 1].clone(),
         facilitator: None,
+        settlements: None,
         driver: Driver::Live {
             ws_urls: nodes.iter().map(|url| ws_url(url)).collect(),
             _processes: Vec::new(),

@@ -18,6 +18,7 @@ mod error;
 pub mod frames;
 mod instance;
 mod live;
+pub mod settlements;
 
 use build::{assemble, clocks, Parts};
 use instance::{memdb_path, SimNode};
@@ -56,6 +57,8 @@ pub struct InstanceHandle {
     pub poll_url: String,
     /// The scripted facilitator, when the instance settles through one.
     pub facilitator: Option<testkit::FacilitatorStub>,
+    /// Every payment a simulated paid instance settled (`settlements.rs`).
+    pub settlements: Option<settlements::SettleLedger>,
     pub driver: Driver,
     /// Nodes 1.. of a several-node simulated instance (node 0 is the
     /// driver's), with the store they share.

@@ -22,6 +22,7 @@ fn changes() -> Vec<Change> {
             paid_with: crate::core::PaidWith {
                 nonce: key(user.len() as u8),
                 response_header: "e30=".into(),
+                ticket: None,
             },
         };
         core.commit(s, Tier::Cheap, Some(payment), 1_000).unwrap();

@@ -1,0 +1,116 @@
+//! The settlement task (decision 0021): settles the payments of jobs whose
+//! results await settlement, outside the core's lock, and feeds the core
+//! each outcome (`Core::settled`). A thin adapter: the core decides what a
+//! job becomes, the facilitator whether money moves.
+//!
+//! A lost answer (transport error, timeout, 5xx) is retried with the same
+//! ticket, so the same `/settle` body, with backoff from
+//! [`BACKOFF_FIRST_MS`] doubling to [`BACKOFF_MAX_MS`], until the job's
+//! settlement deadline (`validBefore` less `timing.settle_margin_ms`); then
+//! the job fails `payment_expired`. A second send of one authorization is
+//! never a second charge: the chain spends it once. Nothing is sent before
+//! the job's awaiting record is durable, so a restart finds it and settles
+//! it again rather than running the job again.
+
+use super::Coordinator;
+use crate::core::Settled;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+use x402::{SettleOutcome, SettleTicket};
+
+/// The first wait after a lost answer, ms.
+pub const BACKOFF_FIRST_MS: u64 = 500;
+/// The longest wait between two attempts, ms.
+pub const BACKOFF_MAX_MS: u64 = 15_000;
+
+/// Settles every job the core hands over, each in its own task of a
+/// `JoinSet` this task owns (dropped with it when the server stops).
+pub(crate) async fn run_settlements(c: Coordinator) {
+    let mut running = JoinSet::new();
+    loop {
+        let notified = c.inner.settle_wake.notified();
+        let due = c.lock().core.take_settlements();
+        for (id, ticket) in due {
+            running.spawn(settle_job(c.clone(), id, ticket));
+        }
+        tokio::select! {
+            biased;
+            _ = notified => {}
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+        }
+    }
+}
+
+/// Settles one job's payment and reports the outcome to the core.
+async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
+    let job = super::job_ref(&id);
+    // The awaiting record, marked as sent, first: a crash after a
+    // settlement must find the job awaiting (never run it again) and know
+    // that an "already used" refusal may be its own settlement.
+    let Ok(mut sent) = c.with(|core, _| core.settle_sending(id)) else {
+        return;
+    };
+    if let Err(e) = c.durable().await {
+        tracing::error!(error = %e, %job, "store failed before settlement; the job is not settled");
+        return;
+    }
+    let Some(gate) = c.payments().cloned() else {
+        // Payments off since the job was paid: its timer fails it unpaid.
+        tracing::warn!(%job, "a job awaits settlement but payments are off");
+        return;
+    };
+    let deadline_ms = c.read(|core| core.settle_deadline_ms(&id)).unwrap_or(0);
+    let mut backoff_ms = BACKOFF_FIRST_MS;
+    let outcome = loop {
+        if c.now_ms() >= deadline_ms {
+            break Settled::Expired;
+        }
+        match gate.settle_ticket(&ticket).await {
+            SettleOutcome::Settled(s) => {
+                break Settled::Paid {
+                    transaction: s.response.transaction,
+                }
+            }
+            // Only our own earlier attempt can have spent the authorization
+            // (or the payer, cancelling it in the same instant: decision 0021).
+            SettleOutcome::Refused(x402::Reason::NonceAlreadyUsed) if sent => {
+                tracing::warn!(%job, "the authorization was spent by an earlier settlement whose answer was lost; counted settled, transaction unknown");
+                break Settled::Paid {
+                    transaction: ticket.payment_ref.clone(),
+                };
+            }
+            SettleOutcome::Refused(reason) => {
+                tracing::info!(%job, reason = reason.as_str(), "settlement refused");
+                break Settled::Refused;
+            }
+            SettleOutcome::Lost(e) => {
+                sent = true;
+                c.metrics().settlement("lost");
+                tracing::warn!(%job, error = %e, "settlement answer lost; retrying the same payment");
+                let left_ms = u64::try_from(deadline_ms - c.now_ms()).unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(backoff_ms.min(left_ms))).await;
+                backoff_ms = (backoff_ms * 2).min(BACKOFF_MAX_MS);
+            }
+        }
+    };
+    report(&c, id, outcome);
+}
+
+/// Feeds the core a settlement's outcome and counts it.
+fn report(c: &Coordinator, id: Uuid, outcome: Settled) {
+    let label = match &outcome {
+        Settled::Paid { .. } => "settled",
+        Settled::Refused => "refused",
+        Settled::Expired => "expired",
+    };
+    c.metrics().settlement(label);
+    let paid = matches!(outcome, Settled::Paid { .. });
+    let reported = c.with(|core, now_ms| core.settled(id, outcome, now_ms));
+    if let (Err(e), true) = (reported, paid) {
+        // Cannot happen while attempts end before the job's timer (the
+        // margin exceeds the facilitator's timeout); if it does, a payer
+        // was charged for a job it will not see: say so loudly.
+        tracing::error!(job = %super::job_ref(&id), error = %e, "a payment was settled for a job that no longer awaits it");
+    }
+}

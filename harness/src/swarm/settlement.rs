@@ -1,0 +1,54 @@
+//! The `settlement_faults` kind (issue 30, decision 0021): on instances
+//! that settle through the scripted facilitator, the facilitator at random
+//! moments refuses settlements (a payer whose balance vanished between
+//! verify and settle: `refuse_settle`), answers them slowly (`slow_settle`)
+//! or loses an answer (`lose_settle`). The always-on safety keys
+//! `charged_for_failed_job`, `settled_twice` and `output_before_settlement`
+//! judge the run; the end of the world heals the facilitator as for
+//! `facilitator_failure`.
+//!
+//! The kind draws from a stream of the seed's own ([`STREAM`]), after the
+//! rest of the world is drawn, so a seed without it keeps its world exactly.
+
+use super::spec::{Event, Kind, Timed, WorldSpec};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// The seed's ChaCha stream this kind draws from (the world's is 0,
+/// `user_attacks`' 4, `cancels`' 5).
+const STREAM: u64 = 6;
+/// At most this many settlement faults in one world.
+pub const FAULTS_MAX: usize = 3;
+/// The facilitator scripts it draws.
+pub const SCRIPTS: [&str; 3] = ["refuse_settle", "slow_settle", "lose_settle"];
+
+/// Draws the kind for `world` (already drawn): whether it is on, and its
+/// facilitator events in the timeline.
+pub fn draw(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(STREAM);
+    if !rng.gen_bool(0.3) {
+        return;
+    }
+    let paid: Vec<&'static str> = world
+        .instances
+        .iter()
+        .filter(|i| i.payment == Some("success"))
+        .map(|i| i.name)
+        .collect();
+    if paid.is_empty() {
+        return;
+    }
+    world.kinds.0.push(Kind::SettlementFaults);
+    for _ in 0..rng.gen_range(1..=FAULTS_MAX) {
+        let (Some(&instance), Some(&script)) = (paid.choose(&mut rng), SCRIPTS.choose(&mut rng))
+        else {
+            continue;
+        };
+        let at = rng.gen_range(0..=world.events.len());
+        let after_ms = rng.gen_range(0..2_000);
+        let event = Event::Facilitator { instance, script };
+        world.events.insert(at, Timed { after_ms, event });
+    }
+}

@@ -1,0 +1,99 @@
+//! The settlement ledger of a simulated instance: every payment any of its
+//! nodes settled, counted by the authorization's nonce, whichever way it
+//! settles (locally or through the scripted facilitator). The safety keys
+//! `charged_for_failed_job`, `settled_twice` and `output_before_settlement`
+//! judge a run against it (decision 0021).
+//!
+//! It also plays the chain's part, which neither local settlement nor the
+//! scripted facilitator does: an authorization settles once, and sending it
+//! again is refused `invalid_exact_evm_nonce_already_used` (as after a crash
+//! between a settlement and its record), moving nothing.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use x402::settle::BoxFuture;
+use x402::{Reason, SettleOutcome, SettleRequest, SettleTicket, Settlement, Settler};
+
+/// Successful settlements by authorization nonce (`0x…`, lowercase).
+#[derive(Clone, Default)]
+pub struct SettleLedger(Arc<Mutex<BTreeMap<String, usize>>>);
+
+impl SettleLedger {
+    fn record(&self, nonce: Option<String>) {
+        let mut ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *ledger.entry(nonce.unwrap_or_default()).or_insert(0) += 1;
+    }
+
+    /// Whether the chain has spent this authorization already.
+    fn spent(&self, nonce: Option<&String>) -> bool {
+        let ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        nonce.is_some_and(|n| ledger.contains_key(n))
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The nonce of a `/settle` body's EIP-3009 authorization.
+fn body_nonce(body: &serde_json::Value) -> Option<String> {
+    let nonce = body.pointer("/paymentPayload/payload/authorization/nonce")?;
+    Some(nonce.as_str()?.to_ascii_lowercase())
+}
+
+/// A node's settler, recording each success in its instance's
+/// [`SettleLedger`]. A crashed process reaches no peer (`crash_after`), the
+/// facilitator included: its attempts are lost.
+pub struct RecordingSettler {
+    pub inner: Arc<dyn Settler>,
+    pub ledger: SettleLedger,
+    pub crashed: Arc<AtomicBool>,
+}
+
+impl RecordingSettler {
+    fn dead(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+}
+
+impl Settler for RecordingSettler {
+    fn settle<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<Settlement, Reason>> {
+        Box::pin(async move {
+            let nonce = req.verified.map(|v| v.nonce.to_string());
+            if self.dead() {
+                return Err(Reason::UnexpectedSettleError);
+            }
+            if self.ledger.spent(nonce.as_ref()) {
+                return Err(Reason::NonceAlreadyUsed);
+            }
+            let settled = self.inner.settle(req).await;
+            if settled.is_ok() {
+                self.ledger.record(nonce);
+            }
+            settled
+        })
+    }
+
+    fn verify<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<(), Reason>> {
+        self.inner.verify(req)
+    }
+
+    fn settle_ticket<'a>(&'a self, ticket: &'a SettleTicket) -> BoxFuture<'a, SettleOutcome> {
+        Box::pin(async move {
+            let nonce = body_nonce(&ticket.body);
+            if self.dead() {
+                return SettleOutcome::Lost("the process crashed".into());
+            }
+            if self.ledger.spent(nonce.as_ref()) {
+                return SettleOutcome::Refused(Reason::NonceAlreadyUsed);
+            }
+            let outcome = self.inner.settle_ticket(ticket).await;
+            if matches!(outcome, SettleOutcome::Settled(_)) {
+                self.ledger.record(nonce);
+            }
+            outcome
+        })
+    }
+}
