@@ -536,3 +536,62 @@ async fn a_chat_stream_whose_job_restarts_ends_with_an_error() {
     let error: serde_json::Value = serde_json::from_str(last).unwrap();
     assert_eq!(error["error"]["code"], "stream_restarted", "{body}");
 }
+
+/// Issue 30 with 31: a paid job settled on completion streams no delta
+/// before it is settled; its whole output comes once it is `completed`.
+/// A payer whose settlement fails gets no output, streamed or polled
+/// (decision 0021); before the merge of the two the deltas went out while
+/// the settlement was still pending.
+#[tokio::test(start_paused = true)]
+async fn a_paid_job_streams_its_output_only_once_settled() {
+    let stub = testkit::FacilitatorStub::new("eip155:84532");
+    stub.set_script(testkit::StubScript::settle_delay(
+        std::time::Duration::from_secs(2),
+    ));
+    let config = Config {
+        network: "eip155:84532".into(),
+        ..spec_config()
+    };
+    let (c, app) = setup(config).await;
+    let settler: Arc<dyn x402::Settler> = Arc::new(x402::FacilitatorSettler::new(
+        testkit::RouterTransport::new(stub.router()),
+        std::time::Duration::from_secs(5),
+    ));
+    let gate = x402::PaymentGate::new(
+        payment_config(),
+        Arc::new(x402::InMemoryNonceStore::default()),
+        settler,
+    );
+    c.enable_payments(gate).unwrap();
+    let mut w = worker_with(&c, 2, &["deltas"]).await;
+    let path = "/v1/jobs/commit/fast";
+    let challenge = post(&app, path, &llm_job("alice"), None).await;
+    let (name, value) = pay(&challenge, 3);
+    let committed = post(&app, path, &llm_job("alice"), Some((&name, &value))).await;
+    let job = id(&committed);
+    let a = w.expect_assign().await;
+    let mut events = Events::open(&app, &job, None).await.unwrap();
+    accept(&mut w, &a).await;
+    delta(&mut w, &a, 0, "echo: ").await;
+    delta(&mut w, &a, 1, "Say hi").await;
+    // The result comes a second later: meanwhile the job runs with text
+    // its readers could be shown.
+    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    let worker = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        w.send(frame).await;
+        w
+    });
+    // When the first delta arrives the job is settled and completed
+    // already (the settlement takes 2 s here).
+    let mut all = events.until("delta").await;
+    assert_eq!(
+        job_status(&app, &job).await["status"],
+        "completed",
+        "a delta before the settlement: {all:?}"
+    );
+    all.extend(events.until("job").await);
+    drop(worker);
+    assert_eq!(joined(&all), "echo: Say hi");
+    assert_eq!(stub.settled(), 1);
+}

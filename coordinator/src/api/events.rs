@@ -46,6 +46,10 @@ pub(super) struct Feed {
     until: Instant,
     queue: VecDeque<Item>,
     done: bool,
+    /// A paid job settled on completion shows no delta before it is
+    /// settled: its whole output comes once `completed` (decision 0021:
+    /// a payer whose settlement fails gets no output, streamed or not).
+    withhold_deltas: bool,
 }
 
 impl Feed {
@@ -61,10 +65,12 @@ impl Feed {
         cursor: Cursor,
         bounded: bool,
     ) -> Result<Self, ApiError> {
-        let known = c.job(&id).map_err(ApiError::internal)?.is_some();
-        if !known {
+        let job = c.job(&id).map_err(ApiError::internal)?;
+        let Some(job) = job else {
             return Err(ApiError::JobNotFound);
-        }
+        };
+        let withhold_deltas = job.paid_with.is_some()
+            && c.config().settlement == crate::config::Settlement::OnCompletion;
         let watch = match c.watch_stream(id, client) {
             Ok(watch) => watch,
             Err(_) if !bounded => None,
@@ -81,6 +87,7 @@ impl Feed {
             until: Instant::now() + life,
             queue: VecDeque::new(),
             done: false,
+            withhold_deltas,
         })
     }
 
@@ -125,7 +132,7 @@ impl Feed {
                 text,
                 cursor,
             } => {
-                if restart {
+                if restart && !self.withhold_deltas {
                     self.queue.push_back(Item::Restart);
                 }
                 self.cursor = cursor;
@@ -133,7 +140,7 @@ impl Feed {
                     self.status = Some(status);
                     self.queue.push_back(Item::Status { status, attempt });
                 }
-                if !text.is_empty() {
+                if !text.is_empty() && !self.withhold_deltas {
                     self.queue.push_back(Item::Delta(text));
                 }
                 if self.queue.is_empty() {
@@ -184,8 +191,11 @@ impl Feed {
             .and_then(|o| o.as_str())
             .filter(|_| job.status == JobStatus::Completed);
         if let Some(text) = text {
-            let same = gen == Some(self.cursor.gen) && text.is_char_boundary(self.cursor.bytes);
-            if !same && self.cursor.bytes > 0 {
+            // A withheld stream showed nothing yet: all of it, no restart.
+            let same = !self.withhold_deltas
+                && gen == Some(self.cursor.gen)
+                && text.is_char_boundary(self.cursor.bytes);
+            if !same && self.cursor.bytes > 0 && !self.withhold_deltas {
                 self.queue.push_back(Item::Restart);
             }
             let from = if same { self.cursor.bytes } else { 0 };
