@@ -411,7 +411,8 @@ mod tests {
             receipt: Some(receipt.clone()),
             created_at: "t".into(),
             completed_at: None,
-            payment_transaction: None,
+            // Every optional key present, so each is listed.
+            payment_transaction: Some("0xtx".into()),
         };
         let keys = |v: serde_json::Value| -> Vec<String> {
             let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
