@@ -364,7 +364,14 @@ async fn write_job(
             ],
         )
         .await
-        .map_err(unavailable)?;
+        .map_err(|e| match e.as_db_error().and_then(|db| db.constraint()) {
+            // Another job holds this payment: an ownership conflict, as the
+            // spend below would find (a data error is not one).
+            Some("jobs_nonce") => {
+                fenced(node, format!("job {}'s payment bought another job", job.id))
+            }
+            _ => unavailable(e),
+        })?;
     if written == 0 {
         return Err(fenced(node, format!("job {} is not its own", job.id)));
     }
