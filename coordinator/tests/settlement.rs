@@ -18,14 +18,7 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::{FacilitatorStub, RouterTransport, StubScript};
-
-fn settler(stub: &FacilitatorStub) -> Arc<dyn x402::Settler> {
-    Arc::new(x402::FacilitatorSettler::new(
-        RouterTransport::new(stub.router()),
-        Duration::from_secs(5),
-    ))
-}
+use testkit::{FacilitatorStub, StubScript};
 
 fn config() -> Config {
     Config {
@@ -37,12 +30,7 @@ fn config() -> Config {
 /// A coordinator settling on completion (the default) through `stub`.
 async fn gated(config: Config, stub: &FacilitatorStub) -> (Coordinator, axum::Router) {
     let c = coordinator(config, Arc::new(TokioClock::new(EPOCH_MS)), 5).await;
-    let gate = x402::PaymentGate::new(
-        payment_config(),
-        Arc::new(x402::InMemoryNonceStore::default()),
-        settler(stub),
-    );
-    c.enable_payments(gate).unwrap();
+    enable_stub_payments(&c, stub);
     (c.clone(), app(c))
 }
 
@@ -199,7 +187,7 @@ async fn start_on(db: &str, clock: Arc<TokioClock>, stub: &FacilitatorStub) -> s
     };
     let parts = Parts {
         runtime: Runtime::Simulation,
-        settler: Some(settler(stub)),
+        settler: Some(stub_settler(stub)),
         ..Parts::new(clock, ChaCha20Rng::seed_from_u64(7))
     };
     server::start(settings, parts).await.expect("starts")

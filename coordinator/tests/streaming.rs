@@ -8,9 +8,7 @@ mod common;
 use common::*;
 use coordinator::config::Config;
 use coordinator::{app, TokioClock};
-use protocol::worker::{
-    challenge_message, Assignment, CoordinatorFrame, ErrorCode, PROTOCOL_VERSION,
-};
+use protocol::worker::{Assignment, CoordinatorFrame, ErrorCode};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -33,22 +31,8 @@ async fn worker_with(c: &coordinator::Coordinator, seed: u64, features: &[&str])
         wire: Wire::channel(c),
         session_id: 0,
     };
-    let origin = w.wire.origin();
-    w.send(
-        json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "coordinator": origin,
-        "provider_pubkey": w.key.public_key_hex(), "capabilities": ["LLM_INFER", "TASK"],
-        "slots": 1, "features": features}),
-    )
-    .await;
-    let CoordinatorFrame::Challenge { nonce, network } = w.recv().await else {
-        panic!("expected challenge");
-    };
-    let signature = w
-        .key
-        .personal_sign(challenge_message(&origin, &network, &nonce).as_bytes());
-    w.send(json!({"type": "auth", "signature": signature}))
+    w.authenticate_with(&["LLM_INFER", "TASK"], 1, features)
         .await;
-    assert!(matches!(w.recv().await, CoordinatorFrame::Welcome { .. }));
     w
 }
 
@@ -553,16 +537,7 @@ async fn a_paid_job_streams_its_output_only_once_settled() {
         ..spec_config()
     };
     let (c, app) = setup(config).await;
-    let settler: Arc<dyn x402::Settler> = Arc::new(x402::FacilitatorSettler::new(
-        testkit::RouterTransport::new(stub.router()),
-        std::time::Duration::from_secs(5),
-    ));
-    let gate = x402::PaymentGate::new(
-        payment_config(),
-        Arc::new(x402::InMemoryNonceStore::default()),
-        settler,
-    );
-    c.enable_payments(gate).unwrap();
+    enable_stub_payments(&c, &stub);
     let mut w = worker_with(&c, 2, &["deltas"]).await;
     let path = "/v1/jobs/commit/fast";
     let challenge = post(&app, path, &llm_job("alice"), None).await;

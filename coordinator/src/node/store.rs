@@ -295,19 +295,23 @@ mod tests {
     /// A version the writer is still trying to write, and a later one it
     /// has not taken yet, are both read here; once written, the node has
     /// nothing of its own and the shared store answers.
-    #[tokio::test]
-    async fn unwritten_versions_read_newest_first() {
-        let shared = Arc::new(MemoryShared::default());
+    /// Node `n1` joined to `shared`, `fence` run if it is fenced.
+    async fn joined(shared: &Arc<MemoryShared>, fence: Fence) -> Arc<NodeStore> {
         let settings = ClusterSettings {
             url: String::new(),
             schema: None,
             node_id: "n1".into(),
             node_lease_ms: 60_000,
         };
-        let fence: Fence = Arc::new(|_: &ClusterError| {});
-        let store = NodeStore::join(shared.clone(), &settings, 0, fence)
+        NodeStore::join(shared.clone(), &settings, 0, fence)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn unwritten_versions_read_newest_first() {
+        let shared = Arc::new(MemoryShared::default());
+        let store = joined(&shared, Arc::new(|_: &ClusterError| {})).await;
         // Held by this node (a pending job would go to the pool, and a
         // later version of it from here would fence the node).
         let (mut job, _) = crate::store::tests::committed();
@@ -347,18 +351,10 @@ mod tests {
     #[tokio::test]
     async fn a_refused_batch_fails_its_waiters_and_the_node_lives_on() {
         let shared = Arc::new(MemoryShared::default());
-        let settings = ClusterSettings {
-            url: String::new(),
-            schema: None,
-            node_id: "n1".into(),
-            node_lease_ms: 60_000,
-        };
         let fenced = Arc::new(AtomicBool::new(false));
         let seen = fenced.clone();
         let fence: Fence = Arc::new(move |_: &ClusterError| seen.store(true, Ordering::SeqCst));
-        let store = NodeStore::join(shared.clone(), &settings, 0, fence)
-            .await
-            .unwrap();
+        let store = joined(&shared, fence).await;
         let (mut bad, _) = crate::store::tests::committed();
         Arc::make_mut(&mut Arc::make_mut(&mut bad).submission).user_id = "a\u{0}b".into();
         store.apply(&[Change::Job(bad)]).unwrap();

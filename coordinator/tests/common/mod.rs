@@ -225,10 +225,24 @@ impl TestWorker {
     }
 
     pub async fn authenticate(&mut self, capabilities: &[&str], slots: u32) {
+        self.authenticate_with(capabilities, slots, &[]).await;
+    }
+
+    /// As [`TestWorker::authenticate`], its hello naming `features`
+    /// (none: the hello has no `features` key, as an old worker's).
+    pub async fn authenticate_with(
+        &mut self,
+        capabilities: &[&str],
+        slots: u32,
+        features: &[&str],
+    ) {
         let origin = self.wire.origin();
-        self.send(json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "coordinator": origin,
-            "provider_pubkey": self.key.public_key_hex(), "capabilities": capabilities, "slots": slots}))
-            .await;
+        let mut hello = json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "coordinator": origin,
+            "provider_pubkey": self.key.public_key_hex(), "capabilities": capabilities, "slots": slots});
+        if !features.is_empty() {
+            hello["features"] = json!(features);
+        }
+        self.send(hello).await;
         let challenge = self.recv().await;
         let CoordinatorFrame::Challenge { nonce, network } = challenge else {
             panic!("expected challenge, got {challenge:?}");
@@ -322,6 +336,24 @@ pub const NOW_S: u64 = (EPOCH_MS / 1000) as u64;
 /// Base Sepolia USDC terms paid to [`PAY_TO`].
 pub fn payment_config() -> x402::PaymentConfig {
     x402::PaymentConfig::base_sepolia_usdc(PAY_TO.parse().unwrap())
+}
+
+/// A settler that settles through the recording facilitator `stub`.
+pub fn stub_settler(stub: &testkit::FacilitatorStub) -> Arc<dyn x402::Settler> {
+    Arc::new(x402::FacilitatorSettler::new(
+        testkit::RouterTransport::new(stub.router()),
+        Duration::from_secs(5),
+    ))
+}
+
+/// Turns on payments of `c` (Base Sepolia settings) settled through `stub`.
+pub fn enable_stub_payments(c: &Coordinator, stub: &testkit::FacilitatorStub) {
+    let gate = x402::PaymentGate::new(
+        payment_config(),
+        Arc::new(x402::InMemoryNonceStore::default()),
+        stub_settler(stub),
+    );
+    c.enable_payments(gate).unwrap();
 }
 
 /// A JSON POST with a fixed `Host` (the payment's `resource`) and an
