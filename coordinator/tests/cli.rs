@@ -137,6 +137,26 @@ fn retention_is_on_by_default_and_job_bytes_are_bounded() {
     }
 }
 
+/// Issue 31 #7: the held-stream limits are flags (a load test of 1,000
+/// readers from one address needs them), defaulting to the library's.
+#[test]
+fn held_stream_limits_are_flags_with_the_library_defaults() {
+    let out = run(&["--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    let limits = coordinator::config::Limits::default();
+    for (flag, default) in [
+        ("--held-streams-max", limits.held_streams_max.to_string()),
+        (
+            "--held-streams-per-client-max",
+            limits.held_streams_per_client_max.to_string(),
+        ),
+        ("--stream-ms-max", limits.stream_ms_max.to_string()),
+    ] {
+        let expected = format!("[default: {default}]");
+        assert!(help_of(&help, flag).contains(&expected), "{flag}: {help}");
+    }
+}
+
 /// Issue 16 #4: a public URL that names no worker origin refuses start-up,
 /// rather than leaving every worker unable to log in.
 #[test]

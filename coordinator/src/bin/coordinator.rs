@@ -6,7 +6,7 @@
 //! them (default `info`).
 
 use clap::Parser;
-use coordinator::config::{Config, Settlement, UserAuth};
+use coordinator::config::{Config, Limits, Settlement, UserAuth};
 use coordinator::node::{self, ClusterSettings};
 use coordinator::server::{self, MetricsAt, Parts, Runtime, Server, Settings, StartError};
 use coordinator::SystemClock;
@@ -228,6 +228,21 @@ struct Args {
         default_value_t = 1_000
     )]
     held_polls_per_client_max: usize,
+    /// Job event streams and streamed chat completions held open at once;
+    /// beyond it a stream gets 503. A reader holds a cursor, not a buffer.
+    #[arg(long, env = "COORDINATOR_HELD_STREAMS_MAX", default_value_t = 1_000)]
+    held_streams_max: usize,
+    /// Job event streams one client address (IPv6: per /64) may hold open.
+    #[arg(
+        long,
+        env = "COORDINATOR_HELD_STREAMS_PER_CLIENT_MAX",
+        default_value_t = 32
+    )]
+    held_streams_per_client_max: usize,
+    /// Longest a job event stream stays open; it then ends with an `end`
+    /// event (reason `stream_time_limit`) and the client may resume.
+    #[arg(long, env = "COORDINATOR_STREAM_MS_MAX", default_value_t = 600_000)]
+    stream_ms_max: u64,
     /// Reverse proxies (comma-separated IPs) whose X-Forwarded-For names the
     /// client for rate limits. Default: none; the header is ignored.
     #[arg(long, env = "COORDINATOR_TRUSTED_PROXIES", value_delimiter = ',')]
@@ -391,7 +406,27 @@ impl Args {
         t.attempts_max = self.attempts_max;
         t.heartbeat_interval_ms = self.heartbeat_interval_ms;
         t.heartbeat_timeout_ms = self.heartbeat_timeout_ms;
-        let l = &mut config.limits;
+        self.set_limits(&mut config.limits);
+        config.timing.http_head_timeout_ms = self.http_head_timeout_ms;
+        config.timing.http_body_timeout_ms = self.http_body_timeout_ms;
+        config.timing.hello_timeout_ms = self.hello_timeout_ms;
+        Ok(Settings {
+            config,
+            db: self.db.clone(),
+            payment: self.payment_config()?,
+            retention_hours: Some(self.retention_hours),
+            // Off the API unless asked for; `Apart` with no listener of its
+            // own serves it nowhere.
+            metrics_at: match self.metrics_on_api {
+                true => MetricsAt::Api,
+                false => MetricsAt::Apart,
+            },
+            cluster: self.cluster_settings()?,
+        })
+    }
+
+    /// The `limits` flags onto the library's limits.
+    fn set_limits(&self, l: &mut Limits) {
         l.body_bytes_max = self.body_bytes_max;
         l.queue_len_max = self.queue_len_max;
         l.queued_bytes_max = self.queued_bytes_max;
@@ -414,25 +449,12 @@ impl Args {
         l.http_head_bytes_max = self.http_head_bytes_max;
         l.worker_sessions_per_client_max = self.worker_sessions_per_client_max;
         l.worker_slots_per_client_max = self.worker_slots_per_client_max;
-        config.timing.http_head_timeout_ms = self.http_head_timeout_ms;
-        config.timing.http_body_timeout_ms = self.http_body_timeout_ms;
-        config.timing.hello_timeout_ms = self.hello_timeout_ms;
         l.poll_wait_ms_max = self.poll_wait_ms_max;
         l.held_polls_max = self.held_polls_max;
         l.held_polls_per_client_max = self.held_polls_per_client_max;
-        Ok(Settings {
-            config,
-            db: self.db.clone(),
-            payment: self.payment_config()?,
-            retention_hours: Some(self.retention_hours),
-            // Off the API unless asked for; `Apart` with no listener of its
-            // own serves it nowhere.
-            metrics_at: match self.metrics_on_api {
-                true => MetricsAt::Api,
-                false => MetricsAt::Apart,
-            },
-            cluster: self.cluster_settings()?,
-        })
+        l.held_streams_max = self.held_streams_max;
+        l.held_streams_per_client_max = self.held_streams_per_client_max;
+        l.stream_ms_max = self.stream_ms_max;
     }
 
     /// Cluster mode, when --db is a PostgreSQL URL; the node id is filled
