@@ -33,6 +33,25 @@
 //! # }
 //! ```
 //!
+//! Streaming ([`stream`]): text as it is made, then the same result.
+//!
+//! ```no_run
+//! use futures_util::StreamExt;
+//! use router::{ComputeRouter, LlmRequest, StreamEvent};
+//!
+//! # async fn demo(router: ComputeRouter) -> Result<(), router::RouterError> {
+//! let mut events = router.stream_llm(LlmRequest::new("Tell me a story", "alice"));
+//! while let Some(event) = events.next().await {
+//!     match event? {
+//!         StreamEvent::Delta(text) => print!("{text}"),
+//!         StreamEvent::Restart { route, .. } => println!("\n[again, from {route}]"),
+//!         StreamEvent::Done(result) => println!("\n({} via {})", result.latency_ms, result.route),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! All waiting goes through `tokio::time`, so everything runs under a paused
 //! clock; the router never reads the wall clock.
 
