@@ -411,3 +411,62 @@ async fn dropping_the_stream_cancels_the_coordinator_job() {
     }
     panic!("not cancelled: {:?}", world.chain_a.log());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_completed_while_its_events_were_lost_is_used() {
+    let world = scripted(
+        Outcome::Complete(json!("one two")),
+        EventsScript {
+            items: vec![FakeEvent::Delta("one "), FakeEvent::Delta("two")],
+            cuts: vec![1, 0, 0, 0],
+        },
+    );
+    let (router, _) = recorded(&world);
+    let events = collect(&router, "count").await;
+    // The cancel found it completed (409 with its record): paid for, so
+    // used, its unseen text sent on.
+    assert!(world.chain_a.log().iter().any(|l| l.ends_with("/cancel")));
+    assert_eq!(deltas(&events), ["one ", "two"]);
+    let (text, result) = kept(&events);
+    assert_eq!(result.route, Route::Decentralized(Chain::ChainA));
+    assert_eq!(result.output, json!(text));
+    assert!(result.receipt.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_past_the_deadline_is_cancelled_then_the_next_route_restarts_it() {
+    let world = scripted(
+        Outcome::Never,
+        EventsScript {
+            items: vec![FakeEvent::Delta("stuck ")],
+            cuts: vec![],
+        },
+    );
+    world.openai.set_reply("hosted answer");
+    let (router, transport) = recorded(&world);
+    let started = tokio::time::Instant::now();
+    let events = collect(&router, "hi").await;
+    assert_eq!(started.elapsed().as_millis(), 60_000, "llm_timeout_ms");
+    let restarts = restarts(&events);
+    let [(Route::Hosted(HostedProvider::ProviderA), RestartReason::Fallback { error, .. })] =
+        &restarts[..]
+    else {
+        panic!("{restarts:?}")
+    };
+    assert!(
+        matches!(
+            error,
+            AdapterError::PollTimeout {
+                cancel: CancelOutcome::Cancelled,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let (text, _) = kept(&events);
+    assert_eq!(text, "hosted answer");
+    let log = transport.log();
+    let cancel = log.iter().position(|l| l.ends_with("/cancel")).unwrap();
+    let hosted = log.iter().position(|l| l.contains("openai.test")).unwrap();
+    assert!(cancel < hosted, "{log:#?}");
+}

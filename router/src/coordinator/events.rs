@@ -229,23 +229,28 @@ async fn read_events(
             *last_id = reader.last_event_id().map(str::to_owned);
             *misses = 0;
         }
-        let data: serde_json::Value = serde_json::from_str(&event.data)
-            .map_err(|e| Gave::Up(malformed(format!("{} event: {e}", event.event))))?;
+        // Only the events read are parsed: `status` and events of later
+        // versions pass whatever their data.
+        let data = || -> Result<serde_json::Value, Gave> {
+            serde_json::from_str(&event.data)
+                .map_err(|e| Gave::Up(malformed(format!("{} event: {e}", event.event))))
+        };
         match event.event.as_str() {
             "delta" => {
-                let text = data
-                    .get("text")
-                    .and_then(|t| t.as_str())
-                    .ok_or_else(|| Gave::Up(malformed("a delta event without text".into())))?;
+                let delta = data()?;
+                let text = delta.get("text").and_then(|t| t.as_str());
+                let text =
+                    text.ok_or_else(|| Gave::Up(malformed("a delta event without text".into())))?;
                 sink.delta(text.to_owned()).await.map_err(Gave::Up)?;
             }
             "restart" => sink.restart().await.map_err(Gave::Up)?,
             "job" => {
-                let (output, receipt) = checked_record(job_id, data, sink.text())?;
+                let (output, receipt) = checked_record(job_id, data()?, sink.text())?;
                 return Ok(Read::Done(output, receipt));
             }
             "end" => {
-                let reason = data.get("reason").and_then(|r| r.as_str()).unwrap_or("");
+                let end = data().unwrap_or_default();
+                let reason = end.get("reason").and_then(|r| r.as_str()).unwrap_or("");
                 let message = format!("the coordinator ended the stream: {reason}");
                 return Ok(Read::Cut(malformed(message)));
             }
