@@ -189,8 +189,9 @@ impl TextSink {
 impl ComputeRouter {
     /// Runs an LLM job as [`ComputeRouter::run_llm`] does (same routes, same
     /// breakers, the same receipt check), streaming its text: see
-    /// [`StreamEvent`]. The call runs on a task of its own; the stream
-    /// holds at most `StreamConfig::buffer` events ahead of the consumer.
+    /// [`StreamEvent`]. The call runs on a task of its own (so this must be
+    /// called within a Tokio runtime); the stream holds at most
+    /// `StreamConfig::buffer` events ahead of the consumer.
     pub fn stream_llm(&self, request: LlmRequest) -> LlmStream {
         let job = Job::from_llm(request, self.config().default_max_tokens);
         let limits = self.config().stream;

@@ -65,6 +65,7 @@ impl CoordinatorClient {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(Gave::Ended(error))) => return Err(error),
             Ok(Err(Gave::Up(error))) => Err(error),
+            // `give_up` puts in how its cancel went.
             Err(_) => Err(AdapterError::PollTimeout {
                 job_id: job_id.to_string(),
                 timeout_ms,
