@@ -7,18 +7,25 @@
 //! cargo run -p router --example route -- llm "Why is the sky blue?" --user-id alice
 //! cargo run -p router --example route -- task summarize "Long text..." --user-id alice
 //! cargo run -p router --example route -- llm "Private text" --private --user-key-file user.key
+//! cargo run -p router --example route -- llm "Tell me a story" --stream
 //! ```
+//!
+//! `--stream` (LLM jobs) runs `stream_llm`: the text goes to stderr as it
+//! comes, a restart as a line saying which route took over and why (drop
+//! the text above it), and the result JSON to stdout as without it.
 //!
 //! `--user-key-file` proves the user (`X-User-Proof`) on PRIVATE jobs, which a
 //! coordinator with `--user-auth on` (its default) requires; the user id is
 //! then the key's address unless `--user-id` names another form of it.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use futures_util::StreamExt;
 use rand::SeedableRng;
 use router::{
     AdapterError, AttemptOutcome, Chain, ComputeResult, ComputeRouter, LlmRequest, Policy,
-    PrivacyClass, RouterConfig, RouterError, TaskRequest, TaskType,
+    PrivacyClass, RestartReason, RouterConfig, RouterError, StreamEvent, TaskRequest, TaskType,
 };
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -52,6 +59,9 @@ enum Job {
         prompt: String,
         #[arg(long)]
         max_tokens: Option<u32>,
+        /// Print the text to stderr as it is made.
+        #[arg(long)]
+        stream: bool,
     },
     /// summarize, classify or extract_json over an input text.
     Task {
@@ -147,6 +157,35 @@ fn print_attempts(result: &ComputeResult) {
     }
 }
 
+/// `--stream`: the text on stderr as it comes; the result at the end.
+async fn print_stream(
+    router: &ComputeRouter,
+    request: LlmRequest,
+) -> Result<ComputeResult, RouterError> {
+    let mut events = router.stream_llm(request);
+    let mut stderr = std::io::stderr();
+    while let Some(event) = events.next().await {
+        match event? {
+            StreamEvent::Delta(text) => {
+                let _ = write!(stderr, "{text}");
+                let _ = stderr.flush();
+            }
+            StreamEvent::Restart { route, reason } => {
+                let why = match reason {
+                    RestartReason::JobRetried => "the coordinator retried the job".to_owned(),
+                    RestartReason::Fallback { from, error } => format!("{from} failed: {error}"),
+                };
+                let _ = writeln!(stderr, "\n[restart on {route}: {why}; drop the text above]");
+            }
+            StreamEvent::Done(result) => {
+                let _ = writeln!(stderr);
+                return Ok(result);
+            }
+        }
+    }
+    panic!("the stream ended without a result: the router's task panicked")
+}
+
 /// `--user-key-file`: prove the user on PRIVATE jobs with this key; its
 /// address, the user id it proves.
 fn add_user_signer(
@@ -202,18 +241,24 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
         ChainArg::ChainB => Chain::ChainB,
     });
     match cli.job {
-        Job::Llm { prompt, max_tokens } => {
-            router
-                .run_llm(LlmRequest {
-                    prompt,
-                    max_tokens,
-                    policy,
-                    privacy,
-                    user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
-                    chain_preference: chain,
-                    max_price: cli.max_price,
-                })
-                .await
+        Job::Llm {
+            prompt,
+            max_tokens,
+            stream,
+        } => {
+            let request = LlmRequest {
+                prompt,
+                max_tokens,
+                policy,
+                privacy,
+                user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
+                chain_preference: chain,
+                max_price: cli.max_price,
+            };
+            match stream {
+                true => print_stream(router, request).await,
+                false => router.run_llm(request).await,
+            }
         }
         Job::Task { task_type, input } => {
             let task_type = match task_type {

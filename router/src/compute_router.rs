@@ -69,48 +69,30 @@ impl ComputeRouter {
         let started = Instant::now();
         let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut failures = Vec::new();
-
-        let chains = match self.config.try_other_chain {
-            true => vec![job.chain, job.chain.other()],
-            false => vec![job.chain],
-        };
-        for chain in chains {
-            let route = Route::Decentralized(chain);
-            match self.run_decentralized(&job, chain).await {
-                Ok(outcome) => {
-                    return Ok(ComputeResult {
-                        output: outcome.output,
-                        route,
-                        price: Some(outcome.price),
-                        latency_ms: elapsed_ms(),
-                        receipt: Some(outcome.receipt),
-                        attempts: attempts(failures, route),
-                    })
+        for route in self.route_order(&job) {
+            let attempt = match route {
+                Route::Decentralized(chain) => self
+                    .run_decentralized(&job, chain)
+                    .await
+                    .map(|outcome| (outcome.output, Some(outcome.price), Some(outcome.receipt))),
+                Route::Hosted(provider) => {
+                    if job.privacy == PrivacyClass::Private && !self.config.allow_private_hosted {
+                        Err(AdapterError::PrivateNotAllowed)
+                    } else {
+                        self.run_hosted(provider, &job)
+                            .await
+                            .map(|output| (output, None, None))
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%route, %error, "compute adapter failed");
-                    failures.push((route, error));
-                }
-            }
-        }
-
-        let preferred = self.config.preferred_hosted;
-        for provider in [preferred, preferred.other()] {
-            let route = Route::Hosted(provider);
-            let attempt =
-                if job.privacy == PrivacyClass::Private && !self.config.allow_private_hosted {
-                    Err(AdapterError::PrivateNotAllowed)
-                } else {
-                    self.run_hosted(provider, &job).await
-                };
+            };
             match attempt {
-                Ok(output) => {
+                Ok((output, price, receipt)) => {
                     return Ok(ComputeResult {
                         output,
                         route,
-                        price: None,
+                        price,
                         latency_ms: elapsed_ms(),
-                        receipt: None,
+                        receipt,
                         attempts: attempts(failures, route),
                     })
                 }
@@ -123,12 +105,29 @@ impl ComputeRouter {
         Err(RouterError::AllAdaptersFailed { failures })
     }
 
-    /// `chain`'s coordinator, unless its breaker is open.
-    async fn run_decentralized(
+    /// The routes of a call in the order they are tried: the selected
+    /// chain's coordinator (then the other's, when configured), then the
+    /// preferred hosted provider, then the other one.
+    pub(crate) fn route_order(&self, job: &Job) -> Vec<Route> {
+        let mut routes = vec![Route::Decentralized(job.chain)];
+        if self.config.try_other_chain {
+            routes.push(Route::Decentralized(job.chain.other()));
+        }
+        let preferred = self.config.preferred_hosted;
+        routes.push(Route::Hosted(preferred));
+        routes.push(Route::Hosted(preferred.other()));
+        routes
+    }
+
+    pub(crate) fn transport(&self) -> Arc<dyn HttpTransport> {
+        self.transport.clone()
+    }
+
+    /// The client of `chain`'s coordinator, unless its breaker is open.
+    pub(crate) fn coordinator_client(
         &self,
-        job: &Job,
         chain: Chain,
-    ) -> Result<crate::coordinator::CoordinatorOutcome, AdapterError> {
+    ) -> Result<CoordinatorClient, AdapterError> {
         if let Err(remaining_ms) = self.breakers.check(chain) {
             return Err(AdapterError::CoolingDown {
                 chain,
@@ -142,7 +141,22 @@ impl ComputeRouter {
             self.config.payment_clients.get(chain).cloned(),
             self.config.poll,
         )
-        .with_user_signer(self.config.user_signer.clone());
+        .with_user_signer(self.config.user_signer.clone())
+        .with_stream(self.config.stream);
+        Ok(client)
+    }
+
+    pub(crate) fn record_breaker(&self, chain: Chain, outcome: Result<(), &AdapterError>) {
+        self.breakers.record(chain, outcome);
+    }
+
+    /// `chain`'s coordinator, unless its breaker is open.
+    async fn run_decentralized(
+        &self,
+        job: &Job,
+        chain: Chain,
+    ) -> Result<crate::coordinator::CoordinatorOutcome, AdapterError> {
+        let client = self.coordinator_client(chain)?;
         let submission = JobSubmission {
             job_type: job.payload.job_type(),
             user_id: job.user_id.clone(),
@@ -192,7 +206,7 @@ impl ComputeRouter {
 }
 
 /// The attempts of a call that `answered` on after `failures`.
-fn attempts(failures: Vec<(Route, AdapterError)>, answered: Route) -> Vec<Attempt> {
+pub(crate) fn attempts(failures: Vec<(Route, AdapterError)>, answered: Route) -> Vec<Attempt> {
     let failed = failures.into_iter().map(|(route, error)| Attempt {
         route,
         outcome: AttemptOutcome::Failed(error),

@@ -83,6 +83,38 @@ impl Default for PollConfig {
     }
 }
 
+/// Bounds and reconnects of a streaming call (`ComputeRouter::stream_llm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Longest line, and longest data of one event, of a server-sent event
+    /// stream; a longer one ends the stream as malformed.
+    pub event_bytes_max: usize,
+    /// Most deltas one call forwards, over all its routes.
+    pub deltas_max: u32,
+    /// Most text one route may stream (the coordinator's results are at most 256 KiB).
+    pub text_bytes_max: usize,
+    /// Reconnects in a row to a coordinator's events, each without a new
+    /// event, before the job is given up on (cancelled) and the next route runs.
+    pub reconnects_max: u32,
+    /// Wait before each reconnect.
+    pub reconnect_delay_ms: u64,
+    /// Events made ahead of a slow consumer before the router waits for it.
+    pub buffer: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            event_bytes_max: 1024 * 1024,
+            deltas_max: 16_384,
+            text_bytes_max: 1024 * 1024,
+            reconnects_max: 3,
+            reconnect_delay_ms: 500,
+            buffer: 64,
+        }
+    }
+}
+
 /// Settings of both hosted providers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostedConfig {
@@ -139,6 +171,8 @@ pub struct RouterConfig {
     /// coordinator with `--user-auth on` (its default) requires. Code, not
     /// environment, like the payment clients.
     pub user_signer: Option<Arc<dyn crate::user::UserSigner>>,
+    /// Bounds of streaming calls.
+    pub stream: StreamConfig,
 }
 
 impl RouterConfig {
@@ -155,6 +189,7 @@ impl RouterConfig {
             breaker: BreakerConfig::default(),
             try_other_chain: false,
             user_signer: None,
+            stream: StreamConfig::default(),
         }
     }
 

@@ -1,6 +1,9 @@
 //! The decentralized adapter: quote, commit (paying on 402), poll, verify.
+//! A streaming call reads the job's events instead of polling ([`events`]).
 
-use crate::config::PollConfig;
+mod events;
+
+use crate::config::{PollConfig, StreamConfig};
 use crate::error::{AdapterError, CancelOutcome, Stage};
 use crate::payment::{PaymentChallenge, PaymentClient};
 use crate::route::Chain;
@@ -38,6 +41,8 @@ pub struct CoordinatorClient {
     poll: PollConfig,
     /// Proves the user on PRIVATE commits.
     user_signer: Option<Arc<dyn UserSigner>>,
+    /// Bounds and reconnects of a streaming call.
+    stream: StreamConfig,
 }
 
 impl std::fmt::Debug for CoordinatorClient {
@@ -48,6 +53,7 @@ impl std::fmt::Debug for CoordinatorClient {
             .field("payment", &self.payment.is_some())
             .field("poll", &self.poll)
             .field("user_signer", &self.user_signer)
+            .field("stream", &self.stream)
             .finish_non_exhaustive()
     }
 }
@@ -77,7 +83,14 @@ impl CoordinatorClient {
             payment,
             poll,
             user_signer: None,
+            stream: StreamConfig::default(),
         }
+    }
+
+    /// Streams with these bounds and reconnects.
+    pub fn with_stream(mut self, stream: StreamConfig) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Proves the user with `signer` on PRIVATE commits.
@@ -128,20 +141,8 @@ impl CoordinatorClient {
         tier: Tier,
         max_price: Option<Price>,
     ) -> Result<CoordinatorOutcome, AdapterError> {
-        let quote = self.quote(submission.job_type, tier).await?;
-        if let Some(max) = max_price.filter(|max| quote.price > *max) {
-            return Err(AdapterError::PriceAboveMax {
-                chain: self.chain,
-                quoted: quote.price,
-                max,
-            });
-        }
-        let commit_url = self.commit_url(&quote)?;
-        let job_id = self.commit(&commit_url, submission).await?;
-        let timeout_ms = match submission.job_type {
-            JobType::Task => self.poll.task_timeout_ms,
-            JobType::LlmInfer => self.poll.llm_timeout_ms,
-        };
+        let (job_id, price) = self.quote_and_commit(submission, tier, max_price).await?;
+        let timeout_ms = self.timeout_ms(submission.job_type);
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
         let polled =
             tokio::time::timeout_at(deadline, self.poll_until_done(job_id, deadline)).await;
@@ -163,9 +164,36 @@ impl CoordinatorClient {
         Ok(CoordinatorOutcome {
             job_id,
             output,
-            price: quote.price.to_string(),
+            price: price.to_string(),
             receipt,
         })
+    }
+
+    /// Quote (refused above `max_price`), then commit: the job and its price.
+    async fn quote_and_commit(
+        &self,
+        submission: &JobSubmission,
+        tier: Tier,
+        max_price: Option<Price>,
+    ) -> Result<(Uuid, Price), AdapterError> {
+        let quote = self.quote(submission.job_type, tier).await?;
+        if let Some(max) = max_price.filter(|max| quote.price > *max) {
+            return Err(AdapterError::PriceAboveMax {
+                chain: self.chain,
+                quoted: quote.price,
+                max,
+            });
+        }
+        let commit_url = self.commit_url(&quote)?;
+        let job_id = self.commit(&commit_url, submission).await?;
+        Ok((job_id, quote.price))
+    }
+
+    fn timeout_ms(&self, job_type: JobType) -> u64 {
+        match job_type {
+            JobType::Task => self.poll.task_timeout_ms,
+            JobType::LlmInfer => self.poll.llm_timeout_ms,
+        }
     }
 
     /// Cancels a job the router gave up on (`POST /v1/jobs/{id}/cancel`,

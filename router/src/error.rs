@@ -13,6 +13,8 @@ pub enum Stage {
     Poll,
     /// Cancelling a job the router gave up on.
     Cancel,
+    /// Reading a job's events (`GET /v1/jobs/{id}/events`, a streaming call).
+    Events,
 }
 
 impl fmt::Display for Stage {
@@ -22,6 +24,7 @@ impl fmt::Display for Stage {
             Stage::Commit => "commit",
             Stage::Poll => "poll",
             Stage::Cancel => "cancel",
+            Stage::Events => "events",
         })
     }
 }
@@ -111,6 +114,31 @@ pub enum AdapterError {
         "skipped: {chain}'s coordinator kept failing; cooling down for {remaining_ms} ms more"
     )]
     CoolingDown { chain: Chain, remaining_ms: u64 },
+    /// A streaming call lost its job's events and could not get them back
+    /// (reconnects ran out, or the stream broke a bound); the job was then
+    /// cancelled as a timed-out one is (`cancel`: how that went).
+    #[error("events of job {job_id} broke off: {message} ({cancel})")]
+    StreamBroken {
+        job_id: String,
+        message: String,
+        cancel: CancelOutcome,
+    },
+    /// The streamed deltas of a completed job do not join to its output:
+    /// what the caller was shown is not what the receipt covers.
+    #[error("the deltas of job {job_id} do not join to its output")]
+    StreamMismatch { job_id: String },
+    /// A stream went past one of the router's bounds (`StreamConfig`).
+    #[error("the stream has more than {max} {what}")]
+    StreamLimit { what: &'static str, max: u64 },
+    /// A hosted provider's stream ended before its end marker.
+    #[error("{provider} stream broke off: {message}")]
+    ProviderStreamCut {
+        provider: HostedProvider,
+        message: String,
+    },
+    /// The caller dropped the stream; the job under way was cancelled.
+    #[error("the caller dropped the stream")]
+    StreamDropped,
 }
 
 impl AdapterError {
@@ -122,7 +150,10 @@ impl AdapterError {
             | AdapterError::MalformedResponse { .. }
             | AdapterError::JobFailed { .. }
             | AdapterError::PollTimeout { .. }
-            | AdapterError::InvalidReceipt { .. } => true,
+            | AdapterError::InvalidReceipt { .. }
+            | AdapterError::StreamBroken { .. }
+            | AdapterError::StreamMismatch { .. }
+            | AdapterError::StreamLimit { .. } => true,
             AdapterError::HttpStatus { status, .. } => *status >= 500 || *status == 429,
             _ => false,
         }

@@ -5,11 +5,13 @@
 //! - [`AnthropicClient`]: `provider_b`, Anthropic Messages.
 //! - [`prompts`]: how TASK jobs become prompts and how answers become output.
 //! - [`RetryPolicy`]: the bounded retry on 429 and 5xx both clients share.
+//! - `stream`: opening a streamed answer (`stream: true`), which both share.
 
 mod anthropic;
 mod openai;
 pub mod prompts;
 mod retry;
+mod stream;
 
 pub use anthropic::{AnthropicClient, ANTHROPIC_VERSION};
 pub use openai::OpenAiClient;

@@ -13,7 +13,9 @@
 //! - [`hosted`]: the OpenAI and Anthropic adapters, retry, task prompts.
 //! - [`payment`]: the [`PaymentClient`] seam the x402 crate implements.
 //! - [`user`]: the [`UserSigner`] that proves the user on PRIVATE commits (`X-User-Proof`).
-//! - [`transport`]: [`HttpTransport`] and its reqwest implementation.
+//! - [`stream`]: streaming calls, [`ComputeRouter::stream_llm`] and the [`StreamEvent`]s it yields.
+//! - [`sse`]: a bounded reader of server-sent events (coordinator job events, hosted streams).
+//! - [`transport`]: [`HttpTransport`] (whole and streamed answers) and its reqwest implementation.
 //! - [`error`]: [`AdapterError`] and [`RouterError`].
 //!
 //! ```no_run
@@ -31,6 +33,25 @@
 //! # }
 //! ```
 //!
+//! Streaming ([`stream`]): text as it is made, then the same result.
+//!
+//! ```no_run
+//! use futures_util::StreamExt;
+//! use router::{ComputeRouter, LlmRequest, StreamEvent};
+//!
+//! # async fn demo(router: ComputeRouter) -> Result<(), router::RouterError> {
+//! let mut events = router.stream_llm(LlmRequest::new("Tell me a story", "alice"));
+//! while let Some(event) = events.next().await {
+//!     match event? {
+//!         StreamEvent::Delta(text) => print!("{text}"),
+//!         StreamEvent::Restart { route, .. } => println!("\n[again, from {route}]"),
+//!         StreamEvent::Done(result) => println!("\n({} via {})", result.latency_ms, result.route),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! All waiting goes through `tokio::time`, so everything runs under a paused
 //! clock; the router never reads the wall clock.
 
@@ -43,6 +64,8 @@ pub mod hosted;
 pub mod payment;
 pub mod request;
 pub mod route;
+pub mod sse;
+pub mod stream;
 pub mod transport;
 pub mod user;
 
@@ -50,13 +73,18 @@ pub use breaker::BreakerConfig;
 pub use compute_router::ComputeRouter;
 pub use config::{
     ApiKey, ConfigError, CoordinatorUrls, HostedConfig, PaymentClients, PollConfig, RouterConfig,
+    StreamConfig,
 };
 pub use error::{AdapterError, CancelOutcome, RouterError, Stage};
 pub use hosted::{AnthropicClient, OpenAiClient, ProviderSettings, RetryPolicy};
 pub use payment::{PaymentChallenge, PaymentClient, WallClock, X402Payer};
 pub use request::{Attempt, AttemptOutcome, ComputeResult, LlmRequest, TaskRequest};
 pub use route::{Chain, HostedProvider, Route};
-pub use transport::{HttpRequest, HttpResponse, HttpTransport, ReqwestTransport, TransportError};
+pub use stream::{LlmStream, RestartReason, StreamEvent};
+pub use transport::{
+    BodyStream, HttpRequest, HttpResponse, HttpTransport, ReqwestTransport, StreamingResponse,
+    TransportError,
+};
 pub use user::{KeyUserSigner, UserSigner};
 // Callers build requests with these; re-exported so they need no protocol import.
 pub use protocol::api::{Policy, PrivacyClass, TaskType};

@@ -5,12 +5,17 @@
 //! `axum::Router` (`testkit::InProcessTransport`, for tests and the
 //! simulation) or a test double, and so that the trait stays object-safe
 //! (`Arc<dyn HttpTransport>`).
+//!
+//! A streamed answer ([`HttpTransport::send_streaming`], server-sent events)
+//! hands its body out in chunks as they arrive; a transport that cannot
+//! stream answers it with the whole body as one chunk.
 
 mod reqwest_client;
 
 pub use reqwest_client::ReqwestTransport;
 
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 pub use http::Method;
 
 /// An HTTP request with its whole body in memory. Its `Debug` hides the
@@ -46,9 +51,77 @@ pub enum TransportError {
     Other(String),
 }
 
+/// The chunks of a body as they arrive; an error ends it (a cut connection).
+pub type BodyStream = BoxStream<'static, Result<Vec<u8>, TransportError>>;
+
+/// An HTTP response whose body is still arriving.
+pub struct StreamingResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: BodyStream,
+}
+
+impl std::fmt::Debug for StreamingResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamingResponse {
+    /// A whole response as a stream of one chunk.
+    pub fn from_whole(response: HttpResponse) -> Self {
+        let body = futures_util::stream::iter([Ok(response.body)]);
+        Self {
+            status: response.status,
+            headers: response.headers,
+            body: Box::pin(body),
+        }
+    }
+
+    /// The first header called `name`, ignoring case.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find_header(&self.headers, name)
+    }
+
+    /// Reads the rest of the body, at most `max_bytes` of it (an error
+    /// past that), into a whole response: for answers that are not streams
+    /// (errors, a server that ignored `stream: true`).
+    pub async fn collect(self, max_bytes: usize) -> Result<HttpResponse, TransportError> {
+        use futures_util::StreamExt;
+        let mut body = Vec::new();
+        let mut chunks = self.body;
+        while let Some(chunk) = chunks.next().await {
+            body.extend_from_slice(&chunk?);
+            if body.len() > max_bytes {
+                return Err(TransportError::Other(format!(
+                    "answer body longer than {max_bytes} bytes"
+                )));
+            }
+        }
+        Ok(HttpResponse {
+            status: self.status,
+            headers: self.headers,
+            body,
+        })
+    }
+}
+
 /// Sends one request and returns the whole response.
 pub trait HttpTransport: Send + Sync {
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
+
+    /// Sends one request and returns the response as soon as its head is
+    /// in, its body following in chunks. By default the whole body as one
+    /// chunk, which is correct but shows nothing before the end.
+    fn send_streaming(
+        &self,
+        request: HttpRequest,
+    ) -> BoxFuture<'_, Result<StreamingResponse, TransportError>> {
+        Box::pin(async move { self.send(request).await.map(StreamingResponse::from_whole) })
+    }
 }
 
 impl HttpRequest {

@@ -5,11 +5,12 @@
 use coordinator::config::{Config, UserAuth};
 use coordinator::server::{self, Parts, Settings};
 use coordinator::SystemClock;
+use futures_util::StreamExt;
 use rand::SeedableRng;
 use router::{
     AdapterError, Chain, ComputeRouter, CoordinatorUrls, HostedProvider, LlmRequest, PaymentClient,
     PrivacyClass, ProviderSettings, ReqwestTransport, RetryPolicy, Route, RouterConfig,
-    RouterError, TaskRequest, TaskType, WallClock, X402Payer,
+    RouterError, StreamEvent, TaskRequest, TaskType, WallClock, X402Payer,
 };
 use std::sync::Arc;
 use testkit::{ProviderKind, ProviderStub, StubConfig, StubFault};
@@ -21,17 +22,19 @@ const PAYER: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf
 /// A coordinator on loopback with `workers` worker-sim workers connected,
 /// with user auth off: the spec's flows with plain user ids (decision 0017).
 async fn coordinator(network: &str, gated: bool, workers: u32) -> String {
-    coordinator_with(network, gated, workers, UserAuth::Off)
+    coordinator_with(network, gated, workers, UserAuth::Off, false)
         .await
         .0
 }
 
-/// [`coordinator`] with the given user auth; also the workers' keys.
+/// [`coordinator`] with the given user auth, its workers streaming their
+/// outputs (over 600 ms a job) when `stream`; also the workers' keys.
 async fn coordinator_with(
     network: &str,
     gated: bool,
     workers: u32,
     user_auth: UserAuth,
+    stream: bool,
 ) -> (String, Vec<String>) {
     let mut payment = None;
     if gated {
@@ -63,10 +66,14 @@ async fn coordinator_with(
     let clock: worker_sim::SharedClock = Arc::new(protocol::clock::SystemClock);
     let mut keys = Vec::new();
     for i in 0..workers {
-        let config = WorkerConfig {
+        let mut config = WorkerConfig {
             network: network.into(),
             ..WorkerConfig::for_index(7, i)
         };
+        if stream {
+            config.stream = true;
+            config.latency = worker_sim::Latency::Fixed { ms: 600 };
+        }
         let mut worker = Worker::new(config, clock.clone()).unwrap();
         keys.push(worker.public_key_hex());
         let connector = WsConnector::new(ws.clone());
@@ -284,7 +291,7 @@ async fn held_polls_return_a_50_ms_job_well_before_the_500_ms_poll() {
 async fn a_private_job_with_the_users_signer_carries_a_valid_proof() {
     use protocol::user_proof::{self, ProofRequest};
     use router::{HttpRequest, HttpTransport, KeyUserSigner};
-    let (b, keys) = coordinator_with("eip155:10143", false, 1, UserAuth::On).await;
+    let (b, keys) = coordinator_with("eip155:10143", false, 1, UserAuth::On, false).await;
     let user = protocol::signing::Keypair::from_secret_hex(PAYER).unwrap();
     let clock: WallClock = Arc::new(protocol::clock::SystemClock);
     // The user pairs the worker: a code bound to its key, with the proof.
@@ -350,4 +357,55 @@ async fn a_private_job_with_the_users_signer_carries_a_valid_proof() {
     receipt.verify(&result.output).unwrap();
     assert_eq!(receipt.provider_pubkey, keys[0]);
     assert!(stubs.openai.calls().is_empty() && stubs.anthropic.calls().is_empty());
+}
+
+/// The deltas of a streaming call and its result.
+async fn streamed(router: &ComputeRouter, prompt: &str) -> (Vec<String>, router::ComputeResult) {
+    let mut events = router.stream_llm(LlmRequest::new(prompt, "alice"));
+    let mut deltas = Vec::new();
+    while let Some(event) = events.next().await {
+        match event.unwrap() {
+            StreamEvent::Delta(text) => deltas.push(text),
+            StreamEvent::Restart { .. } => panic!("no restart expected"),
+            StreamEvent::Done(result) => return (deltas, result),
+        }
+    }
+    panic!("the stream ended without a result");
+}
+
+#[tokio::test]
+async fn streams_a_live_coordinators_deltas_then_its_verified_result() {
+    let (b, _) = coordinator_with("eip155:10143", false, 1, UserAuth::Off, true).await;
+    let stubs = stubs().await;
+    let router = router_for(&b, &closed_port(), &stubs, HostedProvider::ProviderA);
+    let prompt = "Write a few words about rivers and the sea";
+    let (deltas, result) = streamed(&router, prompt).await;
+    assert_eq!(result.route, Route::Decentralized(Chain::ChainA));
+    assert!(deltas.len() > 1, "streamed as made: {deltas:?}");
+    assert_eq!(result.output, serde_json::json!(deltas.concat()));
+    result
+        .receipt
+        .as_ref()
+        .expect("a receipt")
+        .verify(&result.output)
+        .unwrap();
+    assert!(stubs.openai.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_paid_stream_is_paid_once_and_shows_its_text_once_settled() {
+    let a = coordinator_with("eip155:84532", true, 1, UserAuth::Off, true)
+        .await
+        .0;
+    let stubs = stubs().await;
+    let router = router_for(&a, &closed_port(), &stubs, HostedProvider::ProviderA);
+    let (deltas, result) = streamed(&router, "Say hi").await;
+    assert_eq!(result.route, Route::Decentralized(Chain::ChainA));
+    // Settled on completion: the whole output comes as one delta (decision 0023).
+    assert_eq!(deltas, [result.output.as_str().unwrap()]);
+    let receipt = result.receipt.expect("a receipt");
+    receipt.verify(&result.output).unwrap();
+    assert!(receipt
+        .payment_ref
+        .is_some_and(|p| p.starts_with("x402:0x")));
 }

@@ -4,7 +4,7 @@
 
 use axum::body::Body;
 use futures_util::future::BoxFuture;
-use router::{HttpRequest, HttpResponse, HttpTransport, TransportError};
+use router::{HttpRequest, HttpResponse, HttpTransport, StreamingResponse, TransportError};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
@@ -86,35 +86,62 @@ impl InProcessTransport {
     }
 }
 
+impl InProcessTransport {
+    /// The service's answer to `request`, its body not read yet.
+    async fn call(&self, request: HttpRequest) -> Result<axum::response::Response, TransportError> {
+        let origin = origin_of(&request.url)?;
+        // Clone the router out so no lock is held across the await.
+        let router = self
+            .lock_read()
+            .get(&origin)
+            .cloned()
+            .ok_or_else(|| TransportError::Connect(format!("nothing serves {origin}")))?;
+        let mut builder = http::Request::builder()
+            .method(request.method)
+            .uri(&request.url);
+        for (name, value) in &request.headers {
+            builder = builder.header(name, value);
+        }
+        let http_request = builder
+            .body(Body::from(request.body))
+            .map_err(|e| TransportError::InvalidRequest(e.to_string()))?;
+        match router.oneshot(http_request).await {
+            Ok(response) => Ok(response),
+            Err(never) => match never {},
+        }
+    }
+}
+
 impl HttpTransport for InProcessTransport {
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
-            let origin = origin_of(&request.url)?;
-            // Clone the router out so no lock is held across the await.
-            let router = self
-                .lock_read()
-                .get(&origin)
-                .cloned()
-                .ok_or_else(|| TransportError::Connect(format!("nothing serves {origin}")))?;
-            let mut builder = http::Request::builder()
-                .method(request.method)
-                .uri(&request.url);
-            for (name, value) in &request.headers {
-                builder = builder.header(name, value);
-            }
-            let http_request = builder
-                .body(Body::from(request.body))
-                .map_err(|e| TransportError::InvalidRequest(e.to_string()))?;
-            let response = match router.oneshot(http_request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
-            let (parts, body) = response.into_parts();
+            let (parts, body) = self.call(request).await?.into_parts();
             let body = axum::body::to_bytes(body, usize::MAX)
                 .await
                 .map_err(|e| TransportError::Other(format!("reading body: {e}")))?
                 .to_vec();
             Ok(HttpResponse::from_http(parts.status, &parts.headers, body))
+        })
+    }
+
+    /// The body chunk by chunk as the service makes it (server-sent events).
+    fn send_streaming(
+        &self,
+        request: HttpRequest,
+    ) -> BoxFuture<'_, Result<StreamingResponse, TransportError>> {
+        Box::pin(async move {
+            let (parts, body) = self.call(request).await?.into_parts();
+            let head = HttpResponse::from_http(parts.status, &parts.headers, Vec::new());
+            let chunks = futures_util::StreamExt::map(body.into_data_stream(), |chunk| {
+                chunk
+                    .map(|bytes| bytes.to_vec())
+                    .map_err(|e| TransportError::Other(format!("reading body: {e}")))
+            });
+            Ok(StreamingResponse {
+                status: head.status,
+                headers: head.headers,
+                body: Box::pin(chunks),
+            })
         })
     }
 }

@@ -6,8 +6,10 @@
 
 use protocol::api::{Payload, TaskType};
 use router::hosted::prompts;
+use router::sse::{SseError, SseReader};
 use router::{
     AdapterError, HttpTransport, OpenAiClient, ProviderSettings, ReqwestTransport, RetryPolicy,
+    TransportError,
 };
 use serde_json::Value;
 use std::future::Future;
@@ -237,50 +239,45 @@ impl Streaming {
             request = request.bearer_auth(key.expose());
         }
         let request_failed = |e: reqwest::Error| BackendError::Request(e.to_string());
-        let mut response = request.send().await.map_err(request_failed)?;
+        let response = request.send().await.map_err(request_failed)?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let body = response.text().await.unwrap_or_default();
             return Err(BackendError::Status { status, body });
         }
-        let mut events = SseLines::default();
+        let body = futures_util::stream::unfold(Some(response), |response| async move {
+            let mut response = response?;
+            match response.chunk().await {
+                Ok(Some(chunk)) => Some((Ok(chunk.to_vec()), Some(response))),
+                Ok(None) => None,
+                Err(e) => Some((Err(TransportError::Other(e.to_string())), None)),
+            }
+        });
+        let mut events = SseReader::new(Box::pin(body), STREAM_EVENT_BYTES_MAX);
         let mut output = String::new();
-        while let Some(chunk) = response.chunk().await.map_err(request_failed)? {
-            for data in events.push(&chunk) {
-                if data == "[DONE]" {
-                    return Ok(Value::String(output));
-                }
-                let piece = content_of(&data)?;
-                if !piece.is_empty() {
-                    output.push_str(&piece);
-                    let _ = deltas.send(piece);
-                }
+        loop {
+            let event = match events.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return Ok(Value::String(output)),
+                Err(SseError::Transport(e)) => return Err(BackendError::Request(e.to_string())),
+                Err(e) => return Err(BackendError::BadAnswer(format!("the stream: {e}"))),
+            };
+            if event.data == "[DONE]" {
+                return Ok(Value::String(output));
+            }
+            let piece = content_of(&event.data)?;
+            if !piece.is_empty() {
+                output.push_str(&piece);
+                let _ = deltas.send(piece);
             }
         }
-        Ok(Value::String(output))
     }
 }
 
-/// The `data:` lines of a server-sent event stream, fed in chunks.
-#[derive(Default)]
-struct SseLines {
-    pending: Vec<u8>,
-}
-
-impl SseLines {
-    fn push(&mut self, chunk: &[u8]) -> Vec<String> {
-        self.pending.extend_from_slice(chunk);
-        let mut data = Vec::new();
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            if let Some(value) = line.trim_end().strip_prefix("data:") {
-                data.push(value.trim_start().to_owned());
-            }
-        }
-        data
-    }
-}
+/// Longest line, or data of one event, of a server's stream: far above
+/// any output a coordinator takes (256 KiB), so only a broken or hostile
+/// server meets it, and it cannot make the worker buffer without end.
+const STREAM_EVENT_BYTES_MAX: usize = 1024 * 1024;
 
 /// The content of one `chat.completion.chunk` (empty when it has none).
 fn content_of(data: &str) -> Result<String, BackendError> {
@@ -300,15 +297,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stream_chunks_give_their_content_across_reads() {
-        let mut lines = SseLines::default();
-        let first =
-            lines.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"He\"}}]}\n\ndata: {\"choi");
-        assert_eq!(first.len(), 1);
-        assert_eq!(content_of(&first[0]).unwrap(), "He");
-        let rest = lines.push(b"ces\":[{\"delta\":{\"content\":\"llo\"}}]}\n\ndata: [DONE]\n\n");
-        assert_eq!(content_of(&rest[0]).unwrap(), "llo");
-        assert_eq!(rest[1], "[DONE]");
+    fn a_stream_chunk_gives_its_content_or_its_error() {
+        let chunk = "{\"choices\":[{\"delta\":{\"content\":\"He\"}}]}";
+        assert_eq!(content_of(chunk).unwrap(), "He");
+        assert_eq!(content_of("{\"choices\":[{\"delta\":{}}]}").unwrap(), "");
+        assert!(content_of("{\"error\":{\"message\":\"x\"}}").is_err());
+        assert!(content_of("{\"choi").is_err());
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Anthropic Messages (`provider_b`).
 
 use super::retry::{send_with_retry, RetryPolicy};
+use super::stream::{self, Opened};
 use super::ProviderSettings;
 use crate::error::AdapterError;
 use crate::route::HostedProvider;
-use crate::transport::{HttpRequest, HttpTransport};
+use crate::stream::TextSink;
+use crate::transport::{HttpRequest, HttpResponse, HttpTransport};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -69,6 +71,64 @@ impl AnthropicClient {
         prompt: &str,
         max_tokens: u32,
     ) -> Result<String, AdapterError> {
+        let request = self.request(system, prompt, max_tokens, false)?;
+        let response = send_with_retry(&*self.transport, PROVIDER, &self.retry, request).await?;
+        answer_text(&response)
+    }
+
+    /// [`AnthropicClient::chat`] with `stream: true`: the text of each
+    /// `content_block_delta` goes to `sink` as it comes; the text is
+    /// returned after `message_stop`.
+    pub(crate) async fn chat_stream(
+        &self,
+        system: Option<&str>,
+        prompt: &str,
+        max_tokens: u32,
+        sink: &mut TextSink,
+    ) -> Result<String, AdapterError> {
+        let request = self.request(system, prompt, max_tokens, true)?;
+        let bytes_max = sink.limits().event_bytes_max;
+        let opened = stream::open(&*self.transport, PROVIDER, &self.retry, request, bytes_max);
+        let mut events = match opened.await? {
+            Opened::Events(events) => events,
+            Opened::Whole(response) => {
+                sink.delta(answer_text(&response)?).await?;
+                return Ok(sink.text().to_owned());
+            }
+        };
+        loop {
+            let event = events.next().await?;
+            match event.event.as_str() {
+                "message_stop" => return Ok(sink.text().to_owned()),
+                "error" => {
+                    let data = events.json(&event)?;
+                    let message = data.pointer("/error/message").and_then(|m| m.as_str());
+                    let message = message.unwrap_or("no message");
+                    return Err(malformed(format!("the stream failed: {message}")));
+                }
+                "content_block_delta" => {
+                    let data = events.json(&event)?;
+                    let delta = data.get("delta");
+                    let is_text = delta.and_then(|d| d.get("type")).and_then(|t| t.as_str())
+                        == Some("text_delta");
+                    let text = delta.and_then(|d| d.get("text")).and_then(|t| t.as_str());
+                    if let (true, Some(text)) = (is_text, text) {
+                        sink.delta(text.to_owned()).await?;
+                    }
+                }
+                // message_start, content_block_start/stop, message_delta, ping.
+                _ => {}
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        system: Option<&str>,
+        prompt: &str,
+        max_tokens: u32,
+        stream: bool,
+    ) -> Result<HttpRequest, AdapterError> {
         let Some(key) = self.settings.api_key.as_ref() else {
             return Err(AdapterError::MissingApiKey {
                 provider: PROVIDER,
@@ -83,29 +143,38 @@ impl AnthropicClient {
         if let Some(system) = system {
             body["system"] = json!(system);
         }
-        let request = HttpRequest::post_json(self.url(), &body)
-            .header("x-api-key", key.expose())
-            .header("anthropic-version", ANTHROPIC_VERSION);
-        let response = send_with_retry(&*self.transport, PROVIDER, &self.retry, request).await?;
-        let malformed = |message: String| AdapterError::ProviderMalformed {
-            provider: PROVIDER,
-            message,
-        };
-        let value: serde_json::Value = response
-            .json()
-            .map_err(|e| malformed(format!("not JSON: {e}")))?;
-        let blocks = value
-            .get("content")
-            .and_then(|c| c.as_array())
-            .ok_or_else(|| malformed("no content array".into()))?;
-        let texts: Vec<&str> = blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(|t| t.as_str()) == Some("text"))
-            .filter_map(|b| b.get("text").and_then(|t| t.as_str()))
-            .collect();
-        if texts.is_empty() {
-            return Err(malformed("content has no text block".into()));
+        if stream {
+            body["stream"] = json!(true);
         }
-        Ok(texts.concat())
+        Ok(HttpRequest::post_json(self.url(), &body)
+            .header("x-api-key", key.expose())
+            .header("anthropic-version", ANTHROPIC_VERSION))
     }
+}
+
+fn malformed(message: String) -> AdapterError {
+    AdapterError::ProviderMalformed {
+        provider: PROVIDER,
+        message,
+    }
+}
+
+/// The concatenated `text` blocks of a whole answer's `content`.
+fn answer_text(response: &HttpResponse) -> Result<String, AdapterError> {
+    let value: serde_json::Value = response
+        .json()
+        .map_err(|e| malformed(format!("not JSON: {e}")))?;
+    let blocks = value
+        .get("content")
+        .and_then(|c| c.as_array())
+        .ok_or_else(|| malformed("no content array".into()))?;
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(|t| t.as_str()) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(|t| t.as_str()))
+        .collect();
+    if texts.is_empty() {
+        return Err(malformed("content has no text block".into()));
+    }
+    Ok(texts.concat())
 }

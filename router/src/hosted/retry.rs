@@ -3,7 +3,7 @@
 use super::provider_message;
 use crate::error::AdapterError;
 use crate::route::HostedProvider;
-use crate::transport::{HttpRequest, HttpResponse, HttpTransport};
+use crate::transport::{HttpRequest, HttpResponse, HttpTransport, StreamingResponse};
 use std::time::Duration;
 
 /// How often and how long to retry a provider answering 429 or 5xx.
@@ -81,25 +81,61 @@ pub(crate) async fn send_with_retry(
         if response.is_success() {
             return Ok(response);
         }
-        if is_retryable(response.status) && attempts <= policy.max_retries {
-            let wait_ms = policy.wait_ms(attempts, &response);
-            tracing::warn!(
-                %provider,
-                status = response.status,
-                attempt = attempts,
-                wait_ms,
-                "hosted provider busy or failing; retrying"
-            );
-            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-            continue;
-        }
-        return Err(AdapterError::ProviderStatus {
-            provider,
-            status: response.status,
-            attempts,
-            message: provider_message(&response),
-        });
+        retry_or_fail(provider, policy, attempts, &response).await?;
     }
+}
+
+/// [`send_with_retry`] for a streamed answer: retried on its status, before
+/// any of its body is read; an error's body is read whole (at most
+/// `error_body_max` bytes).
+pub(crate) async fn send_streaming_with_retry(
+    transport: &dyn HttpTransport,
+    provider: HostedProvider,
+    policy: &RetryPolicy,
+    request: HttpRequest,
+    error_body_max: usize,
+) -> Result<StreamingResponse, AdapterError> {
+    let failed = |source| AdapterError::ProviderTransport { provider, source };
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let response = transport
+            .send_streaming(request.clone())
+            .await
+            .map_err(failed)?;
+        if (200..300).contains(&response.status) {
+            return Ok(response);
+        }
+        let response = response.collect(error_body_max).await.map_err(failed)?;
+        retry_or_fail(provider, policy, attempts, &response).await?;
+    }
+}
+
+/// After a failed answer: waits and returns to retry, or the error.
+async fn retry_or_fail(
+    provider: HostedProvider,
+    policy: &RetryPolicy,
+    attempts: u32,
+    response: &HttpResponse,
+) -> Result<(), AdapterError> {
+    if is_retryable(response.status) && attempts <= policy.max_retries {
+        let wait_ms = policy.wait_ms(attempts, response);
+        tracing::warn!(
+            %provider,
+            status = response.status,
+            attempt = attempts,
+            wait_ms,
+            "hosted provider busy or failing; retrying"
+        );
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        return Ok(());
+    }
+    Err(AdapterError::ProviderStatus {
+        provider,
+        status: response.status,
+        attempts,
+        message: provider_message(response),
+    })
 }
 
 #[cfg(test)]

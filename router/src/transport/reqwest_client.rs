@@ -1,6 +1,6 @@
 //! Real HTTP over sockets (rustls for https).
 
-use super::{HttpRequest, HttpResponse, HttpTransport, TransportError};
+use super::{HttpRequest, HttpResponse, HttpTransport, StreamingResponse, TransportError};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 
@@ -49,6 +49,44 @@ impl HttpTransport for ReqwestTransport {
                 HttpResponse::from_http(response.status(), response.headers(), Vec::new());
             answer.body = response.bytes().await.map_err(classify)?.to_vec();
             Ok(answer)
+        })
+    }
+
+    /// The request timeout bounds the wait for the head and then each
+    /// wait for a chunk, not the whole body: a stream may run longer than
+    /// any one request, but not go quiet for longer.
+    fn send_streaming(
+        &self,
+        request: HttpRequest,
+    ) -> BoxFuture<'_, Result<StreamingResponse, TransportError>> {
+        Box::pin(async move {
+            let mut builder = self
+                .client
+                .request(request.method, &request.url)
+                .body(request.body);
+            for (name, value) in &request.headers {
+                builder = builder.header(name, value);
+            }
+            let quiet = self.request_timeout;
+            let response = tokio::time::timeout(quiet, builder.send())
+                .await
+                .map_err(|_| TransportError::Timeout)?
+                .map_err(classify)?;
+            let head = HttpResponse::from_http(response.status(), response.headers(), Vec::new());
+            let body = futures_util::stream::unfold(Some(response), move |response| async move {
+                let mut response = response?;
+                match tokio::time::timeout(quiet, response.chunk()).await {
+                    Err(_) => Some((Err(TransportError::Timeout), None)),
+                    Ok(Err(e)) => Some((Err(classify(e)), None)),
+                    Ok(Ok(None)) => None,
+                    Ok(Ok(Some(chunk))) => Some((Ok(chunk.to_vec()), Some(response))),
+                }
+            });
+            Ok(StreamingResponse {
+                status: head.status,
+                headers: head.headers,
+                body: Box::pin(body),
+            })
         })
     }
 }

@@ -86,6 +86,26 @@ pub struct CoordinatorState {
     pub commit_bodies: Mutex<Vec<Value>>,
     /// No cancel route, as a coordinator from before decision 0022.
     pub cancel_unsupported: bool,
+    /// What `GET /v1/jobs/{id}/events` sends; `None`: 404, as a
+    /// coordinator from before decision 0023.
+    pub events: Option<EventsScript>,
+}
+
+/// One event of the fake's job events before the job's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeEvent {
+    Delta(&'static str),
+    Restart,
+}
+
+/// The fake's job events: `items` (event `n` from 0 has id `n + 1`), then
+/// the job's record as the outcome has it (an `Outcome::Never` job's
+/// stream stays open). Connection `c` (from 0) is cut after `cuts[c]` of
+/// the events it sends; connections past the list are not cut.
+#[derive(Debug, Clone, Default)]
+pub struct EventsScript {
+    pub items: Vec<FakeEvent>,
+    pub cuts: Vec<usize>,
 }
 
 impl CoordinatorState {
@@ -107,6 +127,7 @@ impl CoordinatorState {
             log: Mutex::new(Vec::new()),
             commit_bodies: Mutex::new(Vec::new()),
             cancel_unsupported: false,
+            events: None,
         }
     }
 
@@ -128,7 +149,84 @@ pub fn fake_coordinator(state: Arc<CoordinatorState>) -> axum::Router {
         .route("/v1/jobs/commit/{tier}", post(commit))
         .route("/v1/jobs/{id}", get(poll))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/jobs/{id}/events", get(events))
         .with_state(state)
+}
+
+/// `GET /v1/jobs/{id}/events` as scripted by [`EventsScript`], resuming
+/// after the `Last-Event-ID` it is sent.
+async fn events(
+    State(s): State<Arc<CoordinatorState>>,
+    Path(id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Response {
+    let last = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let mut line = format!("GET /v1/jobs/{id}/events");
+    if let Some(last) = &last {
+        line.push_str(&format!("+Last-Event-ID={last}"));
+    }
+    let connection = {
+        let mut log = s.log.lock().unwrap();
+        log.push(line);
+        log.iter().filter(|l| l.contains("/events")).count() - 1
+    };
+    let Some(script) = &s.events else {
+        let body = Json(json!({"error": "not found"}));
+        return (StatusCode::NOT_FOUND, body).into_response();
+    };
+    let from: usize = last.map_or(0, |l| l.parse().unwrap());
+    let mut chunks: Vec<String> = Vec::new();
+    for (n, item) in script.items.iter().enumerate().skip(from) {
+        let (name, data) = match item {
+            FakeEvent::Delta(text) => ("delta", json!({ "text": text })),
+            FakeEvent::Restart => ("restart", json!({})),
+        };
+        chunks.push(format!("event: {name}\nid: {}\ndata: {data}\n\n", n + 1));
+    }
+    let never = matches!(s.outcome, Outcome::Never);
+    if !never {
+        let record = axum::body::to_bytes(finished(&s, id).into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let record: Value = serde_json::from_slice(&record).unwrap();
+        let next = script.items.len() + 1;
+        chunks.push(format!("event: job\nid: {next}\ndata: {record}\n\n"));
+    }
+    let cut = script.cuts.get(connection).copied();
+    event_stream(chunks, cut, never)
+}
+
+/// A 200 `text/event-stream` of `chunks`, one at a time; cut (a reset
+/// connection) after `cut` of them, else left open when `hold`.
+fn event_stream(chunks: Vec<String>, cut: Option<usize>, hold: bool) -> Response {
+    use futures_util::StreamExt;
+    let kept = chunks.len().min(cut.unwrap_or(usize::MAX));
+    let items: Vec<Result<axum::body::Bytes, std::io::Error>> = chunks
+        .into_iter()
+        .take(kept)
+        .map(|c| Ok(axum::body::Bytes::from(c)))
+        .collect();
+    let body = futures_util::stream::iter(items).then(|chunk| async {
+        tokio::task::yield_now().await;
+        chunk
+    });
+    let tail: futures_util::stream::BoxStream<'static, _> = match (cut, hold) {
+        (Some(_), _) => futures_util::stream::iter([Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "the fake cut the stream",
+        ))])
+        .boxed(),
+        (None, true) => futures_util::stream::pending().boxed(),
+        (None, false) => futures_util::stream::empty().boxed(),
+    };
+    let mut response = Response::new(axum::body::Body::from_stream(body.chain(tail)));
+    response.headers_mut().insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("text/event-stream"),
+    );
+    response
 }
 
 async fn quote(
