@@ -266,6 +266,11 @@ impl Streaming {
                 return Ok(Value::String(output));
             }
             let piece = content_of(&event.data)?;
+            if output.len() + piece.len() > STREAM_OUTPUT_BYTES_MAX {
+                return Err(BackendError::BadAnswer(format!(
+                    "the stream's output is longer than {STREAM_OUTPUT_BYTES_MAX} bytes"
+                )));
+            }
             if !piece.is_empty() {
                 output.push_str(&piece);
                 let _ = deltas.send(piece);
@@ -278,6 +283,11 @@ impl Streaming {
 /// any output a coordinator takes (256 KiB), so only a broken or hostile
 /// server meets it, and it cannot make the worker buffer without end.
 const STREAM_EVENT_BYTES_MAX: usize = 1024 * 1024;
+
+/// Longest output a server's stream may add up to: the protocol's frame
+/// (1 MiB) could not carry more, so the worker stops reading there rather
+/// than buffering a server that never ends.
+const STREAM_OUTPUT_BYTES_MAX: usize = 1024 * 1024;
 
 /// The content of one `chat.completion.chunk` (empty when it has none).
 fn content_of(data: &str) -> Result<String, BackendError> {

@@ -245,3 +245,38 @@ async fn a_stream_line_past_the_bound_is_refused() {
     );
     assert!(rx.recv().await.is_none(), "no delta forwarded");
 }
+
+/// A server whose stream never ends, in small chunks: the worker stops at
+/// its output bound (1 MiB) and refuses the answer, rather than joining
+/// the pieces without end (it had no bound on the whole output before).
+#[tokio::test]
+async fn a_stream_past_the_output_bound_is_refused() {
+    let piece = json!({"choices": [{"delta": {"content": "y".repeat(64 * 1024)}}]});
+    let body = format!("data: {piece}\n\n").repeat(24) + "data: [DONE]\n\n";
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let body = body.clone();
+            async move { ([("content-type", "text/event-stream")], body) }
+        }),
+    );
+    let base = testkit::serve_loopback(app).await;
+    let backend = OpenAiBackend::new(format!("{base}/v1"), "m", None);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let payload = Payload::Llm {
+        prompt: "hi".into(),
+        max_tokens: 12,
+        model: None,
+    };
+    let answer = backend.execute_streaming(&payload, tx).await;
+    let shown: String = format!("{answer:?}").chars().take(200).collect();
+    assert!(
+        matches!(&answer, Err(BackendError::BadAnswer(m)) if m.contains("output is longer than")),
+        "{shown}"
+    );
+    let mut forwarded = 0;
+    while let Ok(piece) = rx.try_recv() {
+        forwarded += piece.len();
+    }
+    assert!(forwarded <= 1024 * 1024, "{forwarded} bytes forwarded");
+}
