@@ -50,6 +50,15 @@ struct Cli {
     /// Skip a coordinator quoting more than this (e.g. `$0.005`).
     #[arg(long, global = true)]
     max_price: Option<protocol::money::Price>,
+    /// Run the job this many times with one router, so its circuit breaker
+    /// carries from call to call (a coordinator that failed is then skipped
+    /// for `ROUTER_BREAKER_COOLDOWN_MS`).
+    #[arg(long, global = true, default_value_t = 1)]
+    repeat: u32,
+    /// Wait this long between repeated calls (to stop a coordinator
+    /// meanwhile, say).
+    #[arg(long, global = true, default_value_t = 0)]
+    pause_ms: u64,
 }
 
 #[derive(Subcommand)]
@@ -124,21 +133,34 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let router = ComputeRouter::new(config);
-    match run_job(&router, cli).await {
-        Ok(result) => {
-            print_attempts(&result);
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
-            );
-            ExitCode::SUCCESS
+    run_calls(&ComputeRouter::new(config), &cli).await
+}
+
+/// Runs the job `--repeat` times; prints each call's routes and result.
+async fn run_calls(router: &ComputeRouter, cli: &Cli) -> ExitCode {
+    let mut code = ExitCode::SUCCESS;
+    for call in 1..=cli.repeat {
+        if call > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(cli.pause_ms)).await;
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+        if cli.repeat > 1 {
+            eprintln!("call {call} of {}", cli.repeat);
+        }
+        match run_job(router, cli).await {
+            Ok(result) => {
+                print_attempts(&result);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&result).expect("a ComputeResult serialises")
+                );
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                code = ExitCode::FAILURE;
+            }
         }
     }
+    code
 }
 
 /// The routes tried, one line each, on stderr (stdout is the result).
@@ -225,7 +247,7 @@ fn add_payer_from_env(config: &mut RouterConfig) -> Result<(), &'static str> {
 }
 
 /// The job the command line names, run through `router`.
-async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, RouterError> {
+async fn run_job(router: &ComputeRouter, cli: &Cli) -> Result<ComputeResult, RouterError> {
     let policy = cli.policy.map(|p| match p {
         PolicyArg::Auto => Policy::Auto,
         PolicyArg::Fast => Policy::Fast,
@@ -240,22 +262,23 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
         ChainArg::ChainA => Chain::ChainA,
         ChainArg::ChainB => Chain::ChainB,
     });
-    match cli.job {
+    let user_id = cli.user_id.clone().unwrap_or_else(|| "anonymous".into());
+    match &cli.job {
         Job::Llm {
             prompt,
             max_tokens,
             stream,
         } => {
             let request = LlmRequest {
-                prompt,
-                max_tokens,
+                prompt: prompt.clone(),
+                max_tokens: *max_tokens,
                 policy,
                 privacy,
-                user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
+                user_id,
                 chain_preference: chain,
                 max_price: cli.max_price,
             };
-            match stream {
+            match *stream {
                 true => print_stream(router, request).await,
                 false => router.run_llm(request).await,
             }
@@ -269,10 +292,10 @@ async fn run_job(router: &ComputeRouter, cli: Cli) -> Result<ComputeResult, Rout
             router
                 .run_task(TaskRequest {
                     task_type,
-                    input,
+                    input: input.clone(),
                     policy,
                     privacy,
-                    user_id: cli.user_id.unwrap_or_else(|| "anonymous".into()),
+                    user_id,
                     chain_preference: chain,
                     max_price: cli.max_price,
                 })

@@ -3,7 +3,7 @@
 
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
-use crate::spec::{Alter, CancelCall, HttpCall, Pay, ProofSpec};
+use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec};
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
 use protocol::user_proof::{ProofRequest, HEADER};
@@ -60,6 +60,26 @@ pub(super) async fn run_http(
 /// step got from its instance.
 const LATEST: &str = "latest";
 
+/// The job of the latest 201 a step got from `instance`; none yet: the
+/// nil id, which no job has (404).
+fn latest_job(world: &World, instance: &str) -> String {
+    let job = world.acknowledged.latest(instance);
+    job.unwrap_or_else(|| uuid::Uuid::nil().to_string())
+}
+
+/// The `poll` step: the `http` GET it is, of the named or the latest job.
+pub(super) async fn run_poll(
+    poll: &PollCall,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
+    let mut call = poll.http();
+    if poll.job == LATEST {
+        call.path = format!("/v1/jobs/{}", latest_job(world, &poll.instance));
+    }
+    run_http(&call, world, vars).await
+}
+
 /// How long the held poll of a `cancel` step asks to wait.
 const HELD_POLL_WAIT_MS: u64 = 30_000;
 
@@ -73,10 +93,7 @@ pub(super) async fn run_cancel(
 ) -> Result<Answer, String> {
     let mut call = cancel.http();
     if cancel.job == LATEST {
-        // None yet: the nil id, which no job has (404).
-        let job = world.acknowledged.latest(&cancel.instance);
-        let job = job.unwrap_or_else(|| uuid::Uuid::nil().to_string());
-        call.path = format!("/v1/jobs/{job}/cancel");
+        call.path = format!("/v1/jobs/{}/cancel", latest_job(world, &cancel.instance));
     }
     if !cancel.held_poll {
         return run_http(&call, world, vars).await;

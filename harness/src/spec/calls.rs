@@ -73,6 +73,38 @@ impl CancelCall {
     }
 }
 
+/// `poll`: `GET /v1/jobs/{job}` (no wait), answered like an `http` step.
+/// `job` as a `cancel`'s: a template, or `latest` (the job of the latest
+/// 201 a step got from the instance; the nil id if none). The swarm reads
+/// paid jobs with it while their settlement is slow or lost.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollCall {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub job: String,
+    pub client: Option<String>,
+    pub node: Option<u32>,
+}
+
+impl PollCall {
+    /// The `http` call the poll is.
+    pub fn http(&self) -> HttpCall {
+        HttpCall {
+            instance: self.instance.clone(),
+            method: "GET".into(),
+            path: format!("/v1/jobs/{}", self.job),
+            body: None,
+            raw_body: None,
+            headers: BTreeMap::new(),
+            pay: None,
+            client: self.client.clone(),
+            node: self.node,
+            user_proof: None,
+        }
+    }
+}
+
 /// The `X-User-Proof` an `http` step sends.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

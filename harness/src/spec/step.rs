@@ -146,6 +146,9 @@ actions! {
     /// `POST /v1/jobs/{id}/cancel`, optionally across a held poll (`calls::CancelCall`).
     Cancel(CancelCall) => "cancel",
         answers: true, simulation_only: false, version: 2;
+    /// `GET /v1/jobs/{id}` of a named or the latest job (`calls::PollCall`).
+    Poll(PollCall) => "poll",
+        answers: true, simulation_only: false, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

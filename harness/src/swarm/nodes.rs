@@ -160,7 +160,9 @@ pub fn normalize(world: &mut WorldSpec) {
         match &mut t.event {
             Event::Commit(c) => c.node %= of(c.instance),
             Event::Replay { instance, node, .. } => *node %= of(instance),
-            Event::Cancel { instance, node } => *node %= of(instance),
+            Event::Cancel { instance, node } | Event::Poll { instance, node } => {
+                *node %= of(instance)
+            }
             _ => {}
         }
     }

@@ -11,18 +11,7 @@ use std::fmt::Write as _;
 pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let version = if world.link_faults.is_empty()
-        && !world.user_auth
-        && world.loads.is_empty()
-        && world.reboots.is_empty()
-        && world.workers.iter().all(|w| w.key_of.is_none())
-        && !world.kinds.has(Kind::Cancels)
-    {
-        1
-    } else {
-        2
-    };
-    let _ = writeln!(w, "schema_version = {version}");
+    let _ = writeln!(w, "schema_version = {}", schema_version(world));
     let _ = writeln!(w, "name = {name:?}");
     let _ = writeln!(w, "description = {description:?}");
     let _ = writeln!(w, "seed = {}", world.seed);
@@ -370,11 +359,33 @@ fn render_event(w: &mut String, event: &Event) {
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
             node_key(*node)
         ),
+        Event::Poll { instance, node } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\" }}",
+            node_key(*node)
+        ),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"
         ),
     };
+}
+
+/// 1 unless the world uses a version-2 feature (link faults, user auth,
+/// workloads, reboots, duplicate sessions, cancels, polls).
+fn schema_version(world: &WorldSpec) -> u32 {
+    let v1 = world.link_faults.is_empty()
+        && !world.user_auth
+        && world.loads.is_empty()
+        && world.reboots.is_empty()
+        && world.workers.iter().all(|w| w.key_of.is_none())
+        && !world.kinds.has(Kind::Cancels)
+        && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
+    if v1 {
+        1
+    } else {
+        2
+    }
 }
 
 /// A commit: an `http` POST to the commit endpoint of its tier.

@@ -5,7 +5,11 @@
 //! or loses an answer (`lose_settle`). The always-on safety keys
 //! `charged_for_failed_job`, `settled_twice` and `output_before_settlement`
 //! judge the run; the end of the world heals the facilitator as for
-//! `facilitator_failure`.
+//! `facilitator_failure`. After the first fault, 1 to [`POLLS_MAX`] `poll`
+//! steps read the latest job shortly after a paid commit, while its
+//! settlement may still be slow or lost: the one window in which a result
+//! awaiting settlement exists, and so the one in which showing it early
+//! (`output_before_settlement`) can be seen.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after the
 //! rest of the world is drawn, so a seed without it keeps its world exactly.
@@ -20,6 +24,8 @@ use rand_chacha::ChaCha20Rng;
 const STREAM: u64 = 6;
 /// At most this many settlement faults in one world.
 pub const FAULTS_MAX: usize = 3;
+/// At most this many polls of a paid job in one world.
+pub const POLLS_MAX: usize = 3;
 /// The facilitator scripts it draws.
 pub const SCRIPTS: [&str; 3] = ["refuse_settle", "slow_settle", "lose_settle"];
 
@@ -50,5 +56,33 @@ pub fn draw(world: &mut WorldSpec) {
         let after_ms = rng.gen_range(0..2_000);
         let event = Event::Facilitator { instance, script };
         world.events.insert(at, Timed { after_ms, event });
+    }
+    draw_polls(world, &mut rng);
+}
+
+/// Inserts the polls, each right after a random paid commit that follows
+/// the first settlement fault (a worker answers within half a second, a
+/// slow settlement takes 20 s), of the latest job of that commit's
+/// instance and node. Drawn after the faults, from the same stream.
+fn draw_polls(world: &mut WorldSpec, rng: &mut ChaCha20Rng) {
+    let Some(first) =
+        (world.events.iter()).position(|t| matches!(t.event, Event::Facilitator { .. }))
+    else {
+        return;
+    };
+    for _ in 0..rng.gen_range(1..=POLLS_MAX) {
+        let commits: Vec<(usize, &'static str, u32)> = (world.events.iter().enumerate())
+            .skip(first + 1)
+            .filter_map(|(at, t)| match &t.event {
+                Event::Commit(c) if c.pay.is_some() => Some((at, c.instance, c.node)),
+                _ => None,
+            })
+            .collect();
+        let Some(&(at, instance, node)) = commits.choose(rng) else {
+            return;
+        };
+        let after_ms = rng.gen_range(0..3_000);
+        let event = Event::Poll { instance, node };
+        world.events.insert(at + 1, Timed { after_ms, event });
     }
 }

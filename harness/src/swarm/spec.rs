@@ -315,6 +315,12 @@ pub enum Event {
         instance: &'static str,
         node: u32,
     },
+    /// A `poll` (`GET /v1/jobs/{id}`, no wait) of the latest job committed
+    /// on the instance (drawn by [`super::settlement`]).
+    Poll {
+        instance: &'static str,
+        node: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -481,7 +487,9 @@ impl WorldSpec {
                 }
                 Event::Facilitator { instance, .. } => facilitated.contains(instance),
                 Event::ProviderFault(_) | Event::Router { .. } => true,
-                Event::Cancel { instance, .. } => instances.contains(instance),
+                Event::Cancel { instance, .. } | Event::Poll { instance, .. } => {
+                    instances.contains(instance)
+                }
                 Event::Attack(a) => {
                     instances.contains(&a.instance)
                         && a.worker.as_ref().is_none_or(|w| workers.contains(w))

@@ -388,12 +388,40 @@ fn cancels_change_only_the_worlds_they_are_on_in() {
             "seed {seed}"
         );
         let text = render::render(&world, "w", "test");
-        assert_eq!(
-            text.matches("job = \"latest\"").count(),
-            cancels,
-            "seed {seed}"
-        );
+        assert_eq!(text.matches("\ncancel = {").count(), cancels, "seed {seed}");
         assert!(text.starts_with("schema_version = 2"), "seed {seed}");
     }
     assert!((30..=90).contains(&on), "{on} of 200 worlds have cancels");
+}
+
+/// `settlement_faults` reads paid jobs while their settlement may be slow
+/// or lost: every `poll` comes right after a paid commit that follows a
+/// facilitator fault, and only in worlds with the kind.
+#[test]
+fn settlement_polls_follow_paid_commits_after_a_fault() {
+    let mut polled = 0;
+    for seed in 0..300 {
+        let world = WorldSpec::generate(seed);
+        let events = &world.events;
+        let first_fault = events
+            .iter()
+            .position(|t| matches!(t.event, Event::Facilitator { .. }));
+        for (at, t) in events.iter().enumerate() {
+            let Event::Poll { instance, .. } = t.event else {
+                continue;
+            };
+            assert!(world.kinds.has(spec::Kind::SettlementFaults), "seed {seed}");
+            assert!(first_fault.is_some_and(|f| f < at), "seed {seed}");
+            let before = events[..at]
+                .iter()
+                .rev()
+                .find(|t| !matches!(t.event, Event::Poll { .. }));
+            assert!(
+                matches!(&before.map(|t| &t.event), Some(Event::Commit(c)) if c.instance == instance && c.pay.is_some()),
+                "seed {seed}: a poll at {at} follows {before:?}"
+            );
+            polled += 1;
+        }
+    }
+    assert!(polled >= 20, "{polled} polls in 300 worlds");
 }
