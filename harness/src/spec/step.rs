@@ -146,6 +146,9 @@ actions! {
     /// `POST /v1/jobs/{id}/cancel`, optionally across a held poll (`calls::CancelCall`).
     Cancel(CancelCall) => "cancel",
         answers: true, simulation_only: false, version: 2;
+    /// Server-sent events read as they come (`calls::StreamCall`).
+    Stream(StreamCall) => "stream",
+        answers: true, simulation_only: true, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -9,6 +9,7 @@
 //! Layout:
 //! - [`world`]: what a seed draws, and its rendering as a scenario file.
 //! - [`nodes`]: several-node worlds (node crashes, store partitions).
+//! - [`streams`]: streaming workers and readers of jobs' events.
 //! - [`shrink`]: reducing a failing world while it fails the same way.
 //!
 //! Seeds run in parallel threads; each world is still one deterministic
@@ -24,6 +25,7 @@ pub mod render;
 pub mod settlement;
 pub mod shrink;
 pub mod spec;
+pub mod streams;
 #[cfg(test)]
 mod tests;
 

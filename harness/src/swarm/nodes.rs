@@ -161,6 +161,7 @@ pub fn normalize(world: &mut WorldSpec) {
             Event::Commit(c) => c.node %= of(c.instance),
             Event::Replay { instance, node, .. } => *node %= of(instance),
             Event::Cancel { instance, node } => *node %= of(instance),
+            Event::Read(r) => r.node %= of(r.instance),
             _ => {}
         }
     }

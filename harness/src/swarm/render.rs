@@ -11,18 +11,7 @@ use std::fmt::Write as _;
 pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
-    let version = if world.link_faults.is_empty()
-        && !world.user_auth
-        && world.loads.is_empty()
-        && world.reboots.is_empty()
-        && world.workers.iter().all(|w| w.key_of.is_none())
-        && !world.kinds.has(Kind::Cancels)
-    {
-        1
-    } else {
-        2
-    };
-    let _ = writeln!(w, "schema_version = {version}");
+    let _ = writeln!(w, "schema_version = {}", schema_version(world));
     let _ = writeln!(w, "name = {name:?}");
     let _ = writeln!(w, "description = {description:?}");
     let _ = writeln!(w, "seed = {}", world.seed);
@@ -77,6 +66,22 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         );
     }
     out
+}
+
+/// 1, unless the world uses what version 2 added.
+fn schema_version(world: &WorldSpec) -> u32 {
+    let plain = world.link_faults.is_empty()
+        && !world.user_auth
+        && world.loads.is_empty()
+        && world.reboots.is_empty()
+        && world.workers.iter().all(|w| w.key_of.is_none())
+        && !world.kinds.has(Kind::Cancels)
+        && !world.kinds.has(Kind::Streams);
+    if plain {
+        1
+    } else {
+        2
+    }
 }
 
 /// The instances (with user auth, when on), the users and the workers.
@@ -149,6 +154,9 @@ fn render_worker(w: &mut String, spec: &WorkerSpec) {
     }
     if spec.slots != 1 {
         let _ = writeln!(w, "slots = {}", spec.slots);
+    }
+    if spec.stream {
+        let _ = writeln!(w, "stream = true");
     }
     let _ = writeln!(w, "latency = {:?}", spec.latency);
     let mut faults = Vec::new();
@@ -370,6 +378,7 @@ fn render_event(w: &mut String, event: &Event) {
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
             node_key(*node)
         ),
+        Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"
