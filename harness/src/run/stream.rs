@@ -33,6 +33,9 @@ struct Reader {
     cut_after: Option<u32>,
     resume_after: Option<Duration>,
     pause: Option<Duration>,
+    /// Detached: its events are not logged (readers woken by one change
+    /// run in an order tokio draws, which a transcript must not show).
+    quiet: bool,
 }
 
 /// How one connection of a read ended.
@@ -51,13 +54,22 @@ pub(super) async fn run_stream(
     vars: &Vars,
 ) -> Result<Answer, String> {
     let reader = reader(call, world, vars)?;
+    // Numbered now, in step order: a detached read's task may start after
+    // another's at the same instant.
+    let index = reader.start();
     if call.detach {
+        let what = reader.chat.as_ref().map_or("GET", |_| "POST");
+        let tag = reader_tag(index);
+        world.transcript.log(
+            &call.instance,
+            format!("> {what} {} (stream{tag}, detached)", reader.path),
+        );
         tokio::spawn(async move {
-            let _ = reader.read().await;
+            let _ = reader.read(index).await;
         });
         return Ok(Answer::body(json!({"detached": true})));
     }
-    Ok(reader.read().await)
+    Ok(reader.read(index).await)
 }
 
 fn reader(call: &StreamCall, world: &World, vars: &Vars) -> Result<Reader, String> {
@@ -102,17 +114,25 @@ fn reader(call: &StreamCall, world: &World, vars: &Vars) -> Result<Reader, Strin
         cut_after: call.cut_after,
         resume_after: call.resume_after.as_ref().map(|d| d.duration),
         pause: call.pause.as_ref().map(|d| d.duration),
+        quiet: call.detach,
     })
 }
 
 impl Reader {
-    /// Reads to the end (resuming as asked); the read as the step's answer.
-    async fn read(mut self) -> Answer {
+    /// Logs a line of the read, unless it is detached.
+    fn note(&self, text: impl AsRef<str>) {
+        if !self.quiet {
+            self.transcript.log(&self.instance, text);
+        }
+    }
+
+    /// Records the read in the stream log; its index there.
+    fn start(&self) -> Option<usize> {
         let job = self
             .path
             .strip_prefix("/v1/jobs/")
             .map(|p| p.trim_end_matches("/events").to_owned());
-        let index = self.log.start(StreamRead {
+        self.log.start(StreamRead {
             instance: self.instance.clone(),
             client: self.client.clone().unwrap_or_else(|| "router".into()),
             job,
@@ -120,7 +140,11 @@ impl Reader {
             from_bytes: self.last_id.as_deref().map_or(0, id_bytes),
             opened_ms: self.transcript.elapsed_ms(),
             ..StreamRead::default()
-        });
+        })
+    }
+
+    /// Reads to the end (resuming as asked); the read as the step's answer.
+    async fn read(mut self, index: Option<usize>) -> Answer {
         let mut events = Vec::new();
         let mut status = None;
         let mut resumes = 0;
@@ -133,7 +157,8 @@ impl Reader {
                 Ending::Cut(reason) => reason,
             };
             match self.resume_after {
-                Some(wait) if resumes < RESUMES_MAX => {
+                // A chat is not resumed: sent again it would be another job.
+                Some(wait) if resumes < RESUMES_MAX && self.chat.is_none() => {
                     resumes += 1;
                     tokio::time::sleep(wait).await;
                 }
@@ -173,19 +198,15 @@ impl Reader {
             )
         });
         let method = request.method.clone();
-        self.transcript.log(
-            &self.instance,
-            format!(
-                "> {method} {} (stream{}){from}{shown}{body}",
-                self.path,
-                reader_tag(index)
-            ),
-        );
+        self.note(format!(
+            "> {method} {} (stream{}){from}{shown}{body}",
+            self.path,
+            reader_tag(index)
+        ));
         let mut stream = match self.transport.open(request).await {
             Ok(stream) => stream,
             Err(e) => {
-                self.transcript
-                    .log(&self.instance, format!("< transport error: {e}"));
+                self.note(format!("< transport error: {e}"));
                 return (None, Ending::Refused);
             }
         };
@@ -196,8 +217,7 @@ impl Reader {
                 bytes.extend_from_slice(&chunk);
             }
             let text = String::from_utf8_lossy(&bytes);
-            self.transcript
-                .log(&self.instance, format!("< {} {text}", stream.status));
+            self.note(format!("< {} {text}", stream.status));
             return (status, Ending::Refused);
         }
         if let Some((_, job)) = stream.headers.iter().find(|(k, _)| k == "x-job-id") {
@@ -206,8 +226,7 @@ impl Reader {
         }
         let tag = reader_tag(index);
         self.log.update(index, |r| r.connections += 1);
-        self.transcript
-            .log(&self.instance, format!("< 200 (stream{tag})"));
+        self.note(format!("< 200 (stream{tag})"));
         let ending = self.events(&mut stream, index, events).await;
         (status, ending)
     }
@@ -227,8 +246,7 @@ impl Reader {
                 Some(Ok(chunk)) => chunk,
                 Some(Err(e)) => {
                     let tag = reader_tag(index);
-                    self.transcript
-                        .log(&self.instance, format!("sse{tag} broken: {e}"));
+                    self.note(format!("sse{tag} broken: {e}"));
                     return Ending::Cut("broken");
                 }
             };
@@ -243,8 +261,7 @@ impl Reader {
                 if self.cut_after == Some(count) {
                     self.cut_after = None;
                     let tag = reader_tag(index);
-                    self.transcript
-                        .log(&self.instance, format!("sse{tag} cut after {count} events"));
+                    self.note(format!("sse{tag} cut after {count} events"));
                     return Ending::Cut("cut");
                 }
                 if let Some(pause) = self.pause {
@@ -266,10 +283,7 @@ impl Reader {
         let shown = String::from_utf8_lossy(&protocol::canonical::to_vec(&data)).into_owned();
         let line = self.transcript.len();
         let tag = reader_tag(index);
-        self.transcript.log(
-            &self.instance,
-            format!("sse{tag} < {}{id} {shown}", parsed.event),
-        );
+        self.note(format!("sse{tag} < {}{id} {shown}", parsed.event));
         let event = SseEvent {
             event: parsed.event,
             id: parsed.id,

@@ -59,6 +59,9 @@ pub struct SeedResult {
     /// Counts of what happened in the run (faults fired, invariants judged).
     pub coverage: BTreeMap<String, u64>,
     pub sim_ms: i64,
+    /// Time to first token and total time of its stream reads shown a
+    /// job's end (the `streams` kind).
+    pub reads: Vec<crate::run::ReadTiming>,
 }
 
 /// The scenario name of a world (and its file's stem).
@@ -146,6 +149,9 @@ const MARKERS: &[(&str, &str)] = &[
         "fault crash_after_write",
     ),
     ("pays with", "payment signed"),
+    ("(stream #", "stream read"),
+    ("cut after", "stream cut"),
+    (" < restart ", "stream restart shown"),
     ("replay the last payment", "fault payment_replay"),
     ("\"type\":\"assign\"", "check assignments"),
     (
@@ -234,6 +240,7 @@ pub fn run_seed(seed: u64) -> SeedResult {
             .as_ref()
             .map(|r| coverage(&r.transcript))
             .unwrap_or_default(),
+        reads: report.as_ref().map(|r| r.reads.clone()).unwrap_or_default(),
         sim_ms: report.map_or(0, |r| r.sim_ms),
     }
 }

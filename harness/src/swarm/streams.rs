@@ -105,7 +105,7 @@ pub fn render(r: &ReadEvent, node_key: &str) -> String {
         _ => "job = \"latest\"".into(),
     };
     // Every reader follows through a restart (which cuts its link).
-    let resume = if matches!(r.style, ReadStyle::Cut { .. }) {
+    let resume = if matches!(r.style, ReadStyle::Cut { .. } | ReadStyle::Chat) {
         ""
     } else {
         ", resume_after = \"500ms\""
