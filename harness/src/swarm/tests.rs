@@ -388,12 +388,46 @@ fn cancels_change_only_the_worlds_they_are_on_in() {
             "seed {seed}"
         );
         let text = render::render(&world, "w", "test");
-        assert_eq!(
-            text.matches("job = \"latest\"").count(),
-            cancels,
-            "seed {seed}"
-        );
+        let rendered = text
+            .lines()
+            .filter(|l| l.starts_with("cancel = ") && l.contains("job = \"latest\""))
+            .count();
+        assert_eq!(rendered, cancels, "seed {seed}");
         assert!(text.starts_with("schema_version = 2"), "seed {seed}");
     }
     assert!((30..=90).contains(&on), "{on} of 200 worlds have cancels");
+}
+
+/// `streams` draws from a stream of its own: a world without it has no
+/// reader and no streaming worker (it renders as before the kind existed);
+/// one with it has 1 to 6 detached readers.
+#[test]
+fn streams_change_only_the_worlds_they_are_on_in() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let reads = world
+            .events
+            .iter()
+            .filter(|t| matches!(t.event, Event::Read(_)))
+            .count();
+        if !world.kinds.has(spec::Kind::Streams) {
+            assert_eq!(reads, 0, "seed {seed}");
+            assert!(world.workers.iter().all(|w| !w.stream), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        assert!(
+            (1..=super::streams::READERS_MAX).contains(&reads),
+            "seed {seed}"
+        );
+        let text = render::render(&world, "w", "test");
+        let rendered = text
+            .lines()
+            .filter(|l| l.starts_with("stream = ") && l.ends_with("detach = true }"))
+            .count();
+        assert_eq!(rendered, reads, "seed {seed}");
+        assert!(text.starts_with("schema_version = 2"), "seed {seed}");
+    }
+    assert!((30..=90).contains(&on), "{on} of 200 worlds have streams");
 }
