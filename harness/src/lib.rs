@@ -15,9 +15,11 @@
 //! - [`run`]: executes a scenario's steps (one `run_*` per action), simulated
 //!   or live, with what runs beside them (`run::background`: workloads, faults).
 //! - [`world`]: the peers of a run: coordinators, workers, stubs and the
-//!   router; its transcript (every peer writes it) and its frame log.
-//! - [`verify`]: end-of-run invariants, safety properties and temporal
-//!   properties; a broken one is a typed [`verify::Broken`].
+//!   router; its transcript (every peer writes it), its frame log and its
+//!   stream log (`world::streams`: what each `stream` reader was shown).
+//! - [`verify`]: end-of-run invariants, safety properties (`verify::streams`:
+//!   the stream readers' keys) and temporal properties; a broken one is a
+//!   typed [`verify::Broken`].
 //! - [`check`]: `harness check`: every reference resolved before a run.
 //! - [`spec`]: the scenario file as data (`scenarios/README.md` documents it);
 //!   nothing of the runtime.

@@ -186,6 +186,7 @@ fn run(paths: &[PathBuf], args: RunOptions) -> ExitCode {
         print_transcripts(&rows, filter);
     }
     print_table(&rows);
+    print_reads(&rows);
     if let Some(dir) = &args.out {
         if let Err(e) = write_out(dir, &scenarios, &rows) {
             eprintln!("error: writing {}: {e}", dir.display());
@@ -410,6 +411,28 @@ fn run_twice(scenario: &Scenario, seed: Option<u64>) -> Row {
     }
 }
 
+/// Time to first token against total time of the reads shown a job's end
+/// (`stream` steps), per scenario that has any: p50 and p99 in simulated ms.
+fn print_reads(rows: &[Row]) {
+    let pct = |sorted: &[i64], p: usize| sorted[(sorted.len() * p).div_ceil(100).max(1) - 1];
+    for row in rows.iter().filter(|r| !r.report.reads.is_empty()) {
+        let reads = &row.report.reads;
+        let mut ttft: Vec<i64> = reads.iter().map(|t| t.ttft_ms).collect();
+        let mut total: Vec<i64> = reads.iter().map(|t| t.total_ms).collect();
+        ttft.sort_unstable();
+        total.sort_unstable();
+        println!(
+            "{}: {} streamed reads, time to first token p50 {} ms p99 {} ms; total p50 {} ms p99 {} ms",
+            row.report.name,
+            reads.len(),
+            pct(&ttft, 50),
+            pct(&ttft, 99),
+            pct(&total, 50),
+            pct(&total, 99)
+        );
+    }
+}
+
 fn print_table(rows: &[Row]) {
     let width = rows
         .iter()
@@ -449,6 +472,9 @@ fn write_out(dir: &std::path::Path, scenarios: &[Scenario], rows: &[Row]) -> std
         summary.push(serde_json::json!({
             "scenario": r.name, "seed": r.seed, "steps": r.steps_run, "sim_ms": r.sim_ms,
             "wall_ms": row.wall_ms as u64, "digest": r.digest,
+            "reads": r.reads.iter().map(|t| serde_json::json!({
+                "job": t.job, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
+            })).collect::<Vec<_>>(),
             "result": if row.failure.is_some() { "fail" } else { "pass" },
             "failure": row.failure,
         }));

@@ -27,7 +27,9 @@ impl SimHttp {
         }
     }
 
-    async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
+    /// Sends `request` and gives its answer once the head has come; the
+    /// body is read as it arrives (server-sent events), chunk by chunk.
+    pub async fn open(&self, request: HttpRequest) -> Result<HttpStream, TransportError> {
         let invalid = |e: &dyn std::fmt::Display| TransportError::InvalidRequest(e.to_string());
         let host = host_of(&request.url).map_err(|e| invalid(&e))?;
         let uri: hyper::Uri = request.url.parse().map_err(|e| invalid(&e))?;
@@ -66,8 +68,20 @@ impl SimHttp {
                 (n.as_str().to_owned(), value)
             })
             .collect();
-        let body = response
-            .into_body()
+        Ok(HttpStream {
+            status,
+            headers,
+            body: response.into_body(),
+        })
+    }
+
+    async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
+        let HttpStream {
+            status,
+            headers,
+            body,
+        } = self.open(request).await?;
+        let body = body
             .collect()
             .await
             .map_err(|e| TransportError::Other(format!("reading body: {e}")))?
@@ -78,6 +92,29 @@ impl SimHttp {
             headers,
             body,
         })
+    }
+}
+
+/// An answer whose body is still arriving; dropping it closes the link.
+pub struct HttpStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    body: hyper::body::Incoming,
+}
+
+impl HttpStream {
+    /// The next piece of the body; `None` once it ended, an error when
+    /// the link broke.
+    pub async fn chunk(&mut self) -> Option<Result<Bytes, TransportError>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => return Some(Ok(data)),
+                    Err(_trailers) => continue,
+                },
+                Err(e) => return Some(Err(TransportError::Other(format!("reading body: {e}")))),
+            }
+        }
     }
 }
 

@@ -33,7 +33,7 @@ mod http;
 mod stream;
 mod ws;
 
-pub use http::{serve, SimHttp};
+pub use http::{serve, HttpStream, SimHttp};
 pub use stream::SimStream;
 pub use ws::SimWsConnector;
 

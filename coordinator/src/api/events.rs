@@ -135,7 +135,11 @@ impl Feed {
                 if restart && !self.withhold_deltas {
                     self.queue.push_back(Item::Restart);
                 }
-                self.cursor = cursor;
+                // A withheld stream is shown no text before its end: its
+                // cursor (and so its event ids) stays at what it was shown.
+                if !self.withhold_deltas {
+                    self.cursor = cursor;
+                }
                 if self.status != Some(status) || restart {
                     self.status = Some(status);
                     self.queue.push_back(Item::Status { status, attempt });
@@ -191,11 +195,13 @@ impl Feed {
             .and_then(|o| o.as_str())
             .filter(|_| job.status == JobStatus::Completed);
         if let Some(text) = text {
-            // A withheld stream showed nothing yet: all of it, no restart.
-            let same = !self.withhold_deltas
-                && gen == Some(self.cursor.gen)
-                && text.is_char_boundary(self.cursor.bytes);
-            if !same && self.cursor.bytes > 0 && !self.withhold_deltas {
+            // The cursor is what the reader was shown (a withheld stream's
+            // stays at the start until now). Generation 0 names this same
+            // ended output (the ids given for a job whose buffer is gone,
+            // or that did not stream): a reader resumes within it.
+            let same_gen = gen == Some(self.cursor.gen) || (gen.is_none() && self.cursor.gen == 0);
+            let same = same_gen && text.is_char_boundary(self.cursor.bytes);
+            if !same && self.cursor.bytes > 0 {
                 self.queue.push_back(Item::Restart);
             }
             let from = if same { self.cursor.bytes } else { 0 };

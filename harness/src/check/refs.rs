@@ -98,6 +98,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::Attack(a) => &a.instance,
         Action::Cancel(c) => &c.instance,
         Action::Poll(c) => &c.instance,
+        Action::Stream(c) => &c.instance,
         Action::ExpectCalls(c) => return c.facilitator.as_deref(),
         Action::Router(_)
         | Action::Advance(_)
@@ -129,6 +130,14 @@ pub(crate) fn strings_of(step: &Step) -> Vec<String> {
         Action::WaitUntil(w) => add(&Value::String(w.job.clone())),
         Action::Cancel(c) => add(&Value::String(c.job.clone())),
         Action::Poll(c) => add(&Value::String(c.job.clone())),
+        Action::Stream(c) => {
+            for text in [&c.job, &c.last_event_id].into_iter().flatten() {
+                add(&Value::String(text.clone()));
+            }
+            if let Some(chat) = &c.chat {
+                add(chat);
+            }
+        }
         Action::ExpectStore(s) => add(&Value::String(s.job.clone())),
         Action::CommitMany(c) => add(&c.body),
         Action::SendFrame(c) => add(&c.frame),

@@ -363,6 +363,7 @@ pub(super) async fn exchange(
             );
             world.acknowledged.record(r.status, body["job_id"].as_str());
             (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
+            (world.streams).record_committer(r.status, body["job_id"].as_str(), client);
             Answer {
                 status: Some(r.status),
                 headers: r.headers,

@@ -9,6 +9,7 @@ mod http;
 pub mod live;
 pub mod panics;
 mod steps;
+mod stream;
 
 use crate::expr::matcher::Vars;
 use crate::spec::Scenario;
@@ -61,6 +62,17 @@ pub struct RunReport {
     pub transcript: Vec<String>,
     pub digest: String,
     pub outcome: Outcome,
+    /// Time to first token and total time of each read that was shown a
+    /// job's end (`stream` steps; ms of simulated time from its request).
+    pub reads: Vec<ReadTiming>,
+}
+
+/// One stream read's time to first token against its whole time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadTiming {
+    pub job: String,
+    pub ttft_ms: i64,
+    pub total_ms: i64,
 }
 
 impl RunReport {
@@ -74,6 +86,7 @@ impl RunReport {
             transcript: vec![],
             digest: String::new(),
             outcome: Outcome::Failed { step: 0, message },
+            reads: vec![],
         }
     }
 
@@ -92,8 +105,31 @@ impl RunReport {
             transcript: world.transcript.lines(),
             digest: world.transcript.digest(),
             outcome,
+            reads: read_timings(world),
         }
     }
+}
+
+/// The reads shown a job's end in one connection, not resumed (their
+/// request is the start the time to first token counts from).
+fn read_timings(world: &World) -> Vec<ReadTiming> {
+    let ended = |e: &crate::world::streams::SseEvent| {
+        e.event == "job" || e.data == Value::String("[DONE]".into())
+    };
+    world
+        .streams
+        .all()
+        .into_iter()
+        .filter(|r| r.connections == 1 && r.from_bytes == 0)
+        .filter(|r| r.events.last().is_some_and(ended))
+        .filter_map(|r| {
+            Some(ReadTiming {
+                job: r.job?,
+                ttft_ms: r.first_text_ms? - r.opened_ms,
+                total_ms: r.ended_ms? - r.opened_ms,
+            })
+        })
+        .collect()
 }
 
 /// Runs `scenario` in the simulation with `seed` (the scenario's unless

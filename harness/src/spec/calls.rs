@@ -105,6 +105,40 @@ impl PollCall {
     }
 }
 
+/// `stream` (version 2): reads server-sent events as they come, either a
+/// job's events (`GET /v1/jobs/{job}/events`) or a streamed chat
+/// completion (`chat`: the body of `POST /v1/chat/completions`, sent with
+/// `stream: true`). Every event is logged (`sse <`) and kept for the
+/// safety keys `deltas_disagree_with_output` and `private_delta_leak`.
+/// The answer is the read (`run/stream.rs`): `events`, `joined`,
+/// `restarts`, `last_id`, `last`, `ended`, `ttft_ms`, `total_ms`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamCall {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    /// The job whose events are read (a template, or `latest`: the job of
+    /// the latest 201 a step got from the instance).
+    pub job: Option<String>,
+    /// A chat completion request instead (`stream: true` is added).
+    pub chat: Option<Value>,
+    pub client: Option<String>,
+    pub node: Option<u32>,
+    /// Sent as `Last-Event-ID` (a template).
+    pub last_event_id: Option<String>,
+    /// Drops the connection after this many events.
+    pub cut_after: Option<u32>,
+    /// With `cut_after`: waits this long, then reads on from the last event
+    /// id to the end, as one read.
+    pub resume_after: Option<SimDuration>,
+    /// Waits this long after each event (a slow reader).
+    pub pause: Option<SimDuration>,
+    /// Reads beside the steps: the step returns at once and gives no
+    /// answer; the read still counts for the safety keys.
+    #[serde(default)]
+    pub detach: bool,
+}
+
 /// The `X-User-Proof` an `http` step sends.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -323,6 +323,10 @@ pub struct WorkerSpec {
     /// Log every frame of this worker in the transcript.
     #[serde(default = "yes")]
     pub trace: bool,
+    /// Announce the `deltas` feature and send each text output as deltas
+    /// spread over the job's latency before its `result` (decision 0023).
+    #[serde(default)]
+    pub stream: bool,
     /// Use the key of this earlier worker (version 2): a second session
     /// with an existing worker's key.
     pub key_of: Option<String>,

@@ -149,6 +149,9 @@ actions! {
     /// `GET /v1/jobs/{id}` of a named or the latest job (`calls::PollCall`).
     Poll(PollCall) => "poll",
         answers: true, simulation_only: false, version: 2;
+    /// Server-sent events read as they come (`calls::StreamCall`).
+    Stream(StreamCall) => "stream",
+        answers: true, simulation_only: true, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -67,6 +67,7 @@ pub fn main(args: SwarmArgs) -> ExitCode {
     let results = run_all(seeds.clone(), jobs, &stop, args.verbose);
     let wall = started.elapsed();
     print_summary(&results, seeds.end - seeds.start, wall);
+    print_reads(&results);
     let failures = first_failure_per_invariant(&results);
     // Shrinking runs worlds on this thread; their panics are failures
     // reported below, not output.
@@ -174,6 +175,34 @@ fn first_failure_per_invariant(results: &[SeedResult]) -> BTreeMap<String, (u64,
         }
     }
     first
+}
+
+/// Time to first token against total time over every stream read shown
+/// a job's end (simulated ms): p50 and p99.
+fn print_reads(results: &[SeedResult]) {
+    let mut ttft: Vec<i64> = results
+        .iter()
+        .flat_map(|r| r.reads.iter().map(|t| t.ttft_ms))
+        .collect();
+    let mut total: Vec<i64> = results
+        .iter()
+        .flat_map(|r| r.reads.iter().map(|t| t.total_ms))
+        .collect();
+    if ttft.is_empty() {
+        return;
+    }
+    ttft.sort_unstable();
+    total.sort_unstable();
+    let pct = |v: &[i64], p: usize| v[(v.len() * p).div_ceil(100).max(1) - 1];
+    println!(
+        "
+streams: {} reads shown a job's end; time to first token p50 {} ms p99 {} ms; total p50 {} ms p99 {} ms",
+        ttft.len(),
+        pct(&ttft, 50),
+        pct(&ttft, 99),
+        pct(&total, 50),
+        pct(&total, 99)
+    );
 }
 
 fn print_summary(results: &[SeedResult], asked: u64, wall: Duration) {

@@ -65,6 +65,7 @@ impl WorldSpec {
         super::attacks::draw(&mut world);
         super::cancels::draw(&mut world);
         super::settlement::draw(&mut world);
+        super::streams::draw(&mut world);
         world
     }
 }
@@ -300,6 +301,7 @@ fn draw_workers(
                 heartbeat,
                 key_of: None,
                 node: None,
+                stream: false,
             }
         })
         .collect()

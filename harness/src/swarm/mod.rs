@@ -9,6 +9,7 @@
 //! Layout:
 //! - [`world`]: what a seed draws, and its rendering as a scenario file.
 //! - [`nodes`]: several-node worlds (node crashes, store partitions).
+//! - [`streams`]: streaming workers and readers of jobs' events.
 //! - [`shrink`]: reducing a failing world while it fails the same way.
 //!
 //! Seeds run in parallel threads; each world is still one deterministic
@@ -24,6 +25,7 @@ pub mod render;
 pub mod settlement;
 pub mod shrink;
 pub mod spec;
+pub mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -57,6 +59,9 @@ pub struct SeedResult {
     /// Counts of what happened in the run (faults fired, invariants judged).
     pub coverage: BTreeMap<String, u64>,
     pub sim_ms: i64,
+    /// Time to first token and total time of its stream reads shown a
+    /// job's end (the `streams` kind).
+    pub reads: Vec<crate::run::ReadTiming>,
 }
 
 /// The scenario name of a world (and its file's stem).
@@ -144,6 +149,9 @@ const MARKERS: &[(&str, &str)] = &[
         "fault crash_after_write",
     ),
     ("pays with", "payment signed"),
+    ("(stream #", "stream read"),
+    ("cut after", "stream cut"),
+    (" < restart ", "stream restart shown"),
     ("replay the last payment", "fault payment_replay"),
     ("\"type\":\"assign\"", "check assignments"),
     (
@@ -232,6 +240,7 @@ pub fn run_seed(seed: u64) -> SeedResult {
             .as_ref()
             .map(|r| coverage(&r.transcript))
             .unwrap_or_default(),
+        reads: report.as_ref().map(|r| r.reads.clone()).unwrap_or_default(),
         sim_ms: report.map_or(0, |r| r.sim_ms),
     }
 }

@@ -163,6 +163,7 @@ pub fn normalize(world: &mut WorldSpec) {
             Event::Cancel { instance, node } | Event::Poll { instance, node } => {
                 *node %= of(instance)
             }
+            Event::Read(r) => r.node %= of(r.instance),
             _ => {}
         }
     }

@@ -68,6 +68,24 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     out
 }
 
+/// 1, unless the world uses what version 2 added (link faults, user auth,
+/// workloads, reboots, duplicate sessions, cancels, streams, polls).
+fn schema_version(world: &WorldSpec) -> u32 {
+    let plain = world.link_faults.is_empty()
+        && !world.user_auth
+        && world.loads.is_empty()
+        && world.reboots.is_empty()
+        && world.workers.iter().all(|w| w.key_of.is_none())
+        && !world.kinds.has(Kind::Cancels)
+        && !world.kinds.has(Kind::Streams)
+        && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
+    if plain {
+        1
+    } else {
+        2
+    }
+}
+
 /// The instances (with user auth, when on), the users and the workers.
 fn render_peers(w: &mut String, world: &WorldSpec) {
     for i in &world.instances {
@@ -138,6 +156,9 @@ fn render_worker(w: &mut String, spec: &WorkerSpec) {
     }
     if spec.slots != 1 {
         let _ = writeln!(w, "slots = {}", spec.slots);
+    }
+    if spec.stream {
+        let _ = writeln!(w, "stream = true");
     }
     let _ = writeln!(w, "latency = {:?}", spec.latency);
     let mut faults = Vec::new();
@@ -364,28 +385,12 @@ fn render_event(w: &mut String, event: &Event) {
             "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\" }}",
             node_key(*node)
         ),
+        Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"
         ),
     };
-}
-
-/// 1 unless the world uses a version-2 feature (link faults, user auth,
-/// workloads, reboots, duplicate sessions, cancels, polls).
-fn schema_version(world: &WorldSpec) -> u32 {
-    let v1 = world.link_faults.is_empty()
-        && !world.user_auth
-        && world.loads.is_empty()
-        && world.reboots.is_empty()
-        && world.workers.iter().all(|w| w.key_of.is_none())
-        && !world.kinds.has(Kind::Cancels)
-        && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
-    if v1 {
-        1
-    } else {
-        2
-    }
 }
 
 /// A commit: an `http` POST to the commit endpoint of its tier.

@@ -47,6 +47,9 @@ pub enum Kind {
     /// Refused, slow and lost settlements on facilitator instances (drawn
     /// by [`super::settlement`]).
     SettlementFaults,
+    /// Streaming workers and readers of jobs' events (drawn by
+    /// [`super::streams`]).
+    Streams,
 }
 
 impl Kind {
@@ -83,13 +86,14 @@ impl Kind {
     ];
 
     /// Every kind, in the order of the coverage table: the main stream's,
-    /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`] and
-    /// [`Kind::SettlementFaults`].
+    /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
+    /// [`Kind::SettlementFaults`] and [`Kind::Streams`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 4];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 5];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
+        all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -129,6 +133,7 @@ impl Kind {
             Kind::UserAttacks => "user_attacks",
             Kind::Cancels => "cancels",
             Kind::SettlementFaults => "settlement_faults",
+            Kind::Streams => "streams",
         }
     }
 }
@@ -196,6 +201,8 @@ pub struct WorkerSpec {
     pub key_of: Option<String>,
     /// The node it connects to, on an instance of several nodes.
     pub node: Option<u32>,
+    /// Sends its outputs as deltas (the `streams` kind).
+    pub stream: bool,
 }
 
 impl WorkerSpec {
@@ -321,6 +328,9 @@ pub enum Event {
         instance: &'static str,
         node: u32,
     },
+    /// A detached reader of the latest job's events on an instance, or of
+    /// a chat completion (the `streams` kind).
+    Read(super::streams::ReadEvent),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -448,18 +458,15 @@ impl WorldSpec {
         let mut kept = Vec::with_capacity(self.events.len());
         for mut t in std::mem::take(&mut self.events) {
             let keep = match &mut t.event {
+                Event::Commit(c) if !instances.contains(&c.instance) => false,
                 Event::Commit(c) => {
-                    if !instances.contains(&c.instance) {
-                        false
-                    } else {
-                        if !paid.contains(&c.instance) {
-                            c.pay = None;
-                        } else if c.pay.is_none() {
-                            c.pay = Some("none");
-                        }
-                        paid_once |= c.pay.is_some();
-                        true
+                    if !paid.contains(&c.instance) {
+                        c.pay = None;
+                    } else if c.pay.is_none() {
+                        c.pay = Some("none");
                     }
+                    paid_once |= c.pay.is_some();
+                    true
                 }
                 Event::Replay { instance, .. } => paid_once && paid.contains(instance),
                 Event::StopWorker(n) => {
@@ -490,6 +497,7 @@ impl WorldSpec {
                 Event::Cancel { instance, .. } | Event::Poll { instance, .. } => {
                     instances.contains(instance)
                 }
+                Event::Read(r) => instances.contains(&r.instance),
                 Event::Attack(a) => {
                     instances.contains(&a.instance)
                         && a.worker.as_ref().is_none_or(|w| workers.contains(w))

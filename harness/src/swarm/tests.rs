@@ -396,7 +396,8 @@ fn cancels_change_only_the_worlds_they_are_on_in() {
 
 /// `settlement_faults` reads paid jobs while their settlement may be slow
 /// or lost: every `poll` comes right after a paid commit that follows a
-/// facilitator fault, and only in worlds with the kind.
+/// facilitator fault (readers the `streams` kind draws later may come
+/// between), and only in worlds with the kind.
 #[test]
 fn settlement_polls_follow_paid_commits_after_a_fault() {
     let mut polled = 0;
@@ -415,7 +416,7 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
             let before = events[..at]
                 .iter()
                 .rev()
-                .find(|t| !matches!(t.event, Event::Poll { .. }));
+                .find(|t| !matches!(t.event, Event::Poll { .. } | Event::Read(_)));
             assert!(
                 matches!(&before.map(|t| &t.event), Some(Event::Commit(c)) if c.instance == instance && c.pay.is_some()),
                 "seed {seed}: a poll at {at} follows {before:?}"
@@ -424,4 +425,38 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
         }
     }
     assert!(polled >= 20, "{polled} polls in 300 worlds");
+}
+
+/// `streams` draws from a stream of its own: a world without it has no
+/// reader and no streaming worker (it renders as before the kind existed);
+/// one with it has 1 to 6 detached readers.
+#[test]
+fn streams_change_only_the_worlds_they_are_on_in() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let reads = world
+            .events
+            .iter()
+            .filter(|t| matches!(t.event, Event::Read(_)))
+            .count();
+        if !world.kinds.has(spec::Kind::Streams) {
+            assert_eq!(reads, 0, "seed {seed}");
+            assert!(world.workers.iter().all(|w| !w.stream), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        assert!(
+            (1..=super::streams::READERS_MAX).contains(&reads),
+            "seed {seed}"
+        );
+        let text = render::render(&world, "w", "test");
+        let rendered = text
+            .lines()
+            .filter(|l| l.starts_with("stream = ") && l.ends_with("detach = true }"))
+            .count();
+        assert_eq!(rendered, reads, "seed {seed}");
+        assert!(text.starts_with("schema_version = 2"), "seed {seed}");
+    }
+    assert!((30..=90).contains(&on), "{on} of 200 worlds have streams");
 }

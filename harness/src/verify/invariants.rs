@@ -145,7 +145,7 @@ fn check_safety(
         .collect();
     let lines = world.transcript.lines();
     let frames = world.frames.all().unwrap_or_default();
-    safety::check(&lines, &frames, &instances, &workers).map_err(|v| Failure {
+    safety::check(&lines, &frames, &world.streams, &instances, &workers).map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })

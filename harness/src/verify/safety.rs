@@ -52,11 +52,13 @@ pub enum SafetyKey {
     ChargedForFailedJob,
     SettledTwice,
     OutputBeforeSettlement,
+    DeltasDisagreeWithOutput,
+    PrivateDeltaLeak,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 14] = [
+    pub const ALL: [SafetyKey; 16] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -71,6 +73,8 @@ impl SafetyKey {
         SafetyKey::ChargedForFailedJob,
         SafetyKey::SettledTwice,
         SafetyKey::OutputBeforeSettlement,
+        SafetyKey::DeltasDisagreeWithOutput,
+        SafetyKey::PrivateDeltaLeak,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +93,8 @@ impl SafetyKey {
             SafetyKey::ChargedForFailedJob => "charged_for_failed_job",
             SafetyKey::SettledTwice => "settled_twice",
             SafetyKey::OutputBeforeSettlement => "output_before_settlement",
+            SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
+            SafetyKey::PrivateDeltaLeak => "private_delta_leak",
         }
     }
 }
@@ -135,6 +141,7 @@ pub struct WorkerView<'a> {
 pub fn check(
     lines: &[String],
     frames: &[FrameRecord],
+    streams: &crate::world::streams::StreamLog,
     instances: &BTreeMap<String, InstanceState<'_>>,
     workers: &BTreeMap<String, WorkerView<'_>>,
 ) -> Result<(), Violation> {
@@ -150,6 +157,7 @@ pub fn check(
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
+    found.extend(super::streams::check(&streams.all(), &streams.committers(), &jobs).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
@@ -788,7 +796,7 @@ mod tests {
                 },
             ),
         ]);
-        check(&lines, &[], &instances, &workers)
+        check(&lines, &[], &Default::default(), &instances, &workers)
             .err()
             .map(|v| v.invariant.as_str())
     }

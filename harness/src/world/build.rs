@@ -236,6 +236,7 @@ pub fn worker_configs(spec: &WorkerSpec, seeds: &mut impl FnMut() -> u64) -> Vec
                 slots: spec.slots,
                 latency: spec.latency.parse().expect("validated at parse"),
                 faults: spec.faults.clone(),
+                stream: spec.stream,
                 ..WorkerConfig::default()
             }
         })
@@ -315,6 +316,7 @@ pub(super) fn assemble(
         transcript,
         frames: frames::FrameLog::default(),
         acknowledged: Default::default(),
+        streams: Default::default(),
         http,
         net: None,
         idle_sockets: Vec::new(),

@@ -19,6 +19,7 @@ pub mod frames;
 mod instance;
 mod live;
 pub mod settlements;
+pub mod streams;
 
 use build::{assemble, clocks, Parts};
 use instance::{memdb_path, SimNode};
@@ -112,6 +113,8 @@ pub struct World {
     pub frames: frames::FrameLog,
     /// Every job a harness step was answered 201 for.
     pub acknowledged: acknowledged::AcknowledgedJobs,
+    /// Every server-sent event stream a `stream` step read.
+    pub streams: streams::StreamLog,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,
@@ -582,6 +585,13 @@ impl World {
             Some(net) => Arc::new(simnet::SimHttp::new(net, name)),
             None => self.http.clone(),
         }
+    }
+
+    /// The streaming HTTP client of `name` (the router's address when
+    /// `None`); `None` in live runs.
+    pub fn stream_client(&self, name: Option<&str>) -> Option<simnet::SimHttp> {
+        let net = self.net.as_ref()?;
+        Some(simnet::SimHttp::new(net, name.unwrap_or("router")))
     }
 
     pub fn base_url(&self, instance: &str) -> Result<String, WorldError> {
