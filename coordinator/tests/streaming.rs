@@ -318,6 +318,35 @@ async fn a_retried_job_restarts_its_readers() {
     assert_eq!(joined(&all), "echo: Say hi");
 }
 
+/// Issue 31 (found by the simulation): a job that leaves memory as it ends
+/// (no finished-job cache) must not restart the reader that followed its
+/// only attempt; it was told `restart` and sent the whole output again.
+#[tokio::test(start_paused = true)]
+async fn a_job_forgotten_as_it_ends_does_not_restart_its_reader() {
+    let mut config = spec_config();
+    config.limits.finished_jobs_cached_max = 0;
+    let (c, app) = setup(config).await;
+    let mut w = worker_with(&c, 1, &["deltas"]).await;
+    let job = id(&commit(&app, "fast", llm_job("alice")).await);
+    let a = w.expect_assign().await;
+    let mut events = Events::open(&app, &job, None).await.unwrap();
+    accept(&mut w, &a).await;
+    delta(&mut w, &a, 0, "echo: ").await;
+    delta(&mut w, &a, 1, "Say hi").await;
+    let mut all = events.until("delta").await;
+    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
+    w.send(frame).await;
+    all.extend(events.until("job").await);
+    assert!(!names(&all).contains(&"restart"), "{:?}", names(&all));
+    assert_eq!(joined(&all), "echo: Say hi");
+    let shown: usize = all
+        .iter()
+        .filter(|e| e.event == "delta")
+        .map(|e| e.data["text"].as_str().unwrap().len())
+        .sum();
+    assert_eq!(shown, "echo: Say hi".len(), "no text shown twice: {all:?}");
+}
+
 /// Issue 31: held streams are bounded per client (then 503); a slow
 /// reader holds a cursor, not a buffer: it gets what it missed as one delta.
 #[tokio::test(start_paused = true)]

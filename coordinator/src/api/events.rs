@@ -120,8 +120,8 @@ impl Feed {
     /// Queues what changed since the reader's cursor, or waits for a change.
     async fn step(&mut self) {
         match self.c.stream_view(self.id, self.cursor) {
-            StreamView::Absent => match self.c.job(&self.id) {
-                Ok(Some(job)) => self.ended(&job, None),
+            StreamView::Absent { gen } => match self.c.job(&self.id) {
+                Ok(Some(job)) => self.ended(&job, gen),
                 _ => self.cut("job_unknown"),
             },
             StreamView::Ended { job, gen } => self.ended(&job, gen),

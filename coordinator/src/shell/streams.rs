@@ -35,6 +35,9 @@ struct Buffer {
     text: String,
     /// The job ended: the buffer is kept (empty) only for its watchers.
     ended: bool,
+    /// Once ended: the generation its output streamed in (its last
+    /// attempt's), kept for readers of a job the core has forgotten.
+    ended_gen: Option<u64>,
     watchers: usize,
     wake: watch::Sender<()>,
 }
@@ -49,7 +52,9 @@ pub struct Cursor {
 /// What a reader at a cursor is to be shown now.
 pub enum StreamView {
     /// The job is not in memory: read the store (a finished job, or none).
-    Absent,
+    /// `gen` is the generation its output streamed in, when the job ended
+    /// while this reader's buffer was kept (the core forgot it at its end).
+    Absent { gen: Option<u64> },
     /// The job goes on: its status and attempt, whether the reader must
     /// drop what it had (`restart`), and the text after its cursor, which
     /// moves to `cursor`.
@@ -105,6 +110,7 @@ impl Streams {
                 session: job.worker,
                 text: String::new(),
                 ended: false,
+                ended_gen: None,
                 watchers: 0,
                 wake: watch::Sender::new(()),
             };
@@ -130,6 +136,7 @@ impl Streams {
             if job.status.is_terminal() {
                 let buffer = self.jobs.get_mut(&job.id).expect("found above");
                 buffer.ended = true;
+                buffer.ended_gen = (buffer.attempt == job.attempts).then_some(buffer.gen);
                 buffer.text = String::new();
                 buffer.wake.send_replace(());
                 if buffer.watchers == 0 {
@@ -247,10 +254,11 @@ impl Coordinator {
     /// What a reader of job `id` at `cursor` is to be shown now.
     pub fn stream_view(&self, id: Uuid, cursor: Cursor) -> StreamView {
         let state = self.lock();
-        let Some(job) = state.core.job_shared(&id) else {
-            return StreamView::Absent;
-        };
         let buffer = state.streams.jobs.get(&id);
+        let Some(job) = state.core.job_shared(&id) else {
+            let gen = buffer.and_then(|b| b.ended_gen);
+            return StreamView::Absent { gen };
+        };
         if job.status.is_terminal() {
             let gen = buffer.filter(|b| b.attempt == job.attempts).map(|b| b.gen);
             return StreamView::Ended { job, gen };
