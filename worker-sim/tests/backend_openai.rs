@@ -214,14 +214,15 @@ async fn backend_streams_llm_jobs_from_the_server() {
     assert_eq!(out, backend.execute(&payload).await.unwrap());
 }
 
-/// A server whose stream is one line of 2 MiB: the worker stops reading at
-/// its bound (1 MiB) and refuses the answer, rather than buffering on until
-/// a newline comes (it took the whole line before).
-#[tokio::test]
-async fn a_stream_line_past_the_bound_is_refused() {
-    let huge = "x".repeat(2 * 1024 * 1024);
-    let chunk = json!({"choices": [{"delta": {"content": huge}}]});
-    let body = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+/// An LLM job streamed by the OpenAI backend from a server whose every
+/// answer is `body` (server-sent events): the job's answer and the deltas
+/// it forwarded.
+async fn stream_from_a_server_answering(
+    body: String,
+) -> (
+    Result<serde_json::Value, BackendError>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     let app = axum::Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(move || {
@@ -231,13 +232,24 @@ async fn a_stream_line_past_the_bound_is_refused() {
     );
     let base = testkit::serve_loopback(app).await;
     let backend = OpenAiBackend::new(format!("{base}/v1"), "m", None);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let payload = Payload::Llm {
         prompt: "hi".into(),
         max_tokens: 12,
         model: None,
     };
-    let answer = backend.execute_streaming(&payload, tx).await;
+    (backend.execute_streaming(&payload, tx).await, rx)
+}
+
+/// A server whose stream is one line of 2 MiB: the worker stops reading at
+/// its bound (1 MiB) and refuses the answer, rather than buffering on until
+/// a newline comes (it took the whole line before).
+#[tokio::test]
+async fn a_stream_line_past_the_bound_is_refused() {
+    let huge = "x".repeat(2 * 1024 * 1024);
+    let chunk = json!({"choices": [{"delta": {"content": huge}}]});
+    let body = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+    let (answer, mut rx) = stream_from_a_server_answering(body).await;
     let shown: String = format!("{answer:?}").chars().take(200).collect();
     assert!(
         matches!(&answer, Err(BackendError::BadAnswer(m)) if m.contains("longer than")),
@@ -253,22 +265,7 @@ async fn a_stream_line_past_the_bound_is_refused() {
 async fn a_stream_past_the_output_bound_is_refused() {
     let piece = json!({"choices": [{"delta": {"content": "y".repeat(64 * 1024)}}]});
     let body = format!("data: {piece}\n\n").repeat(24) + "data: [DONE]\n\n";
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move || {
-            let body = body.clone();
-            async move { ([("content-type", "text/event-stream")], body) }
-        }),
-    );
-    let base = testkit::serve_loopback(app).await;
-    let backend = OpenAiBackend::new(format!("{base}/v1"), "m", None);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let payload = Payload::Llm {
-        prompt: "hi".into(),
-        max_tokens: 12,
-        model: None,
-    };
-    let answer = backend.execute_streaming(&payload, tx).await;
+    let (answer, mut rx) = stream_from_a_server_answering(body).await;
     let shown: String = format!("{answer:?}").chars().take(200).collect();
     assert!(
         matches!(&answer, Err(BackendError::BadAnswer(m)) if m.contains("output is longer than")),
