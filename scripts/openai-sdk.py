@@ -17,48 +17,15 @@ Usage: scripts/openai-sdk.py [--coordinator BIN] [--worker-sim BIN] [--out FILE]
 import argparse
 import hashlib
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from local_processes import default_bin, free_port, get_json, wait_for
 
 LATENCY_MS = 1500
 TTFT_SHARE_MAX = 0.60
-
-
-def default_bin(name):
-    for d in ("target/release", "target/debug"):
-        if os.path.exists(f"{d}/{name}"):
-            return f"{d}/{name}"
-    return f"target/release/{name}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def wait_for(what, check, proc, seconds=20):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{what}: the process exited")
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"{what}: not within {seconds} s")
 
 
 def output_hash(text):

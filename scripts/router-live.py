@@ -26,41 +26,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
+
+from local_processes import default_bin, free_port, get_json, wait_for
 
 TIMEOUT_MS = 1500
 COOLDOWN_MS = 60_000
-
-
-def default_bin(path):
-    for d in ("target/release", "target/debug"):
-        if os.path.exists(f"{d}/{path}"):
-            return f"{d}/{path}"
-    return f"target/release/{path}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def wait_for(what, check, seconds=20):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"{what}: not within {seconds} s")
 
 
 def main():

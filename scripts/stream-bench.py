@@ -29,7 +29,6 @@ Needs `ulimit -n` above --readers + 200.
 """
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -39,25 +38,9 @@ import threading
 import time
 import urllib.request
 
+from local_processes import default_bin, free_port, get_json, wait_for
+
 HEADERS_END = b"\r\n\r\n"
-
-
-def default_bin(name):
-    for d in ("target/release", "target/debug"):
-        if os.path.exists(f"{d}/{name}"):
-            return f"{d}/{name}"
-    return f"target/release/{name}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def rss_kib(pid):
@@ -66,20 +49,6 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
-
-
-def wait_for(what, check, proc, seconds=30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{what}: the process exited")
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"{what}: not within {seconds} s")
 
 
 def commit(base, index, max_tokens, word_bytes=0):
@@ -231,13 +200,13 @@ def start(args, port, tmp, latency_ms, count):
          "--held-streams-max", str(args.readers + 100),
          "--held-streams-per-client-max", str(args.readers + 100)],
         stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/coordinator-{port}.log", "w"))
-    wait_for("coordinator", lambda: get_json(f"{base}/v1/health")["status"] == "ok", coord)
+    wait_for("coordinator", lambda: get_json(f"{base}/v1/health")["status"] == "ok", coord, 30)
     worker = subprocess.Popen(
         [args.worker_sim, "--coordinator", f"ws://127.0.0.1:{port}/v1/workers/ws",
          "--count", str(count), "--slots", "4", "--seed", "1", "--latency-ms", str(latency_ms),
          "--stream", "true"],
         stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/worker-{port}.log", "w"))
-    wait_for("workers", lambda: get_json(f"{base}/v1/health")["workers_online"] == count, coord)
+    wait_for("workers", lambda: get_json(f"{base}/v1/health")["workers_online"] == count, coord, 30)
     return base, coord, worker
 
 

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from local_processes import default_bin, free_port, wait_for
+
 PAY_TO = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
 NETWORK = "eip155:84532"
 PENDING_TIMEOUT_MS = 1500
@@ -43,19 +44,6 @@ FAST_MS = 300
 SLOW_MS = 120_000
 # After the last check, how long to keep watching for a late settlement.
 QUIET_S = 3
-
-
-def default_bin(name):
-    for d in ("target/release", "target/debug"):
-        if os.path.exists(f"{d}/{name}"):
-            return f"{d}/{name}"
-    return f"target/release/{name}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(method, url, body=None, headers=None):
@@ -72,20 +60,6 @@ def request(method, url, body=None, headers=None):
 
 def get_json(url):
     return request("GET", url)[1]
-
-
-def wait_for(what, check, proc, seconds=20):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{what}: the process exited")
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    sys.exit(f"{what}: not within {seconds} s")
 
 
 class Facilitator:
