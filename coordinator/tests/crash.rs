@@ -115,8 +115,7 @@ async fn work(base: String, seed: u64) {
             continue;
         };
         w.send(json!({"type": "accept", "job_id": a.job_id})).await;
-        let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-        w.send(frame).await;
+        w.send_result(&a).await;
     }
 }
 

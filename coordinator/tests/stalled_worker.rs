@@ -99,8 +99,7 @@ async fn serve_all(mut w: TestWorker) {
         };
         if let Ok(CoordinatorFrame::Assign(a)) = serde_json::from_str(&text) {
             w.send(json!({"type": "accept", "job_id": a.job_id})).await;
-            let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-            w.send(frame).await;
+            w.send_result(&a).await;
         }
     }
 }

@@ -64,8 +64,7 @@ async fn deltas_that_join_to_the_output_are_accepted() {
     accept(&mut w, &a).await;
     delta(&mut w, &a, 0, "echo: ").await;
     delta(&mut w, &a, 1, "Say hi").await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     assert!(matches!(
         w.recv().await,
         CoordinatorFrame::ResultAccepted { .. }
@@ -83,8 +82,7 @@ async fn deltas_that_do_not_join_refuse_the_result() {
     let a = w.expect_assign().await;
     accept(&mut w, &a).await;
     delta(&mut w, &a, 0, "echo: Say bye").await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     let message = expect_error(&mut w, ErrorCode::InvalidOutput).await;
     assert!(message.contains("deltas"), "{message}");
     settle().await;
@@ -102,8 +100,7 @@ async fn a_delta_without_the_feature_is_unexpected() {
     accept(&mut w, &a).await;
     delta(&mut w, &a, 0, "echo: ").await;
     expect_error(&mut w, ErrorCode::UnexpectedFrame).await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     assert!(matches!(
         w.recv().await,
         CoordinatorFrame::ResultAccepted { .. }
@@ -278,8 +275,7 @@ async fn a_jobs_events_stream_its_deltas_and_resume() {
     let mut resumed = Events::open(&app, &job, Some(&cut_at)).await.unwrap();
     let seen = resumed.until("delta").await;
     assert_eq!(seen.last().unwrap().data["text"], "Say hi");
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     let rest = resumed.until("job").await;
     let record = &rest.last().unwrap().data;
     assert_eq!(record["status"], "completed");
@@ -311,8 +307,7 @@ async fn a_retried_job_restarts_its_readers() {
     delta(&mut w2, &a, 0, "echo: Say hi").await;
     let seen = events.until("delta").await;
     assert!(names(&seen).contains(&"restart"), "{seen:?}");
-    let frame = w2.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w2.send(frame).await;
+    w2.send_result(&a).await;
     let mut all = seen;
     all.extend(events.until("job").await);
     assert_eq!(joined(&all), "echo: Say hi");
@@ -334,8 +329,7 @@ async fn a_job_forgotten_as_it_ends_does_not_restart_its_reader() {
     delta(&mut w, &a, 0, "echo: ").await;
     delta(&mut w, &a, 1, "Say hi").await;
     let mut all = events.until("delta").await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     all.extend(events.until("job").await);
     assert!(!names(&all).contains(&"restart"), "{:?}", names(&all));
     assert_eq!(joined(&all), "echo: Say hi");
@@ -398,8 +392,7 @@ async fn serve_one(w: &mut TestWorker) -> Assignment {
     let (head, tail) = text.split_at(text.len() / 2);
     delta(w, &a, 0, head).await;
     delta(w, &a, 1, tail).await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     a
 }
 
@@ -515,8 +508,7 @@ async fn a_stream_held_too_long_ends_and_resumes() {
     assert!(events.next().await.is_none());
     let last_id = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
     delta(&mut w, &a, 1, "Say hi").await;
-    let frame = w.result_frame(&a, "2026-11-21T10:00:01.000Z");
-    w.send(frame).await;
+    w.send_result(&a).await;
     let mut resumed = Events::open(&app, &job, Some(&last_id)).await.unwrap();
     let rest = resumed.until("job").await;
     assert_eq!(joined(&rest), "Say hi");

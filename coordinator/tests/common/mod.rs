@@ -307,12 +307,17 @@ impl TestWorker {
         json!({"type": "result", "job_id": a.job_id, "output": output, "receipt": receipt})
     }
 
+    /// Sends the assignment's result (signed, completed at a fixed time).
+    pub async fn send_result(&mut self, a: &Assignment) {
+        let frame = self.result_frame(a, "2026-11-21T10:00:01.000Z");
+        self.send(frame).await;
+    }
+
     /// Accepts and completes an assignment, and waits for the acknowledgement.
     pub async fn complete(&mut self, a: &Assignment) {
         self.send(json!({"type": "accept", "job_id": a.job_id}))
             .await;
-        let frame = self.result_frame(a, "2026-11-21T10:00:01.000Z");
-        self.send(frame).await;
+        self.send_result(a).await;
         match self.recv().await {
             CoordinatorFrame::ResultAccepted { job_id } => assert_eq!(job_id, a.job_id),
             other => panic!("expected result_accepted, got {other:?}"),
