@@ -2,16 +2,15 @@
 //! logic) over in-memory channels, under a paused clock: each scripted fault
 //! produces the coordinator behaviour `docs/worker-protocol.md` documents.
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use coordinator::config::Config;
-use coordinator::server::{self, Parts, Settings};
+use common::{EPOCH_MS, NETWORK};
 use http_body_util::BodyExt;
 use protocol::api::Payload;
-use protocol::connection::channel_connector;
 use protocol::receipt::Receipt;
-use rand::SeedableRng;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +20,6 @@ use worker_sim::{
     EventKind, EventLog, FaultPlan, HandshakeFault, HeartbeatFault, JobFault, Latency,
     MalformedKind, TokioClock, Worker, WorkerConfig, WorkerError, WorkerExit,
 };
-
-const EPOCH_MS: i64 = 1_795_255_200_000;
-const NETWORK: &str = "eip155:10143";
 
 struct Sim {
     app: Router,
@@ -39,31 +35,8 @@ async fn start(faults: FaultPlan) -> Sim {
 }
 
 async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
-    let config = Config {
-        network: NETWORK.into(),
-        // Workers reach it over the in-memory connector.
-        public_urls: vec![protocol::connection::CHANNEL_URL.into()],
-        ..Config::default()
-    };
-    let parts = Parts::new(
-        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
-        rand_chacha::ChaCha20Rng::seed_from_u64(1),
-    );
-    let settings = Settings {
-        config,
-        ..Settings::default()
-    };
-    let server = server::start(settings, parts).await.unwrap();
-    let c = server.coordinator().clone();
-    // Runs to the end of the test: a dropped `Server` stops its tasks.
-    std::mem::forget(server);
+    let (c, connector) = common::real_coordinator(NETWORK).await;
     let app = coordinator::app(c.clone());
-    let (connector, mut acceptor) = channel_connector();
-    tokio::spawn(async move {
-        while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::worker::session::run(c.clone(), peer));
-        }
-    });
     let log = EventLog::new();
     let mut worker = Worker::new(
         WorkerConfig {

@@ -2,44 +2,20 @@
 //! its output arrives as deltas spread over its latency, and a reader of
 //! the job's events sees the first well before the last.
 
+mod common;
+
 use axum::body::Body;
 use axum::http::Request;
+use common::EPOCH_MS;
 use coordinator::config::Config;
-use coordinator::server::{self, Parts, Settings};
 use http_body_util::BodyExt;
-use protocol::connection::channel_connector;
-use rand::SeedableRng;
 use serde_json::{json, Value};
-use std::sync::Arc;
 use tokio::time::{Duration, Instant};
 use tower::ServiceExt;
 use worker_sim::{Latency, TokioClock, Worker, WorkerConfig};
 
-const EPOCH_MS: i64 = 1_795_255_200_000;
-
 async fn coordinator_with_worker(stream: bool) -> axum::Router {
-    let config = Config {
-        public_urls: vec![protocol::connection::CHANNEL_URL.into()],
-        ..Config::default()
-    };
-    let parts = Parts::new(
-        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
-        rand_chacha::ChaCha20Rng::seed_from_u64(1),
-    );
-    let settings = Settings {
-        config,
-        ..Settings::default()
-    };
-    let server = server::start(settings, parts).await.unwrap();
-    let c = server.coordinator().clone();
-    std::mem::forget(server);
-    let (connector, mut acceptor) = channel_connector();
-    let sessions = c.clone();
-    tokio::spawn(async move {
-        while let Some(peer) = acceptor.accept().await {
-            tokio::spawn(coordinator::worker::session::run(sessions.clone(), peer));
-        }
-    });
+    let (c, connector) = common::real_coordinator(&Config::default().network).await;
     let config = WorkerConfig {
         latency: Latency::Fixed { ms: 1_500 },
         network: Config::default().network,

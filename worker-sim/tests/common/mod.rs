@@ -222,3 +222,42 @@ pub async fn pairing_code(http: &reqwest::Client, base: &str, user_id: &str) -> 
         .unwrap();
     created["pairing_code"].as_str().unwrap().to_owned()
 }
+
+/// The real coordinator on `network`, seeded and under a Tokio clock at
+/// [`EPOCH_MS`], taking worker sessions over the in-memory transport: the
+/// coordinator and a connector that dials it.
+pub async fn real_coordinator(
+    network: &str,
+) -> (
+    coordinator::Coordinator,
+    protocol::connection::ChannelConnector,
+) {
+    use coordinator::server::{self, Parts, Settings};
+    use rand::SeedableRng;
+    let config = coordinator::config::Config {
+        network: network.into(),
+        // Workers reach it over the in-memory connector.
+        public_urls: vec![CHANNEL_URL.into()],
+        ..coordinator::config::Config::default()
+    };
+    let parts = Parts::new(
+        Arc::new(coordinator::TokioClock::new(EPOCH_MS)),
+        rand_chacha::ChaCha20Rng::seed_from_u64(1),
+    );
+    let settings = Settings {
+        config,
+        ..Settings::default()
+    };
+    let server = server::start(settings, parts).await.unwrap();
+    let c = server.coordinator().clone();
+    // Runs to the end of the test: a dropped `Server` stops its tasks.
+    std::mem::forget(server);
+    let (connector, mut acceptor) = channel_connector();
+    let sessions = c.clone();
+    tokio::spawn(async move {
+        while let Some(peer) = acceptor.accept().await {
+            tokio::spawn(coordinator::worker::session::run(sessions.clone(), peer));
+        }
+    });
+    (c, connector)
+}
