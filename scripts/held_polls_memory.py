@@ -15,18 +15,12 @@ import sys
 import time
 import urllib.request
 
+from local_processes import rss_kib
+
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
 BIN = sys.argv[2] if len(sys.argv) > 2 else "target/release/coordinator"
 PORT = 18_000 + os.getpid() % 1000
 BASE = f"http://127.0.0.1:{PORT}"
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def commit():

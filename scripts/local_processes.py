@@ -1,8 +1,9 @@
 """What the live scripts share: the binaries of a local build, a free
-loopback port, a JSON GET, and waiting for a started process to be ready.
+loopback port, a JSON GET, a process's RSS, and waiting for a started process to be ready.
 
 Imported by scripts/openai-sdk.py, scripts/stream-bench.py,
-scripts/x402-settlement.py and scripts/router-live.py (run from the
+scripts/x402-settlement.py, scripts/router-live.py and
+scripts/held_polls_memory.py (run from the
 repository's root or from scripts/: Python puts the script's directory on
 the import path).
 """
@@ -31,6 +32,15 @@ def free_port():
 def get_json(url):
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
+
+
+def rss_kib(pid):
+    """The resident set size of process `pid`, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
 
 
 def wait_for(what, check, proc=None, seconds=20):

@@ -38,17 +38,9 @@ import threading
 import time
 import urllib.request
 
-from local_processes import default_bin, free_port, get_json, wait_for
+from local_processes import default_bin, free_port, get_json, rss_kib, wait_for
 
 HEADERS_END = b"\r\n\r\n"
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def commit(base, index, max_tokens, word_bytes=0):
