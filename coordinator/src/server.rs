@@ -768,6 +768,7 @@ async fn apply_retention(c: Coordinator, store: Arc<SqliteStore>, hours: u64) {
     let mut every = Retention::ticks();
     loop {
         every.tick().await;
+        crate::buggify::stall(crate::buggify::Site::RetentionPurgeLate, 1_000).await;
         let forgotten = retention.pass(&c);
         if forgotten.ids.is_empty() {
             continue;

@@ -205,6 +205,45 @@ streams: {} reads shown a job's end; time to first token p50 {} ms p99 {} ms; to
     );
 }
 
+/// The BUGGIFY table (seeds with each site on, seeds where it fired, fires
+/// in all) and the `sometimes` states reached; the sites that never fired
+/// and the states never reached are named (decision 0024).
+fn print_fault_points(results: &[SeedResult]) {
+    use coordinator::buggify::{Site, STATES};
+    println!("\ncoverage: BUGGIFY fault points (seeds on, seeds fired, fires)");
+    let mut never = Vec::new();
+    for site in Site::ALL {
+        let on = results
+            .iter()
+            .filter(|r| r.fired.on.contains(&site))
+            .count();
+        let fires = results.iter().filter_map(|r| r.fired.fired.get(&site));
+        let (seeds, total) = fires.fold((0, 0), |(s, t), n| (s + 1, t + n));
+        println!("  {:<24} {on:>7} {seeds:>7} {total:>10}", site.name());
+        if seeds == 0 {
+            never.push(site.name());
+        }
+    }
+    if !never.is_empty() {
+        println!("  never fired: {}", never.join(", "));
+    }
+    let mut reached = BTreeMap::<&str, (u64, u64)>::new();
+    for (state, n) in results.iter().flat_map(|r| &r.fired.reached) {
+        let e = reached.entry(state).or_default();
+        (e.0, e.1) = (e.0 + 1, e.1 + n);
+    }
+    println!("\ncoverage: sometimes states reached (seeds, times)");
+    for (state, (seeds, total)) in &reached {
+        println!("  {state:<56} {seeds:>7} {total:>10}");
+    }
+    let unreached: Vec<&str> = (STATES.iter().copied())
+        .filter(|s| !reached.contains_key(s))
+        .collect();
+    if !unreached.is_empty() {
+        println!("  never reached: {}", unreached.join("; "));
+    }
+}
+
 fn print_summary(results: &[SeedResult], asked: u64, wall: Duration) {
     let failed = results
         .iter()
@@ -244,6 +283,7 @@ fn print_summary(results: &[SeedResult], asked: u64, wall: Duration) {
     for (key, (seeds, total)) in &seen {
         println!("  {key:<32} {seeds:>7} {total:>10}");
     }
+    print_fault_points(results);
     let mut broken = BTreeMap::<&str, u64>::new();
     for r in results {
         if let Verdict::Fail { invariant, .. } = &r.verdict {

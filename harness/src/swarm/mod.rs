@@ -17,6 +17,7 @@
 //! thread count.
 
 pub mod attacks;
+pub mod buggify;
 pub mod cancels;
 pub mod cli;
 pub mod draw;
@@ -62,6 +63,9 @@ pub struct SeedResult {
     /// Time to first token and total time of its stream reads shown a
     /// job's end (the `streams` kind).
     pub reads: Vec<crate::run::ReadTiming>,
+    /// The fault points on and fired and the `sometimes` states reached
+    /// in its first run.
+    pub fired: coordinator::buggify::Fired,
 }
 
 /// The scenario name of a world (and its file's stem).
@@ -241,6 +245,7 @@ pub fn run_seed(seed: u64) -> SeedResult {
             .map(|r| coverage(&r.transcript))
             .unwrap_or_default(),
         reads: report.as_ref().map(|r| r.reads.clone()).unwrap_or_default(),
+        fired: report.as_ref().map(|r| r.fired.clone()).unwrap_or_default(),
         sim_ms: report.map_or(0, |r| r.sim_ms),
     }
 }

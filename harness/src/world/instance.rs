@@ -104,6 +104,15 @@ impl SimInstance {
         }
         .map_err(|e| e.to_string())?;
         started.serve(self.net.listen(&self.host), |_| {});
+        if let Some(store) = started.store() {
+            // The `store.writer.crash` fault point (a BUGGIFY run's only):
+            // killed as an armed crash kills, restarted at the next step.
+            let (net, host, crashed) = (self.net.clone(), self.host.clone(), self.crashed.clone());
+            store.on_buggify_crash(move || {
+                net.crash(&host);
+                crashed.store(true, Ordering::SeqCst);
+            });
+        }
         if let Some(fenced) = started.fenced() {
             tokio::spawn(self.clone().supervise(fenced));
         }
