@@ -71,13 +71,43 @@ fn latest_job(world: &World, instance: &str) -> String {
 pub(super) async fn run_poll(
     poll: &PollCall,
     world: &mut World,
+    background: &mut super::background::Background,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
     let mut call = poll.http();
     if poll.job == LATEST {
         call.path = format!("/v1/jobs/{}", latest_job(world, &poll.instance));
     }
-    run_http(&call, world, vars).await
+    let Some(wait_ms) = poll.hold_ms else {
+        return run_http(&call, world, vars).await;
+    };
+    let path = matcher::render_str(&call.path, vars)?;
+    let base = world.node_url(&poll.instance, poll.node.unwrap_or(0))?;
+    let request = HttpRequest::get(format!("{base}{path}?wait_ms={wait_ms}"));
+    let transport = match poll.client.as_deref() {
+        Some(name) => world.client(name),
+        None => world.http.clone(),
+    };
+    let (transcript, instance) = (world.transcript.clone(), poll.instance.clone());
+    transcript.log(
+        &instance,
+        format!("held poll (wait {wait_ms} ms) > GET {path}"),
+    );
+    let sent_at = tokio::time::Instant::now();
+    background.hold(tokio::spawn(async move {
+        let said = match transport.send(request).await {
+            Ok(answer) => {
+                let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+                let body = protocol::canonical::to_vec(&body);
+                let body = String::from_utf8_lossy(&body).into_owned();
+                let held_ms = sent_at.elapsed().as_millis();
+                format!("< {} after {held_ms} ms {body}", answer.status)
+            }
+            Err(e) => format!("failed: {e}"),
+        };
+        transcript.log(&instance, format!("held poll (wait {wait_ms} ms) {said}"));
+    }));
+    Ok(Answer::body(Value::Null))
 }
 
 /// How long the held poll of a `cancel` step asks to wait.

@@ -87,7 +87,7 @@ pub(super) async fn run_step(
         }
         Action::Attack(attack) => Some(super::attack::run_attack(attack, world).await?),
         Action::Cancel(cancel) => Some(super::http::run_cancel(cancel, world, vars).await?),
-        Action::Poll(poll) => Some(super::http::run_poll(poll, world, vars).await?),
+        Action::Poll(poll) => Some(super::http::run_poll(poll, world, background, vars).await?),
         Action::Stream(call) => Some(super::stream::run_stream(call, world, vars).await?),
         Action::Group(_) => return Err("groups are expanded when the file loads".into()),
         Action::WaitWorkload(wait) => Some(Answer::body(background::wait(background, wait).await?)),

@@ -85,6 +85,12 @@ pub struct PollCall {
     pub job: String,
     pub client: Option<String>,
     pub node: Option<u32>,
+    /// A long poll (`?wait_ms=N`) held in the background: the step goes on
+    /// at once; the answer is logged when it comes (`held poll (wait N ms)
+    /// < ...`) and judged by the safety key `poll_not_woken`. The run
+    /// waits for it before its end-of-run checks.
+    #[serde(default)]
+    pub hold_ms: Option<u64>,
 }
 
 impl PollCall {

@@ -160,7 +160,7 @@ pub fn normalize(world: &mut WorldSpec) {
         match &mut t.event {
             Event::Commit(c) => c.node %= of(c.instance),
             Event::Replay { instance, node, .. } => *node %= of(instance),
-            Event::Cancel { instance, node } | Event::Poll { instance, node } => {
+            Event::Cancel { instance, node } | Event::Poll { instance, node, .. } => {
                 *node %= of(instance)
             }
             Event::Read(r) => r.node %= of(r.instance),

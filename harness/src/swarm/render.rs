@@ -406,10 +406,15 @@ fn render_event(w: &mut String, event: &Event) {
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
             node_key(*node)
         ),
-        Event::Poll { instance, node } => writeln!(
+        Event::Poll {
+            instance,
+            node,
+            hold_ms,
+        } => writeln!(
             w,
-            "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\" }}",
-            node_key(*node)
+            "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\"{} }}",
+            node_key(*node),
+            hold_ms.map_or(String::new(), |ms| format!(", hold_ms = {ms}"))
         ),
         Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::LostAnswer { instance, node } => writeln!(

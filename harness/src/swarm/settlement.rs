@@ -82,7 +82,11 @@ fn draw_polls(world: &mut WorldSpec, rng: &mut ChaCha20Rng) {
             return;
         };
         let after_ms = rng.gen_range(0..3_000);
-        let event = Event::Poll { instance, node };
+        let event = Event::Poll {
+            instance,
+            node,
+            hold_ms: None,
+        };
         world.events.insert(at + 1, Timed { after_ms, event });
     }
 }

@@ -53,6 +53,9 @@ pub enum Kind {
     /// The coordinator's fault points fire (`buggify = true`, decision
     /// 0024; drawn by [`super::buggify`]).
     Buggify,
+    /// Long polls held across what the latest job then does (issue 33;
+    /// drawn by [`super::held_polls`]).
+    HeldPolls,
 }
 
 impl Kind {
@@ -90,14 +93,16 @@ impl Kind {
 
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
-    /// [`Kind::SettlementFaults`], [`Kind::Streams`] and [`Kind::Buggify`].
+    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`] and
+    /// [`Kind::HeldPolls`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 6];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 7];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
+        all[Self::MAIN_STREAM.len() + 6] = Kind::HeldPolls;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -139,6 +144,7 @@ impl Kind {
             Kind::SettlementFaults => "settlement_faults",
             Kind::Streams => "streams",
             Kind::Buggify => "buggify",
+            Kind::HeldPolls => "held_polls",
         }
     }
 }
@@ -327,11 +333,13 @@ pub enum Event {
         instance: &'static str,
         node: u32,
     },
-    /// A `poll` (`GET /v1/jobs/{id}`, no wait) of the latest job committed
-    /// on the instance (drawn by [`super::settlement`]).
+    /// A `poll` (`GET /v1/jobs/{id}`) of the latest job committed on the
+    /// instance: without a wait (drawn by [`super::settlement`]), or held
+    /// in the background for `hold_ms` (drawn by [`super::held_polls`]).
     Poll {
         instance: &'static str,
         node: u32,
+        hold_ms: Option<u64>,
     },
     /// A detached reader of the latest job's events on an instance, or of
     /// a chat completion (the `streams` kind).

@@ -408,7 +408,12 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
             .iter()
             .position(|t| matches!(t.event, Event::Facilitator { .. }));
         for (at, t) in events.iter().enumerate() {
-            let Event::Poll { instance, .. } = t.event else {
+            let Event::Poll {
+                instance,
+                hold_ms: None,
+                ..
+            } = t.event
+            else {
                 continue;
             };
             assert!(world.kinds.has(spec::Kind::SettlementFaults), "seed {seed}");

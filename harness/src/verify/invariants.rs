@@ -128,6 +128,7 @@ fn check_safety(
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
                 settled: settled.get(name),
+                end_bound: end_bound(world, name),
             };
             (name.clone(), state)
         })
@@ -148,6 +149,19 @@ fn check_safety(
     safety::check(&lines, &frames, &world.streams, &instances, &workers).map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
+    })
+}
+
+/// `job_end_overdue`'s bound for a simulated instance of one node.
+fn end_bound(world: &World, name: &str) -> Option<crate::verify::overdue::EndBound> {
+    let [node] = &world.nodes(name)[..] else {
+        return None;
+    };
+    let epoch_ms = world.transcript.epoch_ms();
+    Some(crate::verify::overdue::EndBound {
+        timing: node.timing().clone(),
+        epoch_ms,
+        end_ms: epoch_ms + world.transcript.elapsed_ms(),
     })
 }
 

@@ -4,6 +4,8 @@
 //! from where it broke to the swarm, the shrinker and the report.
 
 pub mod invariants;
+pub mod overdue;
+pub mod polls;
 pub mod safety;
 pub mod streams;
 pub mod temporal;

@@ -54,11 +54,14 @@ pub enum SafetyKey {
     OutputBeforeSettlement,
     DeltasDisagreeWithOutput,
     PrivateDeltaLeak,
+    // Issue 33, timing oracles (branch `oracles`).
+    JobEndOverdue,
+    PollNotWoken,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 16] = [
+    pub const ALL: [SafetyKey; 18] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -75,6 +78,9 @@ impl SafetyKey {
         SafetyKey::OutputBeforeSettlement,
         SafetyKey::DeltasDisagreeWithOutput,
         SafetyKey::PrivateDeltaLeak,
+        // Issue 33, timing oracles (branch `oracles`).
+        SafetyKey::JobEndOverdue,
+        SafetyKey::PollNotWoken,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +101,8 @@ impl SafetyKey {
             SafetyKey::OutputBeforeSettlement => "output_before_settlement",
             SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
+            SafetyKey::JobEndOverdue => "job_end_overdue",
+            SafetyKey::PollNotWoken => "poll_not_woken",
         }
     }
 }
@@ -128,6 +136,10 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+    /// What `job_end_overdue` bounds its jobs' lives by; `None` where the
+    /// harness does not know the instance's timing (live runs) or it has
+    /// several nodes (neither it nor `poll_not_woken` judges it then).
+    pub end_bound: Option<super::overdue::EndBound>,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -161,6 +173,11 @@ pub fn check(
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
+        // Both judge one-node simulated instances only (see each).
+        if let Some(bound) = &state.end_bound {
+            found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
+            found.extend(super::polls::check(lines, name).err());
+        }
     }
     match found
         .into_iter()
@@ -778,6 +795,7 @@ mod tests {
             retention_cut_ms,
             proven: None,
             settled: None,
+            end_bound: None,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -927,6 +945,7 @@ mod tests {
                     retention_cut_ms: None,
                     proven: None,
                     settled: None,
+                    end_bound: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -948,6 +967,7 @@ mod tests {
                     retention_cut_ms: None,
                     proven: None,
                     settled: None,
+                    end_bound: None,
                 }
             )]),
             &BTreeMap::new(),
@@ -994,6 +1014,7 @@ mod tests {
                 retention_cut_ms: None,
                 proven,
                 settled: None,
+                end_bound: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)

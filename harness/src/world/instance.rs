@@ -145,6 +145,11 @@ impl SimInstance {
         *kept = (*kept).max(cut);
     }
 
+    /// The coordinator timings it runs with.
+    pub fn timing(&self) -> &coordinator::config::Timing {
+        &self.settings.config.timing
+    }
+
     /// The latest retention cut of any generation of this instance.
     pub fn retention_cut_ms(&self) -> Option<i64> {
         let running = self

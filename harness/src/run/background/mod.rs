@@ -28,6 +28,16 @@ use tokio::time::Instant;
 pub struct Background {
     workloads: BTreeMap<String, workload::Running>,
     faults: Vec<fault::Running>,
+    /// Long polls held by `poll` steps with `hold_ms`: each ends by its
+    /// wait, so the run waits for them before it is judged.
+    held_polls: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Keeps a held poll's task until the steps end.
+    pub fn hold(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.held_polls.push(task);
+    }
 }
 
 /// A stream of the run seed of its own, named by `label`.
@@ -172,6 +182,9 @@ pub async fn stop(background: Background) {
     }
     for running in background.workloads.values() {
         running.abort();
+    }
+    for held in background.held_polls {
+        let _ = held.await;
     }
 }
 
