@@ -360,6 +360,9 @@ async fn start_on(
         OpenedKind::Own(store) => {
             if let Some(store) = &store {
                 store.record_metrics(coordinator.metrics().store());
+                if parts.runtime == Runtime::Simulation {
+                    store.after_commit(coordinator.rows_check());
+                }
             }
             Started::Own(store)
         }

@@ -163,6 +163,8 @@ pub enum InvariantViolation {
         session: SessionId,
         problem: &'static str,
     },
+    #[error("store rows: unfinished job {job} ({status:?}) has no row in the store and is not in its pending batch: a deletion reached a live job")]
+    Unstored { job: Uuid, status: JobStatus },
 }
 
 impl Core {
@@ -187,6 +189,38 @@ impl Core {
                 broken(now_ms, v);
             }
         }
+    }
+
+    /// Panics, when `Config::check_invariants` is on, if an unfinished job
+    /// the core holds has no row in the store and no change in its pending
+    /// batch (`stored` answers that). The simulation's store writer calls
+    /// it after every commit, retention's deletions included: a deletion
+    /// that reaches a live job is seen at once, not only after a crash
+    /// reloads the store without it (issue 33, item 7).
+    pub fn assert_stored(&self, now_ms: i64, stored: &dyn Fn(&Uuid) -> bool) {
+        if !self.config.check_invariants {
+            return;
+        }
+        if let Err(v) = self.check_stored(stored) {
+            broken(now_ms, v);
+        }
+    }
+
+    /// The check of [`Core::assert_stored`].
+    pub fn check_stored(&self, stored: &dyn Fn(&Uuid) -> bool) -> Result<(), InvariantViolation> {
+        let live = self
+            .jobs
+            .values()
+            .filter(|job| !matches!(job.status, JobStatus::Completed | JobStatus::Failed));
+        for job in live {
+            if !stored(&job.id) {
+                return Err(InvariantViolation::Unstored {
+                    job: job.id,
+                    status: job.status,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The check after an event: what it changed, or all (see the module doc).

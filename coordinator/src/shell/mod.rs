@@ -210,6 +210,21 @@ impl Coordinator {
         &self.inner.config
     }
 
+    /// The check a store runs after each of its commits (the simulation's
+    /// SQLite writer, `SqliteStore::after_commit`): every unfinished job
+    /// of this coordinator is stored ([`Core::assert_stored`]). It holds
+    /// the coordinator weakly: the store it is given to outlives nothing.
+    pub fn rows_check(&self) -> impl Fn(&dyn Fn(&Uuid) -> bool) + Send + Sync + 'static {
+        let inner = Arc::downgrade(&self.inner);
+        move |stored| {
+            if let Some(inner) = inner.upgrade() {
+                let c = Coordinator { inner };
+                let now_ms = c.now_ms();
+                c.read(|core| core.assert_stored(now_ms, stored));
+            }
+        }
+    }
+
     /// Turns on payment gating of the commit endpoints (x402). Call once,
     /// before serving; a second call is refused and changes nothing.
     pub fn enable_payments(&self, gate: x402::PaymentGate) -> Result<(), PaymentsAlreadyEnabled> {

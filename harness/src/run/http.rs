@@ -4,6 +4,7 @@
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
 use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec};
+use crate::world::held_polls::HeldAnswer;
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
 use protocol::user_proof::{ProofRequest, HEADER};
@@ -58,11 +59,11 @@ pub(super) async fn run_http(
 
 /// The `job` of a `cancel` step that names the job of the latest 201 a
 /// step got from its instance.
-const LATEST: &str = "latest";
+pub(super) const LATEST: &str = "latest";
 
 /// The job of the latest 201 a step got from `instance`; none yet: the
 /// nil id, which no job has (404).
-fn latest_job(world: &World, instance: &str) -> String {
+pub(super) fn latest_job(world: &World, instance: &str) -> String {
     let job = world.acknowledged.latest(instance);
     job.unwrap_or_else(|| uuid::Uuid::nil().to_string())
 }
@@ -78,6 +79,9 @@ pub(super) async fn run_poll(
     if poll.job == LATEST {
         call.path = format!("/v1/jobs/{}", latest_job(world, &poll.instance));
     }
+    if let Some(edge_ms) = poll.edge_ms {
+        return super::edge::run_edge_poll(poll, edge_ms, world, vars).await;
+    }
     let Some(wait_ms) = poll.hold_ms else {
         return run_http(&call, world, vars).await;
     };
@@ -88,24 +92,27 @@ pub(super) async fn run_poll(
         Some(name) => world.client(name),
         None => world.http.clone(),
     };
-    let (transcript, instance) = (world.transcript.clone(), poll.instance.clone());
-    transcript.log(
-        &instance,
+    world.transcript.log(
+        &poll.instance,
         format!("held poll (wait {wait_ms} ms) > GET {path}"),
     );
+    // Its answer goes to the held-poll log, not the transcript (see
+    // `world::held_polls`); the line above says where it was sent.
+    let (log, instance) = (world.held_polls.clone(), poll.instance.clone());
+    let line = world.transcript.len() - 1;
     let sent_at = tokio::time::Instant::now();
     background.hold(tokio::spawn(async move {
-        let said = match transport.send(request).await {
-            Ok(answer) => {
-                let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-                let body = protocol::canonical::to_vec(&body);
-                let body = String::from_utf8_lossy(&body).into_owned();
-                let held_ms = sent_at.elapsed().as_millis();
-                format!("< {} after {held_ms} ms {body}", answer.status)
-            }
-            Err(e) => format!("failed: {e}"),
-        };
-        transcript.log(&instance, format!("held poll (wait {wait_ms} ms) {said}"));
+        let answer = transport.send(request).await.ok().map(|answer| {
+            let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+            let held_ms = u64::try_from(sent_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+            (held_ms, body)
+        });
+        log.record(HeldAnswer {
+            instance,
+            wait_ms,
+            line,
+            answer,
+        });
     }));
     Ok(Answer::body(Value::Null))
 }

@@ -4,6 +4,7 @@
 
 mod attack;
 pub mod background;
+mod edge;
 pub mod frames;
 mod http;
 pub mod live;

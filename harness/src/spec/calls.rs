@@ -86,11 +86,18 @@ pub struct PollCall {
     pub client: Option<String>,
     pub node: Option<u32>,
     /// A long poll (`?wait_ms=N`) held in the background: the step goes on
-    /// at once; the answer is logged when it comes (`held poll (wait N ms)
-    /// < ...`) and judged by the safety key `poll_not_woken`. The run
-    /// waits for it before its end-of-run checks.
+    /// at once; the answer is kept in the held-poll log
+    /// (`world::held_polls`, not the transcript) and judged by the safety
+    /// key `poll_not_woken`. The run waits for it before its end-of-run
+    /// checks.
     #[serde(default)]
     pub hold_ms: Option<u64>,
+    /// An edge poll: sleeps until the job's pending deadline
+    /// (`created_at + pending_timeout_ms`) plus this many ms (negative:
+    /// before it), lets the instant's timers run, then polls
+    /// (`run/edge.rs`). Judged by the safety key `expiry_off_edge`.
+    #[serde(default)]
+    pub edge_ms: Option<i64>,
 }
 
 impl PollCall {

@@ -68,6 +68,7 @@ impl WorldSpec {
         super::streams::draw(&mut world);
         super::buggify::draw(&mut world);
         super::held_polls::draw(&mut world);
+        super::edges::draw(&mut world);
         world
     }
 }

@@ -55,6 +55,7 @@ pub fn draw(world: &mut WorldSpec) {
                     instance: name,
                     node,
                     hold_ms: Some(wait_ms.min(WAIT_MS_MAX - 1)),
+                    edge_ms: None,
                 },
             },
         );

@@ -21,6 +21,7 @@ pub mod buggify;
 pub mod cancels;
 pub mod cli;
 pub mod draw;
+pub mod edges;
 pub mod held_polls;
 pub mod nodes;
 pub mod render;

@@ -410,11 +410,13 @@ fn render_event(w: &mut String, event: &Event) {
             instance,
             node,
             hold_ms,
+            edge_ms,
         } => writeln!(
             w,
-            "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\"{} }}",
+            "\n[[steps]]\nname = \"poll the latest job\"\npoll = {{ instance = {instance:?}{}, job = \"latest\"{}{} }}",
             node_key(*node),
-            hold_ms.map_or(String::new(), |ms| format!(", hold_ms = {ms}"))
+            hold_ms.map_or(String::new(), |ms| format!(", hold_ms = {ms}")),
+            edge_ms.map_or(String::new(), |ms| format!(", edge_ms = {ms}"))
         ),
         Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::LostAnswer { instance, node } => writeln!(

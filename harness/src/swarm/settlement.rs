@@ -86,6 +86,7 @@ fn draw_polls(world: &mut WorldSpec, rng: &mut ChaCha20Rng) {
             instance,
             node,
             hold_ms: None,
+            edge_ms: None,
         };
         world.events.insert(at + 1, Timed { after_ms, event });
     }

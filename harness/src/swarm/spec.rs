@@ -56,6 +56,9 @@ pub enum Kind {
     /// Long polls held across what the latest job then does (issue 33;
     /// drawn by [`super::held_polls`]).
     HeldPolls,
+    /// Edge polls of a job no worker can take, at its pending deadline
+    /// −1, 0 and +1 ms (issue 33; drawn by [`super::edges`]).
+    Edges,
 }
 
 impl Kind {
@@ -93,16 +96,17 @@ impl Kind {
 
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
-    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`] and
-    /// [`Kind::HeldPolls`].
+    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
+    /// [`Kind::HeldPolls`] and [`Kind::Edges`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 7];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 8];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
         all[Self::MAIN_STREAM.len() + 6] = Kind::HeldPolls;
+        all[Self::MAIN_STREAM.len() + 7] = Kind::Edges;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -145,6 +149,7 @@ impl Kind {
             Kind::Streams => "streams",
             Kind::Buggify => "buggify",
             Kind::HeldPolls => "held_polls",
+            Kind::Edges => "edges",
         }
     }
 }
@@ -335,11 +340,14 @@ pub enum Event {
     },
     /// A `poll` (`GET /v1/jobs/{id}`) of the latest job committed on the
     /// instance: without a wait (drawn by [`super::settlement`]), or held
-    /// in the background for `hold_ms` (drawn by [`super::held_polls`]).
+    /// in the background for `hold_ms` (drawn by [`super::held_polls`]),
+    /// or at its pending deadline plus `edge_ms` (drawn by
+    /// [`super::edges`]).
     Poll {
         instance: &'static str,
         node: u32,
         hold_ms: Option<u64>,
+        edge_ms: Option<i64>,
     },
     /// A detached reader of the latest job's events on an instance, or of
     /// a chat completion (the `streams` kind).

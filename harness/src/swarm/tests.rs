@@ -411,6 +411,7 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
             let Event::Poll {
                 instance,
                 hold_ms: None,
+                edge_ms: None,
                 ..
             } = t.event
             else {
@@ -513,4 +514,54 @@ fn the_first_seed_to_reach_a_new_state_is_kept_once() {
     assert_eq!(steer::first_reachers(&round, &mut seen), vec![4, 5]);
     assert_eq!(seen.len(), 4, "a, b and c join old");
     assert!(steer::first_reachers(&round, &mut seen).is_empty());
+}
+
+/// `edges` polls a job at its pending deadline −1, 0 and +1 ms while no
+/// worker of its instance runs: right after every running worker of that
+/// instance stopped and a commit, and before they start again; only in
+/// worlds with the kind.
+#[test]
+fn edge_polls_follow_a_commit_no_worker_can_take() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let edges: Vec<usize> = (world.events.iter().enumerate())
+            .filter(|(_, t)| {
+                matches!(
+                    t.event,
+                    Event::Poll {
+                        edge_ms: Some(_),
+                        ..
+                    }
+                )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !world.kinds.has(spec::Kind::Edges) {
+            assert!(edges.is_empty(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        assert_eq!(edges.len(), super::edges::EDGES_MS.len(), "seed {seed}");
+        let Event::Commit(commit) = &world.events[edges[0] - 1].event else {
+            panic!("seed {seed}: the edge polls do not follow a commit");
+        };
+        assert!(commit.pay.is_none(), "seed {seed}");
+        // Every worker of the instance is stopped at the commit.
+        let of_instance: Vec<&str> = (world.workers.iter())
+            .filter(|w| w.instance == commit.instance)
+            .map(|w| w.name.as_str())
+            .collect();
+        let mut running = of_instance.clone();
+        for t in &world.events[..edges[0]] {
+            match &t.event {
+                Event::StopWorker(n) => running.retain(|r| r != n),
+                Event::StartWorker(n) if of_instance.contains(&n.as_str()) => running.push(n),
+                _ => {}
+            }
+        }
+        assert!(running.is_empty(), "seed {seed}: {running:?} still run");
+        assert!(checked(&world).is_empty(), "seed {seed}");
+    }
+    assert!((20..=80).contains(&on), "{on} of 200 worlds have edges");
 }

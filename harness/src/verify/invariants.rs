@@ -128,7 +128,8 @@ fn check_safety(
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
                 settled: settled.get(name),
-                end_bound: end_bound(world, name),
+                end_bound: end_bound(world, name, scenario.buggify),
+                held_polls: world.held_polls.of(name),
             };
             (name.clone(), state)
         })
@@ -153,7 +154,7 @@ fn check_safety(
 }
 
 /// `job_end_overdue`'s bound for a simulated instance of one node.
-fn end_bound(world: &World, name: &str) -> Option<crate::verify::overdue::EndBound> {
+fn end_bound(world: &World, name: &str, buggify: bool) -> Option<crate::verify::overdue::EndBound> {
     let [node] = &world.nodes(name)[..] else {
         return None;
     };
@@ -162,6 +163,7 @@ fn end_bound(world: &World, name: &str) -> Option<crate::verify::overdue::EndBou
         timing: node.timing().clone(),
         epoch_ms,
         end_ms: epoch_ms + world.transcript.elapsed_ms(),
+        timers_exact: !buggify,
     })
 }
 

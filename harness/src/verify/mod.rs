@@ -3,6 +3,7 @@
 //! properties over its frames. A broken one is named by [`Broken`], typed
 //! from where it broke to the swarm, the shrinker and the report.
 
+pub mod edges;
 pub mod invariants;
 pub mod overdue;
 pub mod polls;
@@ -63,5 +64,6 @@ fn core_key(v: &InvariantViolation) -> &'static str {
         V::IdleCount { .. } => "idle_count",
         V::Ended { .. } => "finished_jobs",
         V::SessionCount { .. } | V::SessionIndex { .. } => "sessions",
+        V::Unstored { .. } => "store_rows",
     }
 }

@@ -38,6 +38,9 @@ pub struct EndBound {
     pub epoch_ms: i64,
     /// The end of the run, on the same clock as the jobs' times.
     pub end_ms: i64,
+    /// Timers fire on time: the run's fault points are off (`timer.late`
+    /// fires them late on purpose).
+    pub timers_exact: bool,
 }
 
 impl EndBound {
@@ -180,6 +183,7 @@ mod tests {
             timing,
             epoch_ms: 0,
             end_ms,
+            timers_exact: true,
         }
     }
 

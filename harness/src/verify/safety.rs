@@ -57,11 +57,12 @@ pub enum SafetyKey {
     // Issue 33, timing oracles (branch `oracles`).
     JobEndOverdue,
     PollNotWoken,
+    ExpiryOffEdge,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 18] = [
+    pub const ALL: [SafetyKey; 19] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -81,6 +82,7 @@ impl SafetyKey {
         // Issue 33, timing oracles (branch `oracles`).
         SafetyKey::JobEndOverdue,
         SafetyKey::PollNotWoken,
+        SafetyKey::ExpiryOffEdge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +105,7 @@ impl SafetyKey {
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
             SafetyKey::JobEndOverdue => "job_end_overdue",
             SafetyKey::PollNotWoken => "poll_not_woken",
+            SafetyKey::ExpiryOffEdge => "expiry_off_edge",
         }
     }
 }
@@ -140,6 +143,9 @@ pub struct InstanceState<'a> {
     /// harness does not know the instance's timing (live runs) or it has
     /// several nodes (neither it nor `poll_not_woken` judges it then).
     pub end_bound: Option<super::overdue::EndBound>,
+    /// Its held polls' answers (`world::held_polls`), judged with
+    /// `end_bound` (one-node simulated instances).
+    pub held_polls: Vec<crate::world::held_polls::HeldAnswer>,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -176,7 +182,10 @@ pub fn check(
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
-            found.extend(super::polls::check(lines, name).err());
+            found.extend(super::polls::check(&state.held_polls, name).err());
+            if bound.timers_exact && !state.paid {
+                found.extend(super::edges::check(lines, name, state.jobs, bound).err());
+            }
         }
     }
     match found
@@ -796,6 +805,7 @@ mod tests {
             proven: None,
             settled: None,
             end_bound: None,
+            held_polls: Vec::new(),
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -946,6 +956,7 @@ mod tests {
                     proven: None,
                     settled: None,
                     end_bound: None,
+                    held_polls: Vec::new(),
                 },
             )]),
             &BTreeMap::new(),
@@ -968,6 +979,7 @@ mod tests {
                     proven: None,
                     settled: None,
                     end_bound: None,
+                    held_polls: Vec::new(),
                 }
             )]),
             &BTreeMap::new(),
@@ -1015,6 +1027,7 @@ mod tests {
                 proven,
                 settled: None,
                 end_bound: None,
+                held_polls: Vec::new(),
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)

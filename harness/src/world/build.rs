@@ -317,6 +317,7 @@ pub(super) fn assemble(
         frames: frames::FrameLog::default(),
         acknowledged: Default::default(),
         streams: Default::default(),
+        held_polls: Default::default(),
         http,
         net: None,
         idle_sockets: Vec::new(),

@@ -16,6 +16,7 @@ pub mod acknowledged;
 mod build;
 mod error;
 pub mod frames;
+pub mod held_polls;
 mod instance;
 mod live;
 pub mod settlements;
@@ -115,6 +116,8 @@ pub struct World {
     pub acknowledged: acknowledged::AcknowledgedJobs,
     /// Every server-sent event stream a `stream` step read.
     pub streams: streams::StreamLog,
+    /// Every held poll's answer (`poll_not_woken` judges them).
+    pub held_polls: held_polls::HeldPollLog,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,

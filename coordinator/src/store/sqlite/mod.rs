@@ -107,6 +107,8 @@ pub enum StoreWrite {
 
 /// What runs at an armed crash point (see [`SqliteStore::crash_after`]).
 type CrashHook = Box<dyn FnOnce() + Send>;
+/// A check run after each commit, given whether a job is stored.
+type RowsCheck = Box<dyn Fn(&dyn Fn(&Uuid) -> bool) + Send + Sync>;
 
 pub struct SqliteStore {
     shared: Arc<Shared>,
@@ -150,6 +152,10 @@ struct Shared {
     /// What a crash at the `store.writer.crash` fault point runs (the
     /// simulation's; see [`SqliteStore::on_buggify_crash`]).
     buggify_crash: Mutex<Option<CrashHook>>,
+    /// What the task writer runs after each commit (the simulation's
+    /// check of the core against the rows; see
+    /// [`SqliteStore::after_commit`]).
+    after_commit: Mutex<Option<RowsCheck>>,
     /// Where group commits are recorded, once the coordinator gave it.
     metrics: OnceLock<StoreMetrics>,
 }
@@ -249,6 +255,7 @@ impl SqliteStore {
             halted: AtomicBool::new(false),
             crash_point: Mutex::new(None),
             buggify_crash: Mutex::new(None),
+            after_commit: Mutex::new(None),
             metrics: OnceLock::new(),
         });
         let writer = match (mode, writer) {
@@ -344,6 +351,13 @@ impl SqliteStore {
     /// [`SqliteStore::crash_after`], `then` kills the rest of the process.
     pub fn on_buggify_crash(&self, then: impl FnOnce() + Send + 'static) {
         *lock(&self.shared.buggify_crash) = Some(Box::new(then));
+    }
+
+    /// What the task writer (the simulation's) runs after each commit,
+    /// retention's deletions included: `check` is given whether a job has
+    /// its row or a change not committed yet (issue 33, item 7).
+    pub fn after_commit(&self, check: impl Fn(&dyn Fn(&Uuid) -> bool) + Send + Sync + 'static) {
+        *lock(&self.shared.after_commit) = Some(Box::new(check));
     }
 }
 

@@ -236,6 +236,34 @@ impl Shared {
         }
     }
 
+    /// Runs the check set by `SqliteStore::after_commit`, if any, unless
+    /// the process is dead.
+    fn check_rows(&self) {
+        if self.is_halted() {
+            return;
+        }
+        if let Some(check) = lock(&self.after_commit).as_ref() {
+            check(&|id| self.is_stored(id));
+        }
+    }
+
+    /// Whether job `id` has a change not committed yet, or its row: looked
+    /// up in the database itself, not in the row map, so a deletion the
+    /// map does not know of is seen. A failed read is not a missing row.
+    fn is_stored(&self, id: &Uuid) -> bool {
+        if self.unwritten_job(id).is_some() {
+            return true;
+        }
+        let Some(rowid) = self.rows().get(id) else {
+            return false;
+        };
+        let conn = self.conn();
+        let found = conn
+            .prepare_cached("SELECT 1 FROM jobs WHERE rowid = ?1 AND id = ?2")
+            .and_then(|mut stmt| stmt.exists(params![rowid, id.to_string()]));
+        found.unwrap_or(true)
+    }
+
     pub(super) fn has_work(&self) -> bool {
         let pending = self.pending();
         pending.closed || !pending.changes.is_empty() || !pending.purge.is_empty()
@@ -278,6 +306,7 @@ pub(super) async fn run_writer_task(shared: Arc<Shared>) {
         }
         buggify::stall(Site::StoreFlushSlow, 50).await;
         let result = shared.commit_batch(&batch);
+        shared.check_rows();
         if !shared.between_steps().await {
             return;
         }

@@ -1,0 +1,80 @@
+//! The edge poll (`poll` with `edge_ms = d`): a poll of a job at exactly
+//! its pending deadline plus `d` ms (issue 33, item 2: times drawn at the
+//! edges of every timeout, not only inside them). The deadline of a job no
+//! worker took is `created_at + pending_timeout_ms`; the safety key
+//! `expiry_off_edge` judges what the poll shows there.
+
+use super::http::{latest_job, run_http, LATEST};
+use super::steps::Answer;
+use crate::expr::matcher::{self, Vars};
+use crate::spec::PollCall;
+use crate::verify::edges::EDGE_POLL;
+use crate::world::World;
+use router::HttpRequest;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Tasks a poll lets run first in its instant (as the held poll of a
+/// `cancel` does): the coordinator's timer task, woken by the same instant,
+/// fires the deadline before the poll is served, whichever of the two
+/// tokio's scheduler woke first. One yield per task woken is enough; a
+/// world has far fewer tasks due in one instant.
+const YIELDS: usize = 64;
+
+/// Sleeps until the job's pending deadline plus `edge_ms`, then polls it.
+/// A deadline already past (the step came late, or the job is not the one
+/// the step meant) is noted and the job polled at once.
+pub(super) async fn run_edge_poll(
+    poll: &PollCall,
+    edge_ms: i64,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
+    let mut call = poll.http();
+    if poll.job == LATEST {
+        call.path = format!("/v1/jobs/{}", latest_job(world, &poll.instance));
+    }
+    let path = matcher::render_str(&call.path, vars)?;
+    let job = path.trim_start_matches("/v1/jobs/").to_owned();
+    let base = world.node_url(&poll.instance, poll.node.unwrap_or(0))?;
+    // Its creation time, read without a transcript line (the poll after
+    // the wait is the one logged); an instance that does not answer now
+    // (down, restarting) is polled at once, as a plain poll.
+    let answer = world.http.send(HttpRequest::get(format!("{base}{path}")));
+    let body: Value = match answer.await {
+        Ok(answer) => serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    };
+    let created_ms = body["created_at"]
+        .as_str()
+        .and_then(protocol::time::parse_ms);
+    let timeout_ms = world
+        .nodes(&poll.instance)
+        .first()
+        .map(|node| node.timing().pending_timeout_ms);
+    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
+    let at_ms = match (created_ms, timeout_ms) {
+        (Some(created), Some(timeout)) => created + timeout + edge_ms,
+        _ => now_ms,
+    };
+    let (actor, sign) = ("harness", if edge_ms < 0 { "-" } else { "+" });
+    if at_ms < now_ms {
+        let text = format!(
+            "edge poll too late: {job}'s deadline {sign}{} ms had passed",
+            edge_ms.abs()
+        );
+        world.transcript.log(actor, text);
+    } else {
+        let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        for _ in 0..YIELDS {
+            tokio::task::yield_now().await;
+        }
+        let text = format!(
+            "{EDGE_POLL}{job} at its pending deadline {sign}{} ms",
+            edge_ms.abs()
+        );
+        world.transcript.log(actor, text);
+    }
+    run_http(&call, world, vars).await
+}

@@ -1,0 +1,212 @@
+//! `expiry_off_edge`: a job no worker ever took fails by its pending
+//! timeout at exactly `created_at + pending_timeout_ms`, not a millisecond
+//! before or after (docs/scenarios.md and scenarios/README.md, "Safety";
+//! the pending timeout is the instance's `timing.pending_timeout_ms`).
+//!
+//! Every answer that showed such a job is judged by its time `t` against
+//! the job's deadline `D`: `pending` at `t > D` expired late, `failed`
+//! (`no_eligible_worker`) at `t < D` expired early. At `t = D` exactly a
+//! plain poll races the coordinator's timer task (both wake in that
+//! instant, in an order tokio's scheduler picks), so only a poll the
+//! harness made sure came after the instant's timers (an edge poll, `poll`
+//! with `edge_ms`, logged `edge poll of JOB`) is judged there.
+//!
+//! Judged where `D` is exact: a simulated one-node instance without
+//! payments (a payment's `validBefore` caps the deadline) and without
+//! fault points (`timer.late` fires timers late on purpose), for jobs with
+//! no attempt and no recovery (a requeue starts a new pending timeout at a
+//! time the store does not keep), and only answers given before anything
+//! stopped, crashed or restarted the instance after the job was created
+//! (a coordinator that is down fires no timer; a `reboot` fault's lines do
+//! not name their instance, so any counts).
+
+use super::overdue::EndBound;
+use super::safety::{SafetyKey, Violation};
+use coordinator::core::{FailureReason, Job};
+use protocol::api::JobStatus;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The marker an edge poll logs (as `harness`) before its request.
+pub const EDGE_POLL: &str = "edge poll of ";
+
+/// Checks the answers that showed `instance`'s never-taken jobs.
+pub fn check(
+    lines: &[String],
+    instance: &str,
+    jobs: &[Job],
+    bound: &EndBound,
+) -> Result<(), Violation> {
+    let deadlines = never_taken(jobs, bound);
+    if deadlines.is_empty() {
+        return Ok(());
+    }
+    let answers = format!("{instance} < 200 ");
+    let mut edges: BTreeSet<(String, i64)> = BTreeSet::new();
+    let mut disturbed_ms: Vec<i64> = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some((stamp, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        let at_ms = bound.epoch_ms + stamp_ms(stamp);
+        if disturbs(rest, instance) {
+            disturbed_ms.push(at_ms);
+            continue;
+        }
+        if let Some(job) = rest
+            .strip_prefix("harness ")
+            .and_then(|r| r.strip_prefix(EDGE_POLL))
+        {
+            edges.insert((job.split(' ').next().unwrap_or_default().to_owned(), at_ms));
+            continue;
+        }
+        let Some(body) = rest.strip_prefix(&answers) else {
+            continue;
+        };
+        let Ok(body) = serde_json::from_str::<Value>(body) else {
+            continue;
+        };
+        let Some(id) = body["id"].as_str() else {
+            continue;
+        };
+        let Some(&(created_ms, deadline_ms)) = deadlines.get(id) else {
+            continue;
+        };
+        if disturbed_ms
+            .iter()
+            .any(|d| (created_ms..=at_ms).contains(d))
+        {
+            continue;
+        }
+        let edge = edges.contains(&(id.to_owned(), at_ms));
+        if let Some(off) = off_edge(&body, at_ms, deadline_ms, edge) {
+            return Err(Violation {
+                invariant: SafetyKey::ExpiryOffEdge,
+                message: format!(
+                    "{instance}: job {id}, which no worker took, {off} (created + pending \
+                     timeout {} ms)",
+                    bound.timing.pending_timeout_ms
+                ),
+                line: Some(n),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The jobs no worker took that a pending timeout ends (or will), by id:
+/// when each was created, and its pending deadline.
+fn never_taken(jobs: &[Job], bound: &EndBound) -> BTreeMap<String, (i64, i64)> {
+    jobs.iter()
+        .filter(|j| j.attempts == 0 && j.recoveries == 0)
+        .filter(|j| {
+            j.status == JobStatus::Pending
+                || (j.status == JobStatus::Failed
+                    && j.error == Some(FailureReason::NoEligibleWorker))
+        })
+        .map(|j| {
+            let deadline_ms = j.created_at_ms + bound.timing.pending_timeout_ms;
+            (j.id.to_string(), (j.created_at_ms, deadline_ms))
+        })
+        .collect()
+}
+
+/// Whether a line (after its stamp) stops, crashes or restarts `instance`
+/// (arming a crash at a write is not yet one: `crashed` follows), or is a
+/// `reboot` fault's crash or restart of some instance.
+fn disturbs(rest: &str, instance: &str) -> bool {
+    let controlled = rest
+        .strip_prefix("harness instance ")
+        .and_then(|r| r.strip_prefix(instance))
+        .is_some_and(|r| r.starts_with(' ') && !r.starts_with(" crash_after "));
+    let rebooted = rest.strip_prefix("harness fault ").is_some_and(|r| {
+        r.ends_with(": crash") || r.ends_with(": restarted") || r.contains(": restart failed")
+    });
+    let crashed = rest
+        .strip_prefix("harness ")
+        .is_some_and(|r| r.starts_with(&format!("{instance} crashed")));
+    controlled || rebooted || crashed
+}
+
+/// What is wrong with an answer `body` at `at_ms` for a job whose pending
+/// deadline is `deadline_ms`, if anything.
+fn off_edge(body: &Value, at_ms: i64, deadline_ms: i64, edge: bool) -> Option<String> {
+    let late = at_ms > deadline_ms || (edge && at_ms == deadline_ms);
+    match body["status"].as_str() {
+        Some("pending") if late && at_ms == deadline_ms => {
+            Some("was still pending at its pending deadline, after the instant's timers ran".into())
+        }
+        Some("pending") if late => Some(format!(
+            "was still pending {} ms after its pending deadline",
+            at_ms - deadline_ms
+        )),
+        Some("failed") if at_ms < deadline_ms => Some(format!(
+            "had failed {} ms before its pending deadline",
+            deadline_ms - at_ms
+        )),
+        _ => None,
+    }
+}
+
+/// `+S.mmm` (or `[+S.mmm`) as ms.
+fn stamp_ms(stamp: &str) -> i64 {
+    let stamp = stamp.trim_start_matches('[').trim_start_matches('+');
+    let stamp = stamp.trim_end_matches('s');
+    let Some((s, ms)) = stamp.split_once('.') else {
+        return i64::MAX / 2;
+    };
+    match (s.parse::<i64>(), ms.parse::<i64>()) {
+        (Ok(s), Ok(ms)) => s * 1000 + ms,
+        _ => i64::MAX / 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_never_taken_job_fails_exactly_at_its_pending_deadline() {
+        let failed = json!({"status": "failed", "result": {"error": "no_eligible_worker"}});
+        let pending = json!({"status": "pending"});
+        // Before the deadline: pending, never failed.
+        assert_eq!(off_edge(&pending, 999, 1_000, true), None);
+        assert!(off_edge(&failed, 999, 1_000, false).is_some());
+        // At it: failed; pending only where the poll came after the
+        // instant's timers (an edge poll).
+        assert_eq!(off_edge(&failed, 1_000, 1_000, true), None);
+        assert!(off_edge(&pending, 1_000, 1_000, true).is_some());
+        assert_eq!(off_edge(&pending, 1_000, 1_000, false), None);
+        // After it: failed, never pending.
+        assert!(off_edge(&pending, 1_001, 1_000, false).is_some());
+        assert_eq!(off_edge(&failed, 1_001, 1_000, false), None);
+    }
+
+    #[test]
+    fn restarts_crashes_and_reboots_disturb_but_arming_a_crash_does_not() {
+        assert!(disturbs("harness instance chain_a restart", "chain_a"));
+        assert!(disturbs(
+            "harness instance chain_a graceful_restart",
+            "chain_a"
+        ));
+        assert!(disturbs(
+            "harness chain_a crashed at its armed store write; restarting",
+            "chain_a"
+        ));
+        assert!(disturbs("harness fault reboot0: crash", "chain_a"));
+        assert!(disturbs("harness fault reboot0: restarted", "chain_b"));
+        assert!(!disturbs(
+            "harness instance chain_a crash_after commit",
+            "chain_a"
+        ));
+        assert!(!disturbs("harness instance chain_b restart", "chain_a"));
+        assert!(!disturbs("harness fault link0: w1 lost", "chain_a"));
+    }
+
+    #[test]
+    fn stamps_read_as_ms() {
+        assert_eq!(stamp_ms("[+29.952s"), 29_952);
+        assert_eq!(stamp_ms("[+0.001s"), 1);
+    }
+}
