@@ -66,6 +66,7 @@ impl WorldSpec {
         super::cancels::draw(&mut world);
         super::settlement::draw(&mut world);
         super::streams::draw(&mut world);
+        super::floods::draw(&mut world);
         world
     }
 }
@@ -200,6 +201,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 node_lease_ms: 0,
                 finished_jobs_cached_max: None,
                 retention_kept_bytes_max: None,
+                kept_share_percent: None,
             }
         })
         .collect()

@@ -20,6 +20,7 @@ pub mod attacks;
 pub mod cancels;
 pub mod cli;
 pub mod draw;
+pub mod floods;
 pub mod nodes;
 pub mod render;
 pub mod settlement;

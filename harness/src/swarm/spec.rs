@@ -50,6 +50,10 @@ pub enum Kind {
     /// Streaming workers and readers of jobs' events (drawn by
     /// [`super::streams`]).
     Streams,
+    /// A flooder commits bursts of jobs from a client address of its own on
+    /// instances that run retention, whose kept budget is then shared by
+    /// nobody's rule but age (drawn by [`super::floods`]).
+    Floods,
 }
 
 impl Kind {
@@ -87,13 +91,14 @@ impl Kind {
 
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
-    /// [`Kind::SettlementFaults`] and [`Kind::Streams`].
+    /// [`Kind::SettlementFaults`], [`Kind::Streams`] and [`Kind::Floods`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 5];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 6];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
+        all[Self::MAIN_STREAM.len() + 5] = Kind::Floods;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -134,6 +139,7 @@ impl Kind {
             Kind::Cancels => "cancels",
             Kind::SettlementFaults => "settlement_faults",
             Kind::Streams => "streams",
+            Kind::Floods => "floods",
         }
     }
 }
@@ -176,6 +182,9 @@ pub struct InstanceSpec {
     /// while the world runs; `None` renders neither. Drawn by
     /// [`draw_retention`].
     pub retention_kept_bytes_max: Option<usize>,
+    /// `limits.kept_share_per_client_percent`, when drawn (by
+    /// [`super::floods`]); `None` renders nothing (the default, 12).
+    pub kept_share_percent: Option<usize>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -328,6 +337,8 @@ pub enum Event {
         instance: &'static str,
         node: u32,
     },
+    /// A burst of the flooder's commits (drawn by [`super::floods`]).
+    Flood(super::floods::FloodEvent),
     /// A detached reader of the latest job's events on an instance, or of
     /// a chat completion (the `streams` kind).
     Read(super::streams::ReadEvent),
@@ -498,6 +509,7 @@ impl WorldSpec {
                     instances.contains(instance)
                 }
                 Event::Read(r) => instances.contains(&r.instance),
+                Event::Flood(f) => instances.contains(&f.instance),
                 Event::Attack(a) => {
                     instances.contains(&a.instance)
                         && a.worker.as_ref().is_none_or(|w| workers.contains(w))

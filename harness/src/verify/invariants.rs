@@ -124,6 +124,7 @@ fn check_safety(
                     .filter_map(|node| node.retention_cut_ms())
                     .max()
                     .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
+                results_kept_min_ms: spec.and_then(results_kept_min_ms),
                 proven: spec
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
@@ -201,4 +202,13 @@ pub fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
         .collect();
     let skip = lines.len().saturating_sub(HISTORY_LINES_MAX);
     lines.into_iter().skip(skip).collect()
+}
+
+/// The minimum keep time of an instance's results when it runs retention
+/// and no client address can be over its share (100 %): see
+/// `safety::InstanceState::results_kept_min_ms`.
+fn results_kept_min_ms(spec: &crate::spec::scenario::Instance) -> Option<i64> {
+    let share = spec.limits.kept_share_per_client_percent?;
+    (spec.retention_hours.is_some() && share >= 100)
+        .then(|| coordinator::config::Limits::default().kept_min_ms)
 }

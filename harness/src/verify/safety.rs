@@ -54,11 +54,12 @@ pub enum SafetyKey {
     OutputBeforeSettlement,
     DeltasDisagreeWithOutput,
     PrivateDeltaLeak,
+    HonestResultLost,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 16] = [
+    pub const ALL: [SafetyKey; 17] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -75,6 +76,7 @@ impl SafetyKey {
         SafetyKey::OutputBeforeSettlement,
         SafetyKey::DeltasDisagreeWithOutput,
         SafetyKey::PrivateDeltaLeak,
+        SafetyKey::HonestResultLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +97,7 @@ impl SafetyKey {
             SafetyKey::OutputBeforeSettlement => "output_before_settlement",
             SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
+            SafetyKey::HonestResultLost => "honest_result_lost",
         }
     }
 }
@@ -119,6 +122,11 @@ pub struct InstanceState<'a> {
     /// That cut, in the transcript's time (ms after `+0.000s`), if one was
     /// applied.
     pub retention_cut_ms: Option<i64>,
+    /// With retention, when no client address can be over its share of
+    /// the kept budget (`kept_share_per_client_percent` 100): the minimum
+    /// keep time (decision 0018). No result younger than it may then be
+    /// deleted for room; `None` where an owner's share allows it.
+    pub results_kept_min_ms: Option<i64>,
     /// With user auth on: the pairings its users proved, (user id in
     /// normal form, worker key in lowercase), from the harness's own
     /// ledger (`world::users`). `None` with user auth off: there a user
@@ -396,11 +404,38 @@ fn check_lines<'a>(
         let before_cut = cut_ms.is_some_and(|cut_ms| *at_ms < cut_ms);
         !before_cut && !seen.ended.contains(&(*instance, id.clone()))
     });
-    match lost {
-        Some((instance, id, line, _)) => Err(Violation {
+    if let Some((instance, id, line, _)) = lost {
+        return Err(Violation {
             invariant: SafetyKey::AcknowledgedJobLost,
             message: format!(
                 "{instance} answered 201 for job {id}, which it no longer has (neither shown finished nor created before a retention cut)"
+            ),
+            line: Some(*line),
+        });
+    }
+    let end_ms = lines.last().map_or(i64::MIN, |l| line_ms(l));
+    check_results_kept(instances, &seen, end_ms)
+}
+
+/// `honest_result_lost`: on an instance where no owner can be over its
+/// share, a result shown completed and missing at the end was deleted
+/// younger than the minimum keep time if its 201 came less than that
+/// before the end (it completed after its 201 and was deleted by the end).
+fn check_results_kept(
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    seen: &Seen<'_>,
+    end_ms: i64,
+) -> Result<(), Violation> {
+    let young = seen.missing.iter().find(|(instance, id, _, at_ms)| {
+        let min_ms = instances[*instance].results_kept_min_ms;
+        min_ms.is_some_and(|min_ms| end_ms.saturating_sub(*at_ms) < min_ms)
+            && seen.completed.contains_key(&(*instance, id.clone()))
+    });
+    match young {
+        Some((instance, id, line, at_ms)) => Err(Violation {
+            invariant: SafetyKey::HonestResultLost,
+            message: format!(
+                "{instance} deleted job {id}'s result (committed at +{at_ms} ms, shown completed) before its minimum keep time, though no client was over its share"
             ),
             line: Some(*line),
         }),
@@ -776,6 +811,7 @@ mod tests {
             paid,
             retention,
             retention_cut_ms,
+            results_kept_min_ms: None,
             proven: None,
             settled: None,
         };
@@ -925,6 +961,7 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    results_kept_min_ms: None,
                     proven: None,
                     settled: None,
                 },
@@ -946,6 +983,7 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    results_kept_min_ms: None,
                     proven: None,
                     settled: None,
                 }
@@ -992,6 +1030,7 @@ mod tests {
                 paid: false,
                 retention: false,
                 retention_cut_ms: None,
+                results_kept_min_ms: None,
                 proven,
                 settled: None,
             };
@@ -1040,5 +1079,46 @@ mod tests {
         assert_eq!(unseen(None), Some("acknowledged_job_lost"));
         assert_eq!(unseen(Some(1)), Some("acknowledged_job_lost"));
         assert_eq!(unseen(Some(2)), None);
+    }
+
+    /// Where no client can be over its share, a result shown completed
+    /// may not be gone at the end if its 201 came less than the minimum
+    /// keep time before the end; a failure record may, and so may a
+    /// result committed longer ago.
+    #[test]
+    fn a_result_deleted_younger_than_its_keep_time_is_lost() {
+        let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
+        let completed = format!(
+            r#"[+0.002s] chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
+        );
+        let failed = format!(r#"[+0.002s] chain_a < 200 {{"id":"{J1}","status":"failed"}}"#);
+        let judge = |ended: &str, end: &str| {
+            let state = InstanceState {
+                jobs: &[],
+                trust: &[],
+                paid: false,
+                retention: true,
+                retention_cut_ms: None,
+                results_kept_min_ms: Some(120_000),
+                proven: None,
+                settled: None,
+            };
+            let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
+            let lines = [committed.clone(), ended.to_owned(), end.to_owned()];
+            check(
+                &lines,
+                &[],
+                &Default::default(),
+                &instances,
+                &BTreeMap::new(),
+            )
+            .err()
+            .map(|v| v.invariant.as_str())
+        };
+        let soon = "[+60.000s] note end";
+        let late = "[+120.001s] note end";
+        assert_eq!(judge(&completed, soon), Some("honest_result_lost"));
+        assert_eq!(judge(&completed, late), None);
+        assert_eq!(judge(&failed, soon), None);
     }
 }
