@@ -577,6 +577,7 @@ impl WorldSpec {
             .max()
             .unwrap_or(0)
             + 10_000
+            + super::floods::heal_extra_ms(self)
     }
 }
 
