@@ -1355,15 +1355,22 @@ impl Core {
                 (TimerKind::Pending, JobStatus::Pending) => {
                     self.dequeue(&timer.job);
                     let reason = match self.payment_expired(&timer.job, now_ms) {
-                        true => FailureReason::PaymentExpired,
+                        true => {
+                            crate::buggify::sometimes(
+                                "a paid job's payment expired while it waited",
+                            );
+                            FailureReason::PaymentExpired
+                        }
                         false => FailureReason::NoEligibleWorker,
                     };
                     self.fail(timer.job, reason);
                 }
                 (TimerKind::Settle, JobStatus::Running) => {
+                    crate::buggify::sometimes("a payment expired before its settlement ended");
                     self.fail(timer.job, FailureReason::PaymentExpired);
                 }
                 (TimerKind::Lease, JobStatus::Assigned | JobStatus::Running) => {
+                    crate::buggify::sometimes("a lease expired on a held job");
                     let session = job.worker.expect("held job has a worker");
                     self.outbox.push((
                         session,

@@ -2,6 +2,7 @@
 //! pool claims, the remote watch of held polls, and retention.
 
 use super::{ClusterLink, NodeStore, CLAIM_BATCH_MAX, CLAIM_INTERVAL_MS};
+use crate::buggify::{self, Site};
 use crate::cluster::ClusterError;
 use crate::retention::Retention;
 use crate::shell::Coordinator;
@@ -15,8 +16,13 @@ use tokio::sync::watch;
 pub async fn run_lease(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeStore>) {
     let every = Duration::from_millis((link.node_lease_ms / 3).max(1) as u64);
     let mut last_renewed_ms = c.now_ms();
+    // Late by at most an eighth of the lease: with the renewal every third,
+    // a late one still comes before the fence at half the lease (a fence
+    // from a fault point would be a fault the oracle cannot tell apart).
+    let late_max_ms = (link.node_lease_ms / 8).max(1) as u64;
     loop {
         tokio::time::sleep(every).await;
+        buggify::stall(Site::ClusterLeaseLate, late_max_ms).await;
         if store.is_fenced() {
             return;
         }
@@ -135,10 +141,7 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
         match link.shared.claim(&link.node, &want, now_ms).await {
             Ok(jobs) => {
                 let claimed = jobs.len();
-                let returned = match claimed {
-                    0 => 0,
-                    _ => c.with(|core, now_ms| core.adopt(jobs, now_ms)),
-                };
+                let returned = adopt_claimed(&c, jobs).await;
                 // More may wait only if the batch was full and every job
                 // found a worker here.
                 maybe_more = claimed == want.max && returned == 0;
@@ -150,6 +153,17 @@ pub async fn run_claims(c: Coordinator, link: Arc<ClusterLink>, store: Arc<NodeS
             Err(e) => tracing::warn!(error = %e, "claim failed"),
         }
     }
+}
+
+/// Hands claimed jobs to the core; how many went back to the pool.
+async fn adopt_claimed(c: &Coordinator, jobs: Vec<crate::core::Job>) -> usize {
+    if jobs.is_empty() {
+        return 0;
+    }
+    // A window where the jobs are this node's in the store and not yet in
+    // its core.
+    buggify::stall(Site::ClusterClaimSlow, 200).await;
+    c.with(|core, now_ms| core.adopt(jobs, now_ms))
 }
 
 /// Learns the trust entries other nodes wrote since `version`.
@@ -253,6 +267,7 @@ pub async fn run_retention(c: Coordinator, link: Arc<ClusterLink>, hours: u64) {
     let mut every = Retention::ticks();
     loop {
         every.tick().await;
+        buggify::stall(Site::RetentionPurgeLate, 1_000).await;
         let now_ms = c.now_ms();
         let age = retention.age_cut(now_ms);
         let forgotten = c.with(|core, now_ms| core.retention_pass(now_ms, age));

@@ -234,6 +234,7 @@ impl HeldPolls {
         if count <= newcomer_held + 1 {
             return false;
         }
+        crate::buggify::sometimes("a held poll was answered early to make room");
         let oldest = self.per_client[&client].first().copied();
         let Some((_, job)) = oldest.and_then(|seq| self.forget(seq).map(|f| (seq, f.1))) else {
             return false;

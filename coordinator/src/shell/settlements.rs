@@ -13,6 +13,7 @@
 //! it again rather than running the job again.
 
 use super::Coordinator;
+use crate::buggify::{self, Site};
 use crate::core::Settled;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -66,7 +67,7 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
         if c.now_ms() >= deadline_ms {
             break Settled::Expired;
         }
-        match gate.settle_ticket(&ticket).await {
+        match settle_once(&gate, &ticket).await {
             SettleOutcome::Settled(s) => {
                 break Settled::Paid {
                     transaction: s.response.transaction,
@@ -75,6 +76,7 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
             // Only our own earlier attempt can have spent the authorization
             // (or the payer, cancelling it in the same instant: decision 0021).
             SettleOutcome::Refused(x402::Reason::NonceAlreadyUsed) if sent => {
+                buggify::sometimes("settlement found its own lost settlement spent");
                 tracing::warn!(%job, "the authorization was spent by an earlier settlement whose answer was lost; counted settled, transaction unknown");
                 break Settled::Paid {
                     transaction: ticket.payment_ref.clone(),
@@ -86,6 +88,7 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
             }
             SettleOutcome::Lost(e) => {
                 sent = true;
+                buggify::sometimes("settlement answer lost and retried");
                 c.metrics().settlement("lost");
                 tracing::warn!(%job, error = %e, "settlement answer lost; retrying the same payment");
                 let left_ms = u64::try_from(deadline_ms - c.now_ms()).unwrap_or(0);
@@ -95,6 +98,19 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
         }
     };
     report(&c, id, outcome);
+}
+
+/// One `/settle` call, with its fault points: a facilitator that answers
+/// late, or settles and loses its answer (the retry must then count the
+/// spent authorization as its own settlement, not charge twice).
+async fn settle_once(gate: &x402::PaymentGate, ticket: &SettleTicket) -> SettleOutcome {
+    buggify::stall(Site::FacilitatorSlow, 2_000).await;
+    match gate.settle_ticket(ticket).await {
+        SettleOutcome::Settled(_) if buggify::fire(Site::FacilitatorLost) => {
+            SettleOutcome::Lost("buggify: the facilitator's answer was lost".into())
+        }
+        outcome => outcome,
+    }
 }
 
 /// Feeds the core a settlement's outcome and counts it.

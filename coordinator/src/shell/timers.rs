@@ -1,6 +1,7 @@
 //! The timer task: fires the core's deadlines on the injected clock.
 
 use super::Coordinator;
+use crate::buggify::{self, Site};
 
 /// Sleeps until the core's next deadline, fires due timers, repeats, until
 /// the server stops it (its `Tasks`, on shutdown, crash or drop). A
@@ -13,6 +14,7 @@ pub(crate) async fn run_timers(c: Coordinator) {
             .map(|at| at - c.now_ms());
         if let Some(ms) = wait_ms {
             if ms <= 0 {
+                buggify::stall(Site::TimerLate, 50).await;
                 c.with(|core, now_ms| core.tick(now_ms));
                 continue;
             }

@@ -15,6 +15,7 @@
 
 use super::deltas::DeltaRate;
 use super::result::{check_result, Held, OutputShape};
+use crate::buggify::{self, Site};
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::shell::{Coordinator, OutboxRx};
 use protocol::api::JobType;
@@ -114,7 +115,11 @@ impl<C: FrameConnection> FrameConnection for Timed<C> {
     async fn send(&mut self, text: String) -> Result<(), SendError> {
         let deadline = Instant::now() + self.within;
         let deadline = self.silent_until.map_or(deadline, |s| s.min(deadline));
-        match tokio::time::timeout_at(deadline, self.conn.send(text)).await {
+        let send = async {
+            buggify::stall(Site::WorkerSendStall, 200).await;
+            self.conn.send(text).await
+        };
+        match tokio::time::timeout_at(deadline, send).await {
             Ok(sent) => sent,
             Err(_) => {
                 self.stalled = true;

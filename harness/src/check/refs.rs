@@ -107,6 +107,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         | Action::ExpectFrames(_)
         | Action::SendFrame(_)
         | Action::Group(_)
+        | Action::Buggify(_)
         | Action::WaitWorkload(_) => return None,
     })
 }

@@ -65,6 +65,9 @@ pub struct RunReport {
     /// Time to first token and total time of each read that was shown a
     /// job's end (`stream` steps; ms of simulated time from its request).
     pub reads: Vec<ReadTiming>,
+    /// The coordinator's fault points that fired and the `sometimes`
+    /// states it reached (simulated runs; empty live).
+    pub fired: coordinator::buggify::Fired,
 }
 
 /// One stream read's time to first token against its whole time.
@@ -87,6 +90,7 @@ impl RunReport {
             digest: String::new(),
             outcome: Outcome::Failed { step: 0, message },
             reads: vec![],
+            fired: Default::default(),
         }
     }
 
@@ -106,8 +110,35 @@ impl RunReport {
             digest: world.transcript.digest(),
             outcome,
             reads: read_timings(world),
+            fired: coordinator::buggify::fired(),
         }
     }
+}
+
+/// Names the fault points that fired, last in a BUGGIFY run's transcript
+/// (so a replay that fires them otherwise differs), e.g.
+/// `buggify fired: store.writer.yield 3, timer.late 1`.
+fn log_fired(scenario: &Scenario, world: &World) {
+    if !scenario.buggify {
+        return;
+    }
+    let fired = coordinator::buggify::fired();
+    let sites: Vec<String> = (fired.fired.iter())
+        .map(|(site, n)| format!("{} {n}", site.name()))
+        .collect();
+    let on: Vec<&str> = fired.on.iter().map(|s| s.name()).collect();
+    world.transcript.log(
+        "harness",
+        format!(
+            "buggify on: {}; fired: {}",
+            on.join(", "),
+            if sites.is_empty() {
+                "none".into()
+            } else {
+                sites.join(", ")
+            }
+        ),
+    );
 }
 
 /// The reads shown a job's end in one connection, not resumed (their
@@ -145,6 +176,9 @@ pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
 /// `tokio_seed`, which the harness checks (the second of its two runs uses
 /// another one). Without `--cfg tokio_unstable` the tokio seed is not set.
 pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> RunReport {
+    // The world is this thread's alone until the runtime drops: its fault
+    // points and `sometimes` states are armed for the run (decision 0024).
+    let _armed = coordinator::buggify::arm(seed, scenario.buggify);
     // Time only: an accidental real socket or file wait fails loudly.
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);
@@ -170,6 +204,7 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
                 .transcript
                 .log("harness", format!("scenario {} seed {seed}", scenario.name));
             let (steps_run, outcome) = run_steps(scenario, &mut world, &mut background).await;
+            log_fired(scenario, &world);
             RunReport::finished(scenario, seed, &world, steps_run, outcome)
         })
     }));

@@ -65,6 +65,12 @@ pub(super) async fn run_step(
             run_facilitator_control(control, world)?;
             None
         }
+        Action::Buggify(switch) => {
+            let on = *switch == crate::spec::BuggifySwitch::On;
+            coordinator::buggify::set_active(on);
+            world.transcript.log("harness", format!("buggify {switch}"));
+            None
+        }
         Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
         Action::ExpectStore(read) => Some(run_expect_store(read, world, vars)?),
         Action::ExpectFrames(expect) => {

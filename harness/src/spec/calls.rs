@@ -192,6 +192,15 @@ pub struct Attack {
 }
 
 choice!(
+    /// A `buggify` step: the fault points stop or fire again (a run's
+    /// liveness phase turns them off, as FoundationDB's and VOPR's do).
+    BuggifySwitch {
+        On => "on",
+        Off => "off",
+    }
+);
+
+choice!(
     /// What an `attack` step tries.
     AttackKind {
         /// trust/create for the victim without a proof, then a claim.

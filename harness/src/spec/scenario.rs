@@ -56,6 +56,10 @@ pub struct Scenario {
     /// their key proves, and `http` steps sign as them (`user_proof`).
     #[serde(default)]
     pub users: BTreeMap<String, UserSpec>,
+    /// The coordinator's fault points fire in this run (BUGGIFY, decision
+    /// 0024; simulation only): about half the sites on, chosen by the seed.
+    #[serde(default)]
+    pub buggify: bool,
 }
 
 /// A scenario user: a secp256k1 key derived from the seed and the name.
@@ -496,6 +500,8 @@ impl Scenario {
             Some("[[workloads]]".to_owned())
         } else if !self.faults.is_empty() {
             Some("[[faults]]".to_owned())
+        } else if self.buggify {
+            Some("buggify = true".to_owned())
         } else {
             waits_for_workload.map(|i| format!("step {} (wait_until a workload)", i + 1))
         };
@@ -810,6 +816,22 @@ mod tests {
         keys.extend(ActionKey::NAMES);
         keys.extend(["expect", "capture", "repeat", "for_each"]);
         assert_eq!(STEP_KEYS, keys.as_slice());
+    }
+
+    #[test]
+    fn buggify_needs_version_2_and_the_simulation() {
+        let v1 = HEAD.replace("live = false", "live = false\nbuggify = true");
+        let err = Scenario::parse(&v1).unwrap_err();
+        assert!(
+            err.contains("buggify = true needs schema_version = 2"),
+            "{err}"
+        );
+        let v2 = v1.replace("schema_version = 1", "schema_version = 2");
+        let live = v2.replace("live = false", "live = true");
+        let err = Scenario::parse(&live).unwrap_err();
+        assert!(err.contains("runs only in the simulation"), "{err}");
+        let ok = Scenario::parse(&format!("{v2}[[steps]]\nbuggify = \"off\"\n"));
+        assert!(ok.unwrap().buggify);
     }
 
     #[test]

@@ -152,6 +152,10 @@ actions! {
     /// Server-sent events read as they come (`calls::StreamCall`).
     Stream(StreamCall) => "stream",
         answers: true, simulation_only: true, version: 2;
+    /// The coordinator's fault points stop (`"off"`) or fire again
+    /// (`"on"`) in a `buggify = true` run (decision 0024).
+    Buggify(BuggifySwitch) => "buggify",
+        answers: false, simulation_only: true, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -66,6 +66,7 @@ impl WorldSpec {
         super::cancels::draw(&mut world);
         super::settlement::draw(&mut world);
         super::streams::draw(&mut world);
+        super::buggify::draw(&mut world);
         super::floods::draw(&mut world);
         world
     }

@@ -17,6 +17,7 @@
 //! thread count.
 
 pub mod attacks;
+pub mod buggify;
 pub mod cancels;
 pub mod cli;
 pub mod draw;
@@ -26,6 +27,7 @@ pub mod render;
 pub mod settlement;
 pub mod shrink;
 pub mod spec;
+pub mod steer;
 pub mod streams;
 #[cfg(test)]
 mod tests;
@@ -35,6 +37,7 @@ use crate::spec::Scenario;
 use spec::{Kind, WorldSpec};
 use std::collections::BTreeMap;
 use std::ops::Range;
+pub use steer::WorldId;
 
 /// Tokio's RNG seed of a world's second run (as the ordinary harness's).
 const SECOND_TOKIO_SEED: u64 = 0x5eed_0f70_c10c;
@@ -54,7 +57,7 @@ pub enum Verdict {
 /// What one seed did, for the summary and the coverage table.
 #[derive(Debug, Clone)]
 pub struct SeedResult {
-    pub seed: u64,
+    pub id: WorldId,
     pub verdict: Verdict,
     pub kinds: Vec<Kind>,
     /// Counts of what happened in the run (faults fired, invariants judged).
@@ -63,13 +66,17 @@ pub struct SeedResult {
     /// Time to first token and total time of its stream reads shown a
     /// job's end (the `streams` kind).
     pub reads: Vec<crate::run::ReadTiming>,
+    /// The fault points on and fired and the `sometimes` states reached
+    /// in its first run.
+    pub fired: coordinator::buggify::Fired,
 }
 
-/// The scenario name of a world (and its file's stem).
-pub fn scenario_name(seed: u64, invariant: Option<&str>) -> String {
+/// The scenario name of a world (and its file's stem): `swarm-seed-7`,
+/// `swarm-KEY-seed-7`, `swarm-KEY-seed-7v2` for a variation.
+pub fn scenario_name(id: WorldId, invariant: Option<&str>) -> String {
     match invariant {
-        Some(i) => format!("swarm-{}-seed-{seed}", i.replace('_', "-")),
-        None => format!("swarm-seed-{seed}"),
+        Some(i) => format!("swarm-{}-seed-{id}", i.replace('_', "-")),
+        None => format!("swarm-seed-{id}"),
     }
 }
 
@@ -93,7 +100,7 @@ pub fn scenario_of(world: &WorldSpec, name: &str, description: &str) -> Result<S
 
 /// Runs one world once (or twice, comparing transcripts) and judges it.
 pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
-    let name = scenario_name(world.seed, None);
+    let name = scenario_name(WorldId::seed(world.seed), None);
     let scenario = match scenario_of(world, &name, "") {
         Ok(s) => s,
         Err(message) => {
@@ -229,12 +236,12 @@ pub fn coverage(lines: &[String]) -> BTreeMap<String, u64> {
     counts
 }
 
-/// Runs one seed: generate, run twice, judge, count coverage.
-pub fn run_seed(seed: u64) -> SeedResult {
-    let world = WorldSpec::generate(seed);
+/// Runs one world: generate, run twice, judge, count coverage.
+pub fn run_world(id: WorldId) -> SeedResult {
+    let world = id.world();
     let (verdict, report) = judge(&world, true);
     SeedResult {
-        seed,
+        id,
         verdict,
         kinds: world.kinds.0.clone(),
         coverage: report
@@ -242,6 +249,7 @@ pub fn run_seed(seed: u64) -> SeedResult {
             .map(|r| coverage(&r.transcript))
             .unwrap_or_default(),
         reads: report.as_ref().map(|r| r.reads.clone()).unwrap_or_default(),
+        fired: report.as_ref().map(|r| r.fired.clone()).unwrap_or_default(),
         sim_ms: report.map_or(0, |r| r.sim_ms),
     }
 }
@@ -249,7 +257,7 @@ pub fn run_seed(seed: u64) -> SeedResult {
 /// A failure shrunk and written out.
 #[derive(Debug, Clone)]
 pub struct Shrunk {
-    pub seed: u64,
+    pub id: WorldId,
     pub invariant: String,
     pub message: String,
     pub path: std::path::PathBuf,
@@ -257,14 +265,14 @@ pub struct Shrunk {
     pub runs: usize,
 }
 
-/// Shrinks the world of `seed` while it fails `invariant`, and writes it to
-/// `dir` as `swarm-<invariant>-seed-<seed>.toml`.
+/// Shrinks world `id` while it fails `invariant`, and writes it to `dir`
+/// as `swarm-<invariant>-seed-<id>.toml`.
 pub fn shrink_and_write(
-    seed: u64,
+    id: WorldId,
     invariant: &str,
     dir: &std::path::Path,
 ) -> std::io::Result<Shrunk> {
-    let original = WorldSpec::generate(seed);
+    let original = id.world();
     let twice = invariant == "deterministic_replay";
     let fails = |w: &WorldSpec| matches!(judge(w, twice).0, Verdict::Fail { invariant: ref i, .. } if i == invariant);
     let (small, runs) = shrink::shrink(original.clone(), fails);
@@ -272,10 +280,10 @@ pub fn shrink_and_write(
         Verdict::Fail { message, .. } => message,
         Verdict::Pass => "(the shrunk world passed when run again)".into(),
     };
-    let name = scenario_name(seed, Some(invariant));
+    let name = scenario_name(id, Some(invariant));
     let first_line = message.lines().next().unwrap_or("");
     let description = format!(
-        "Found by `harness swarm` at seed {seed} ({} events, {} workers; shrunk to {} and {} in {runs} runs): {first_line}",
+        "Found by `harness swarm` at seed {id} ({} events, {} workers; shrunk to {} and {} in {runs} runs): {first_line}",
         original.events.len(),
         original.workers.len(),
         small.events.len(),
@@ -286,7 +294,7 @@ pub fn shrink_and_write(
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, &text)?;
     Ok(Shrunk {
-        seed,
+        id,
         invariant: invariant.to_owned(),
         message,
         path,

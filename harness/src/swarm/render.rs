@@ -16,6 +16,9 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     let _ = writeln!(w, "description = {description:?}");
     let _ = writeln!(w, "seed = {}", world.seed);
     let _ = writeln!(w, "live = false");
+    if world.kinds.has(Kind::Buggify) {
+        let _ = writeln!(w, "buggify = true");
+    }
     render_peers(w, world);
     for (k, f) in world.link_faults.iter().enumerate() {
         render_link_fault(w, k, f);
@@ -37,13 +40,7 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     {
         let _ = writeln!(w, "\n[router]\nallow_private_hosted = false");
     }
-    for (k, p) in world.pairings.iter().enumerate() {
-        if world.user_auth {
-            render_proven_pairing(w, k, p);
-        } else {
-            render_pairing(w, k, p);
-        }
-    }
+    render_pairings(w, world);
     for t in &world.events {
         if t.after_ms > 0 {
             let _ = writeln!(w, "\n[[steps]]\nadvance = \"{}ms\"", t.after_ms);
@@ -55,6 +52,9 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
         }
     }
     if world.heal {
+        if world.kinds.has(Kind::Buggify) {
+            render_buggify(w, "off", "liveness phase: fault points stop");
+        }
         render_heal(w, world);
         let _ = writeln!(w, "\n[invariants]\nall_jobs_terminal = true");
     }
@@ -68,6 +68,31 @@ pub fn render(world: &WorldSpec, name: &str, description: &str) -> String {
     out
 }
 
+/// The set-up pairings; in a `buggify` world the fault points wait while
+/// they run (they fire in the timeline only, not in the set-up nor in the
+/// liveness phase, see [`render`]'s heal).
+fn render_pairings(w: &mut String, world: &WorldSpec) {
+    let switched = world.kinds.has(Kind::Buggify) && !world.pairings.is_empty();
+    if switched {
+        render_buggify(w, "off", "set-up: fault points wait");
+    }
+    for (k, p) in world.pairings.iter().enumerate() {
+        if world.user_auth {
+            render_proven_pairing(w, k, p);
+        } else {
+            render_pairing(w, k, p);
+        }
+    }
+    if switched {
+        render_buggify(w, "on", "timeline: fault points fire");
+    }
+}
+
+/// A `buggify` step that stops or resumes the fault points.
+fn render_buggify(w: &mut String, on: &str, why: &str) {
+    let _ = writeln!(w, "\n[[steps]]\nname = {why:?}\nbuggify = {on:?}");
+}
+
 /// 1, unless the world uses what version 2 added (link faults, user auth,
 /// workloads, reboots, duplicate sessions, cancels, streams, polls).
 fn schema_version(world: &WorldSpec) -> u32 {
@@ -78,6 +103,7 @@ fn schema_version(world: &WorldSpec) -> u32 {
         && world.workers.iter().all(|w| w.key_of.is_none())
         && !world.kinds.has(Kind::Cancels)
         && !world.kinds.has(Kind::Streams)
+        && !world.kinds.has(Kind::Buggify)
         && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
     if plain {
         1

@@ -4,7 +4,7 @@
 //! budget is spent; every candidate is normalized (so it renders as a
 //! consistent scenario) and must keep an honest worker per instance.
 
-use super::spec::{Event, WorldSpec};
+use super::spec::{Event, Kind, WorldSpec};
 
 /// How many candidate worlds one shrink may run at most.
 pub const RUNS_MAX: usize = 600;
@@ -43,6 +43,12 @@ fn one_pass(best: &mut WorldSpec, attempt: &mut Try<'_>) {
     simplify_workers(best, attempt);
     simplify_instances(best, attempt);
     simplify_events(best, attempt);
+    if best.kinds.has(Kind::Buggify) {
+        // Without the fault points, if it fails without them.
+        let mut c = best.clone();
+        c.kinds.0.retain(|k| *k != Kind::Buggify);
+        attempt(best, c);
+    }
     for fewer in [0, 1] {
         if best.heal && best.heal_commits > fewer {
             let mut c = best.clone();

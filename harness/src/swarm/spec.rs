@@ -50,6 +50,9 @@ pub enum Kind {
     /// Streaming workers and readers of jobs' events (drawn by
     /// [`super::streams`]).
     Streams,
+    /// The coordinator's fault points fire (`buggify = true`, decision
+    /// 0024; drawn by [`super::buggify`]).
+    Buggify,
     /// A flooder commits bursts of jobs from a client address of its own on
     /// instances that run retention, whose kept budget is then shared by
     /// nobody's rule but age (drawn by [`super::floods`]).
@@ -91,14 +94,16 @@ impl Kind {
 
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
-    /// [`Kind::SettlementFaults`], [`Kind::Streams`] and [`Kind::Floods`].
+    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`] and
+    /// [`Kind::Floods`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 6];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 7];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
-        all[Self::MAIN_STREAM.len() + 5] = Kind::Floods;
+        all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
+        all[Self::MAIN_STREAM.len() + 6] = Kind::Floods;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -139,6 +144,7 @@ impl Kind {
             Kind::Cancels => "cancels",
             Kind::SettlementFaults => "settlement_faults",
             Kind::Streams => "streams",
+            Kind::Buggify => "buggify",
             Kind::Floods => "floods",
         }
     }

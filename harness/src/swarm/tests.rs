@@ -9,7 +9,7 @@ use super::*;
 use std::path::Path;
 
 fn checked(world: &WorldSpec) -> Vec<String> {
-    let name = scenario_name(world.seed, None);
+    let name = scenario_name(WorldId::seed(world.seed), None);
     let text = render::render(world, &name, "test");
     let scenario = match Scenario::parse(&text) {
         Ok(s) => s,
@@ -317,7 +317,7 @@ fn the_shrinker_drops_nodes_the_failure_does_not_need() {
 fn a_world_shrunk_to_nothing_still_loads_and_checks() {
     for seed in 0..40 {
         let (small, _) = shrink(WorldSpec::generate(seed), |_| true);
-        let name = scenario_name(seed, Some("x"));
+        let name = scenario_name(WorldId::seed(seed), Some("x"));
         let text = render::render(&small, &name, "x");
         let scenario = crate::Scenario::parse(&text).expect("parses");
         let path = std::path::PathBuf::from(format!("{name}.toml"));
@@ -459,4 +459,53 @@ fn streams_change_only_the_worlds_they_are_on_in() {
         assert!(text.starts_with("schema_version = 2"), "seed {seed}");
     }
     assert!((30..=90).contains(&on), "{on} of 200 worlds have streams");
+}
+
+/// A variation keeps its seed's world but the timeline's gaps, renders to
+/// a scenario the checks accept, and is a function of its number.
+#[test]
+fn a_variation_changes_only_the_timelines_gaps() {
+    for seed in 0..60 {
+        let world = WorldSpec::generate(seed);
+        let varied = WorldId { seed, variation: 3 }.world();
+        assert_eq!(varied, WorldId { seed, variation: 3 }.world());
+        let gaps = |w: &WorldSpec| w.events.iter().map(|t| t.after_ms).collect::<Vec<_>>();
+        let mut same = varied.clone();
+        for (t, original) in same.events.iter_mut().zip(&world.events) {
+            t.after_ms = original.after_ms;
+        }
+        assert_eq!(same, world, "seed {seed}: only gaps change");
+        if world.events.iter().filter(|t| t.after_ms > 10).count() > 3 {
+            assert_ne!(gaps(&varied), gaps(&world), "seed {seed}");
+        }
+        assert!(checked(&varied).is_empty(), "seed {seed}");
+    }
+}
+
+/// Steering keeps, per state no world reached before, the lowest seed of
+/// the round that reached it; variations reach states without being kept.
+#[test]
+fn the_first_seed_to_reach_a_new_state_is_kept_once() {
+    let result = |seed, variation, states: &[&'static str]| SeedResult {
+        id: WorldId { seed, variation },
+        verdict: Verdict::Pass,
+        kinds: vec![],
+        coverage: Default::default(),
+        sim_ms: 0,
+        reads: vec![],
+        fired: coordinator::buggify::Fired {
+            reached: states.iter().map(|s| (*s, 1)).collect(),
+            ..Default::default()
+        },
+    };
+    let mut seen = std::collections::BTreeSet::from(["old"]);
+    let round = [
+        result(4, 0, &["old", "b"]),
+        result(4, 1, &["c"]),
+        result(5, 0, &["a", "b"]),
+        result(9, 0, &["a", "c"]),
+    ];
+    assert_eq!(steer::first_reachers(&round, &mut seen), vec![4, 5]);
+    assert_eq!(seen.len(), 4, "a, b and c join old");
+    assert!(steer::first_reachers(&round, &mut seen).is_empty());
 }

@@ -104,6 +104,15 @@ impl SimInstance {
         }
         .map_err(|e| e.to_string())?;
         started.serve(self.net.listen(&self.host), |_| {});
+        if let Some(store) = started.store() {
+            // The `store.writer.crash` fault point (a BUGGIFY run's only):
+            // killed as an armed crash kills, restarted at the next step.
+            let (net, host, crashed) = (self.net.clone(), self.host.clone(), self.crashed.clone());
+            store.on_buggify_crash(move || {
+                net.crash(&host);
+                crashed.store(true, Ordering::SeqCst);
+            });
+        }
         if let Some(fenced) = started.fenced() {
             tokio::spawn(self.clone().supervise(fenced));
         }
@@ -200,12 +209,15 @@ impl SimInstance {
     pub async fn shutdown(&self) {
         let server = {
             let mut process = self.process();
-            let server = process.server.take();
+            let Some(server) = process.server.take() else {
+                // Down already (a reboot's crash): its keeper holds the
+                // database until the next generation opens it.
+                return;
+            };
             // The in-memory database must outlive the generation.
-            process.keeper = server.as_ref().and_then(|s| s.store().cloned());
+            process.keeper = server.store().cloned();
             server
         };
-        let Some(server) = server else { return };
         self.note_retention_cut(&server);
         server.shutdown().await;
         if let Some(store) = &self.process().keeper {

@@ -147,6 +147,9 @@ struct Shared {
     halted: AtomicBool,
     /// A crash armed by `crash_after`.
     crash_point: Mutex<Option<(StoreWrite, CrashHook)>>,
+    /// What a crash at the `store.writer.crash` fault point runs (the
+    /// simulation's; see [`SqliteStore::on_buggify_crash`]).
+    buggify_crash: Mutex<Option<CrashHook>>,
     /// Where group commits are recorded, once the coordinator gave it.
     metrics: OnceLock<StoreMetrics>,
 }
@@ -245,6 +248,7 @@ impl SqliteStore {
             durable: Mutex::new(Durable::default()),
             halted: AtomicBool::new(false),
             crash_point: Mutex::new(None),
+            buggify_crash: Mutex::new(None),
             metrics: OnceLock::new(),
         });
         let writer = match (mode, writer) {
@@ -332,6 +336,14 @@ impl SqliteStore {
     /// point, e.g. between a payment's nonce and its job.
     pub fn crash_after(&self, write: StoreWrite, then: impl FnOnce() + Send + 'static) {
         *lock(&self.shared.crash_point) = Some((write, Box::new(then)));
+    }
+
+    /// What the writer runs, after halting the store, when the
+    /// `store.writer.crash` fault point fires between two steps of its turn
+    /// (`crate::buggify`; only in an armed simulation). As with
+    /// [`SqliteStore::crash_after`], `then` kills the rest of the process.
+    pub fn on_buggify_crash(&self, then: impl FnOnce() + Send + 'static) {
+        *lock(&self.shared.buggify_crash) = Some(Box::new(then));
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::rows::{JobRows, RowChanges};
 use super::*;
+use crate::buggify::{self, Site};
 use rusqlite::CachedStatement;
 
 /// Marks a reserved payment nonce spent.
@@ -146,30 +147,51 @@ impl Shared {
     }
 
     /// Commits everything pending in one transaction; `false` once closed.
+    /// The writer thread's turn: take, commit, answer.
     pub(super) fn commit_pending(&self) -> bool {
-        let (changes, purge, upto, events) = {
-            let mut pending = self.pending();
-            if self.is_halted() {
-                return false;
+        match self.take() {
+            Take::Closed => false,
+            Take::Idle => true,
+            Take::Batch(batch) => {
+                let result = self.commit_batch(&batch);
+                self.answer(&batch, result);
+                true
             }
-            if pending.changes.is_empty() && pending.purge.is_empty() {
-                return !pending.closed;
-            }
-            let events = pending.appended - pending.taken;
-            pending.taken = pending.appended;
-            let changes = Arc::new(std::mem::take(&mut pending.changes));
-            pending.committing = Some(Arc::clone(&changes));
-            (
-                changes,
-                std::mem::take(&mut pending.purge),
-                pending.appended,
-                events,
-            )
-        };
+        }
+    }
+
+    /// The first step of a writer's turn: moves the pending changes to
+    /// `committing`.
+    pub(super) fn take(&self) -> Take {
+        let mut pending = self.pending();
+        if self.is_halted() {
+            return Take::Closed;
+        }
+        if pending.changes.is_empty() && pending.purge.is_empty() {
+            return if pending.closed {
+                Take::Closed
+            } else {
+                Take::Idle
+            };
+        }
+        let events = pending.appended - pending.taken;
+        pending.taken = pending.appended;
+        let changes = Arc::new(std::mem::take(&mut pending.changes));
+        pending.committing = Some(Arc::clone(&changes));
+        Take::Batch(Batch {
+            changes,
+            purge: std::mem::take(&mut pending.purge),
+            upto: pending.appended,
+            events,
+        })
+    }
+
+    /// The second step: the batch's transaction.
+    pub(super) fn commit_batch(&self, batch: &Batch) -> Result<(), SqliteError> {
         // tokio's clock: monotonic on the writer thread (no runtime there),
         // virtual under the simulation, where the commit takes no time.
         let started = tokio::time::Instant::now();
-        let result = self.commit(&changes, &purge);
+        let result = self.commit(&batch.changes, &batch.purge);
         // The database answers for the batch now, and before the flushes
         // are answered: once `flush` resolves, reads come from the rows (a
         // purge in the batch has taken effect). A failed commit leaves the
@@ -178,17 +200,40 @@ impl Shared {
         match &result {
             Ok(()) => {
                 if let Some(metrics) = self.metrics.get() {
-                    metrics.flushed(events, started.elapsed());
+                    metrics.flushed(batch.events, started.elapsed());
                 }
             }
             Err(e) => tracing::error!(error = %e, "group commit failed"),
         }
-        self.publish(result.map(|()| upto).map_err(|e| e.to_string()));
-        if spends_nonce(&changes) {
+        result
+    }
+
+    /// The last step: answers the flushes the commit satisfied. Never before
+    /// the commit: an answer is a promise that a crash keeps.
+    pub(super) fn answer(&self, batch: &Batch, result: Result<(), SqliteError>) {
+        self.publish(result.map(|()| batch.upto).map_err(|e| e.to_string()));
+        if spends_nonce(&batch.changes) {
             self.wrote(StoreWrite::NonceSpent);
         }
         self.wrote(StoreWrite::Commit);
-        true
+    }
+
+    /// A window between two steps of the task writer's turn, where the
+    /// simulation's fault points land (`crate::buggify`): other tasks run
+    /// meanwhile, or the process dies here. `false` once dead.
+    async fn between_steps(&self) -> bool {
+        if buggify::fire(Site::StoreWriterYield) {
+            tokio::task::yield_now().await;
+        }
+        let hook = lock(&self.buggify_crash).take_if(|_| buggify::fire(Site::StoreWriterCrash));
+        match hook {
+            Some(then) => {
+                self.halt();
+                then();
+                false
+            }
+            None => !self.is_halted(),
+        }
     }
 
     pub(super) fn has_work(&self) -> bool {
@@ -215,17 +260,48 @@ pub(super) fn run_writer(shared: &Shared) {
     }
 }
 
-/// The writer as a task: the same commits, woken through a `Notify` (a
-/// wake-up that comes while it commits is kept as a permit, never lost).
+/// The writer as a task: the same turn, woken through a `Notify` (a
+/// wake-up that comes while it commits is kept as a permit, never lost),
+/// with the simulation's fault points between its steps.
 pub(super) async fn run_writer_task(shared: Arc<Shared>) {
     loop {
         while !shared.has_work() {
             shared.wake_task.notified().await;
         }
-        if !shared.commit_pending() {
+        let batch = match shared.take() {
+            Take::Closed => return,
+            Take::Idle => continue,
+            Take::Batch(batch) => batch,
+        };
+        if !shared.between_steps().await {
             return;
         }
+        buggify::stall(Site::StoreFlushSlow, 50).await;
+        let result = shared.commit_batch(&batch);
+        if !shared.between_steps().await {
+            return;
+        }
+        shared.answer(&batch, result);
     }
+}
+
+/// What one writer's turn found.
+pub(super) enum Take {
+    /// Halted, or closed with nothing left: the writer ends.
+    Closed,
+    /// Nothing to commit (woken for nothing).
+    Idle,
+    Batch(Batch),
+}
+
+/// The changes one turn commits.
+pub(super) struct Batch {
+    changes: Arc<Vec<Change>>,
+    purge: Vec<Uuid>,
+    /// The appended count the commit makes durable.
+    upto: u64,
+    /// How many changes it holds (for the metrics).
+    events: u64,
 }
 
 /// Room for a typical job's JSON (a completed one with its receipt is
