@@ -19,6 +19,12 @@
 //! during a settlement, a result for a job already ended): the harness
 //! counts them per world, lists the states never reached, and steers its
 //! draws toward seeds that reached new ones. Recorded only when armed.
+//!
+//! [`result_deleted`] is a witness, not a fault: retention notes each
+//! result it deletes with its completion time and the time of the pass, so
+//! the harness judges every deletion at the moment it happened against the
+//! minimum keep time (decision 0018), not only what is missing at the end
+//! of a run (whose heal outlasts the keep time). Recorded only when armed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -93,6 +99,10 @@ impl Site {
 /// (a limit on everything; the code names a few dozen).
 const STATES_MAX: usize = 256;
 
+/// At most this many deleted results are noted per world: far more than a
+/// simulated world completes.
+const DELETED_MAX: usize = 100_000;
+
 /// The chance an enabled site fires on one call: 1 in this.
 const FIRE_ONE_IN: u32 = 4;
 
@@ -105,6 +115,17 @@ struct Armed {
     rngs: Vec<ChaCha20Rng>,
     fired: [u64; SITES],
     reached: BTreeMap<&'static str, u64>,
+    deleted: Vec<DeletedResult>,
+}
+
+/// A result retention deleted (see [`result_deleted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeletedResult {
+    pub id: uuid::Uuid,
+    /// When the job completed (the core's clock, ms since the epoch).
+    pub completed_ms: i64,
+    /// When the pass that deleted it ran.
+    pub deleted_ms: i64,
 }
 
 thread_local! {
@@ -143,6 +164,7 @@ pub fn arm(seed: u64, buggify: bool) -> Guard {
         rngs,
         fired: [0; SITES],
         reached: BTreeMap::new(),
+        deleted: Vec::new(),
     };
     ARMED.with(|a| *a.borrow_mut() = Some(armed));
     Guard(())
@@ -203,6 +225,28 @@ pub fn sometimes(state: &'static str) {
             }
         }
     });
+}
+
+/// Notes that retention deleted a result (see the module's doc). Free when
+/// unarmed.
+pub fn result_deleted(deleted: DeletedResult) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            if armed.deleted.len() < DELETED_MAX {
+                armed.deleted.push(deleted);
+            }
+        }
+    });
+}
+
+/// The results this thread's armed world deleted so far, in order; empty
+/// when unarmed.
+pub fn deleted_results() -> Vec<DeletedResult> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.deleted.clone())
+    })
 }
 
 /// What an armed world did so far: the sites switched on, how often each

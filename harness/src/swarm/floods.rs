@@ -8,9 +8,10 @@
 //! is then ever over its share, so decision 0018 promises that no result
 //! younger than the minimum keep time (2 minutes, longer than any world)
 //! is deleted for room; commits get 503 instead. `honest_result_lost`
-//! holds the instance to it: a result shown completed and gone at the end
-//! was deleted too young. A retention that deletes by age or creation
-//! order whoever owns what (the code before the fix) is seen at once.
+//! holds the instance to it at every deletion (retention's witness,
+//! `coordinator::buggify::result_deleted`). A retention that deletes by
+//! age or creation order whoever owns what (the code before the fix) is
+//! seen at once.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after the
 //! rest of the world is drawn, so a seed without it keeps its world

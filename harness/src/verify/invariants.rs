@@ -109,6 +109,7 @@ fn check_safety(
         .iter()
         .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
         .collect();
+    let deleted = results_deleted();
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -125,6 +126,7 @@ fn check_safety(
                     .max()
                     .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
                 results_kept_min_ms: spec.and_then(results_kept_min_ms),
+                results_deleted: Some(&deleted),
                 proven: spec
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
@@ -211,4 +213,13 @@ fn results_kept_min_ms(spec: &crate::spec::scenario::Instance) -> Option<i64> {
     let share = spec.limits.kept_share_per_client_percent?;
     (spec.retention_hours.is_some() && share >= 100)
         .then(|| coordinator::config::Limits::default().kept_min_ms)
+}
+
+/// The results retention deleted in this thread's simulated world, by job
+/// id: how long after its completion each was deleted (ms).
+fn results_deleted() -> BTreeMap<String, i64> {
+    coordinator::buggify::deleted_results()
+        .into_iter()
+        .map(|d| (d.id.to_string(), d.deleted_ms - d.completed_ms))
+        .collect()
 }

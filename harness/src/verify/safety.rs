@@ -127,6 +127,11 @@ pub struct InstanceState<'a> {
     /// keep time (decision 0018). No result younger than it may then be
     /// deleted for room; `None` where an owner's share allows it.
     pub results_kept_min_ms: Option<i64>,
+    /// The results retention deleted in the simulated world, by job id:
+    /// how long after its completion each was deleted (the coordinator's
+    /// witness, `coordinator::buggify::deleted_results`). `None` where the
+    /// harness cannot see deletions (live runs).
+    pub results_deleted: Option<&'a BTreeMap<String, i64>>,
     /// With user auth on: the pairings its users proved, (user id in
     /// normal form, worker key in lowercase), from the harness's own
     /// ledger (`world::users`). `None` with user auth off: there a user
@@ -413,29 +418,29 @@ fn check_lines<'a>(
             line: Some(*line),
         });
     }
-    let end_ms = lines.last().map_or(i64::MIN, |l| line_ms(l));
-    check_results_kept(instances, &seen, end_ms)
+    check_results_kept(instances, &seen)
 }
 
 /// `honest_result_lost`: on an instance where no owner can be over its
-/// share, a result shown completed and missing at the end was deleted
-/// younger than the minimum keep time if its 201 came less than that
-/// before the end (it completed after its 201 and was deleted by the end).
+/// share, retention deleted a result younger than the minimum keep time
+/// (decision 0018), judged at the pass that deleted it: the end of a run
+/// comes after a heal longer than the keep time, when every deletion
+/// looks old enough.
 fn check_results_kept(
     instances: &BTreeMap<String, InstanceState<'_>>,
     seen: &Seen<'_>,
-    end_ms: i64,
 ) -> Result<(), Violation> {
-    let young = seen.missing.iter().find(|(instance, id, _, at_ms)| {
-        let min_ms = instances[*instance].results_kept_min_ms;
-        min_ms.is_some_and(|min_ms| end_ms.saturating_sub(*at_ms) < min_ms)
-            && seen.completed.contains_key(&(*instance, id.clone()))
+    let young = seen.missing.iter().find_map(|(instance, id, line, _)| {
+        let state = &instances[*instance];
+        let min_ms = state.results_kept_min_ms?;
+        let age_ms = *state.results_deleted?.get(id)?;
+        (age_ms < min_ms).then_some((instance, id, line, age_ms, min_ms))
     });
     match young {
-        Some((instance, id, line, at_ms)) => Err(Violation {
+        Some((instance, id, line, age_ms, min_ms)) => Err(Violation {
             invariant: SafetyKey::HonestResultLost,
             message: format!(
-                "{instance} deleted job {id}'s result (committed at +{at_ms} ms, shown completed) before its minimum keep time, though no client was over its share"
+                "{instance} deleted job {id}'s result {age_ms} ms after it completed, younger than the minimum keep time ({min_ms} ms), though no client address was over its share"
             ),
             line: Some(*line),
         }),
@@ -812,6 +817,7 @@ mod tests {
             retention,
             retention_cut_ms,
             results_kept_min_ms: None,
+            results_deleted: None,
             proven: None,
             settled: None,
         };
@@ -962,6 +968,7 @@ mod tests {
                     retention: false,
                     retention_cut_ms: None,
                     results_kept_min_ms: None,
+                    results_deleted: None,
                     proven: None,
                     settled: None,
                 },
@@ -984,6 +991,7 @@ mod tests {
                     retention: false,
                     retention_cut_ms: None,
                     results_kept_min_ms: None,
+                    results_deleted: None,
                     proven: None,
                     settled: None,
                 }
@@ -1031,6 +1039,7 @@ mod tests {
                 retention: false,
                 retention_cut_ms: None,
                 results_kept_min_ms: None,
+                results_deleted: None,
                 proven,
                 settled: None,
             };
@@ -1081,30 +1090,33 @@ mod tests {
         assert_eq!(unseen(Some(2)), None);
     }
 
-    /// Where no client can be over its share, a result shown completed
-    /// may not be gone at the end if its 201 came less than the minimum
-    /// keep time before the end; a failure record may, and so may a
-    /// result committed longer ago.
+    /// Where no client can be over its share, a result deleted younger
+    /// than the minimum keep time is lost, however long the run went on
+    /// after; one deleted older is not, nor one kept, nor a deletion on an
+    /// instance whose owners may be over their shares. (The job was created
+    /// before the retention cut, so its absence is no lost 201.)
     #[test]
     fn a_result_deleted_younger_than_its_keep_time_is_lost() {
         let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
-        let completed = format!(
-            r#"[+0.002s] chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
-        );
-        let failed = format!(r#"[+0.002s] chain_a < 200 {{"id":"{J1}","status":"failed"}}"#);
-        let judge = |ended: &str, end: &str| {
+        let end = "[+600.000s] note end".to_owned();
+        let judge = |min_ms: Option<i64>, deleted_after_ms: Option<i64>| {
+            let deleted: BTreeMap<String, i64> = deleted_after_ms
+                .map(|ms| (J1.to_owned(), ms))
+                .into_iter()
+                .collect();
             let state = InstanceState {
                 jobs: &[],
                 trust: &[],
                 paid: false,
                 retention: true,
-                retention_cut_ms: None,
-                results_kept_min_ms: Some(120_000),
+                retention_cut_ms: Some(1_000),
+                results_kept_min_ms: min_ms,
+                results_deleted: Some(&deleted),
                 proven: None,
                 settled: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
-            let lines = [committed.clone(), ended.to_owned(), end.to_owned()];
+            let lines = [committed.clone(), end.clone()];
             check(
                 &lines,
                 &[],
@@ -1115,10 +1127,10 @@ mod tests {
             .err()
             .map(|v| v.invariant.as_str())
         };
-        let soon = "[+60.000s] note end";
-        let late = "[+120.001s] note end";
-        assert_eq!(judge(&completed, soon), Some("honest_result_lost"));
-        assert_eq!(judge(&completed, late), None);
-        assert_eq!(judge(&failed, soon), None);
+        let keep = Some(120_000);
+        assert_eq!(judge(keep, Some(119_999)), Some("honest_result_lost"));
+        assert_eq!(judge(keep, Some(120_000)), None);
+        assert_eq!(judge(keep, None), None);
+        assert_eq!(judge(None, Some(1)), None);
     }
 }
