@@ -24,7 +24,11 @@
 //! result it deletes with its completion time and the time of the pass, so
 //! the harness judges every deletion at the moment it happened against the
 //! minimum keep time (decision 0018), not only what is missing at the end
-//! of a run (whose heal outlasts the keep time). Recorded only when armed.
+//! of a run (whose heal outlasts the keep time). Likewise
+//! [`session_opened`] and [`session_closed`]: when each worker session
+//! began and ended, so the harness sees a session kept open past its
+//! heartbeat timeout by a worker that stopped reading (decision 0019).
+//! Recorded only when armed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -103,6 +107,9 @@ const STATES_MAX: usize = 256;
 /// simulated world completes.
 const DELETED_MAX: usize = 100_000;
 
+/// At most this many worker sessions are noted per world.
+const SESSIONS_MAX: usize = 10_000;
+
 /// The chance an enabled site fires on one call: 1 in this.
 const FIRE_ONE_IN: u32 = 4;
 
@@ -116,6 +123,21 @@ struct Armed {
     fired: [u64; SITES],
     reached: BTreeMap<&'static str, u64>,
     deleted: Vec<DeletedResult>,
+    sessions: Vec<SessionSpan>,
+}
+
+/// A worker session as its task ran it (see [`session_opened`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpan {
+    /// The worker's key, as its hello named it.
+    pub pubkey: String,
+    pub session: u64,
+    /// When it was authenticated (the coordinator's clock, ms since the
+    /// epoch).
+    pub opened_ms: i64,
+    /// When its task ended it; `None` while it runs, or when its process
+    /// died with it.
+    pub closed_ms: Option<i64>,
 }
 
 /// A result retention deleted (see [`result_deleted`]).
@@ -126,6 +148,10 @@ pub struct DeletedResult {
     pub completed_ms: i64,
     /// When the pass that deleted it ran.
     pub deleted_ms: i64,
+    /// The bytes the results ledger held when the pass began: beyond the
+    /// budget, an owner may be over a share of 100 % (admission counts
+    /// only finished results, so queued jobs can overfill it as they end).
+    pub ledger_bytes_before: usize,
 }
 
 thread_local! {
@@ -165,6 +191,7 @@ pub fn arm(seed: u64, buggify: bool) -> Guard {
         fired: [0; SITES],
         reached: BTreeMap::new(),
         deleted: Vec::new(),
+        sessions: Vec::new(),
     };
     ARMED.with(|a| *a.borrow_mut() = Some(armed));
     Guard(())
@@ -246,6 +273,47 @@ pub fn deleted_results() -> Vec<DeletedResult> {
         a.borrow()
             .as_ref()
             .map_or(Vec::new(), |a| a.deleted.clone())
+    })
+}
+
+/// Notes that worker session `session` of `pubkey` was authenticated.
+/// Free when unarmed.
+pub fn session_opened(pubkey: &str, session: u64, at_ms: i64) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            if armed.sessions.len() < SESSIONS_MAX {
+                armed.sessions.push(SessionSpan {
+                    pubkey: pubkey.to_owned(),
+                    session,
+                    opened_ms: at_ms,
+                    closed_ms: None,
+                });
+            }
+        }
+    });
+}
+
+/// Notes that the session's task ended it (the latest open one of that
+/// key and id: ids restart with each process). Free when unarmed.
+pub fn session_closed(pubkey: &str, session: u64, at_ms: i64) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            let open = (armed.sessions.iter_mut().rev())
+                .find(|s| s.closed_ms.is_none() && s.session == session && s.pubkey == pubkey);
+            if let Some(span) = open {
+                span.closed_ms = Some(at_ms);
+            }
+        }
+    });
+}
+
+/// The worker sessions this thread's armed world ran so far, in the order
+/// they opened; empty when unarmed.
+pub fn sessions() -> Vec<SessionSpan> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.sessions.clone())
     })
 }
 

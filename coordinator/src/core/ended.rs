@@ -266,6 +266,7 @@ impl Core {
             .failures
             .size_cut(failed_max, 0, i64::MIN, &mut out);
         let results_from = out.len();
+        let ledger_bytes_before = self.ended.results.bytes();
         if let Some(before_ms) = age_before_ms {
             self.ended.results.take_before(before_ms, &mut out);
         }
@@ -279,6 +280,7 @@ impl Core {
                 id: kept.id,
                 completed_ms: kept.ended_ms,
                 deleted_ms: now_ms,
+                ledger_bytes_before,
             });
         }
         self.forget_kept(&out);
