@@ -208,6 +208,8 @@ async fn run_worker_control(
     match control.action {
         WorkerAction::Stop => world.stop_worker(&control.name)?,
         WorkerAction::Start => world.start_worker(&control.name)?,
+        WorkerAction::Freeze => world.freeze_worker(&control.name, true)?,
+        WorkerAction::Thaw => world.freeze_worker(&control.name, false)?,
     }
     // Let the connection drop or the handshake run before the next step.
     tokio::time::sleep(Duration::from_millis(1)).await;

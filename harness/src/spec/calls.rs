@@ -355,6 +355,13 @@ choice!(
     WorkerAction {
         Stop => "stop",
         Start => "start",
+        /// The worker stops reading and writing its socket, which stays
+        /// open (its process frozen, as by SIGSTOP): bytes to and from it
+        /// are held on its links (`simnet::LinkFault::Hold`), up to the
+        /// link's bound, after which the coordinator's sends block.
+        Freeze => "freeze",
+        /// A frozen worker runs again: held bytes are delivered.
+        Thaw => "thaw",
     }
 );
 

@@ -68,6 +68,7 @@ impl WorldSpec {
         super::streams::draw(&mut world);
         super::buggify::draw(&mut world);
         super::floods::draw(&mut world);
+        super::stalls::draw(&mut world);
         world
     }
 }

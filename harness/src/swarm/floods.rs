@@ -83,7 +83,7 @@ pub fn draw(world: &mut WorldSpec) {
 /// `at`, or the first point after it not followed by a step on the latest
 /// job committed (a poll, cancel or reader): a burst between a commit and
 /// such a step would make the flooder's job the latest.
-fn insertion_point(world: &WorldSpec, mut at: usize) -> usize {
+pub fn insertion_point(world: &WorldSpec, mut at: usize) -> usize {
     while world.events.get(at).is_some_and(|t| {
         matches!(
             t.event,

@@ -27,6 +27,7 @@ pub mod render;
 pub mod settlement;
 pub mod shrink;
 pub mod spec;
+pub mod stalls;
 pub mod steer;
 pub mod streams;
 #[cfg(test)]

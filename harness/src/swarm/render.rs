@@ -405,6 +405,11 @@ fn render_event(w: &mut String, event: &Event) {
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
         Event::Flood(f) => render_flood(w, f),
+        Event::Freeze { worker, frozen } => writeln!(
+            w,
+            "\n[[steps]]\nworker = {{ name = {worker:?}, action = {:?} }}",
+            if *frozen { "freeze" } else { "thaw" }
+        ),
         Event::Cancel { instance, node } => writeln!(
             w,
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",

@@ -57,6 +57,9 @@ pub enum Kind {
     /// instances that run retention, whose kept budget is then shared by
     /// nobody's rule but age (drawn by [`super::floods`]).
     Floods,
+    /// A worker of its own stops reading its socket while a burst of large
+    /// jobs is sent to it (drawn by [`super::stalls`]).
+    Stalls,
 }
 
 impl Kind {
@@ -94,16 +97,17 @@ impl Kind {
 
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
-    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`] and
-    /// [`Kind::Floods`].
+    /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
+    /// [`Kind::Floods`] and [`Kind::Stalls`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 7];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 8];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
         all[Self::MAIN_STREAM.len() + 6] = Kind::Floods;
+        all[Self::MAIN_STREAM.len() + 7] = Kind::Stalls;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -146,6 +150,7 @@ impl Kind {
             Kind::Streams => "streams",
             Kind::Buggify => "buggify",
             Kind::Floods => "floods",
+            Kind::Stalls => "stalls",
         }
     }
 }
@@ -348,6 +353,12 @@ pub enum Event {
     /// A detached reader of the latest job's events on an instance, or of
     /// a chat completion (the `streams` kind).
     Read(super::streams::ReadEvent),
+    /// A `worker freeze` (`frozen`) or `worker thaw` step (drawn by
+    /// [`super::stalls`]).
+    Freeze {
+        worker: String,
+        frozen: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -516,6 +527,7 @@ impl WorldSpec {
                 }
                 Event::Read(r) => instances.contains(&r.instance),
                 Event::Flood(f) => instances.contains(&f.instance),
+                Event::Freeze { worker, .. } => workers.contains(worker),
                 Event::Attack(a) => {
                     instances.contains(&a.instance)
                         && a.worker.as_ref().is_none_or(|w| workers.contains(w))

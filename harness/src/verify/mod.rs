@@ -5,6 +5,7 @@
 
 pub mod invariants;
 pub mod safety;
+pub mod stalls;
 pub mod streams;
 pub mod temporal;
 

@@ -55,11 +55,12 @@ pub enum SafetyKey {
     DeltasDisagreeWithOutput,
     PrivateDeltaLeak,
     HonestResultLost,
+    StalledSessionKept,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 17] = [
+    pub const ALL: [SafetyKey; 18] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -77,6 +78,7 @@ impl SafetyKey {
         SafetyKey::DeltasDisagreeWithOutput,
         SafetyKey::PrivateDeltaLeak,
         SafetyKey::HonestResultLost,
+        SafetyKey::StalledSessionKept,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +100,7 @@ impl SafetyKey {
             SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
             SafetyKey::HonestResultLost => "honest_result_lost",
+            SafetyKey::StalledSessionKept => "stalled_session_kept",
         }
     }
 }
@@ -122,16 +125,16 @@ pub struct InstanceState<'a> {
     /// That cut, in the transcript's time (ms after `+0.000s`), if one was
     /// applied.
     pub retention_cut_ms: Option<i64>,
-    /// With retention, when no client address can be over its share of
-    /// the kept budget (`kept_share_per_client_percent` 100): the minimum
-    /// keep time (decision 0018). No result younger than it may then be
-    /// deleted for room; `None` where an owner's share allows it.
-    pub results_kept_min_ms: Option<i64>,
-    /// The results retention deleted in the simulated world, by job id:
-    /// how long after its completion each was deleted (the coordinator's
-    /// witness, `coordinator::buggify::deleted_results`). `None` where the
-    /// harness cannot see deletions (live runs).
-    pub results_deleted: Option<&'a BTreeMap<String, i64>>,
+    /// With retention, when a client address's share of the kept budget is
+    /// all of it (`kept_share_per_client_percent` 100): the minimum keep
+    /// time and the budget (decision 0018). While the results ledger holds
+    /// no more than the budget, no owner is over its share, and no result
+    /// younger than the keep time may be deleted for room.
+    pub results_kept: Option<ResultsKept>,
+    /// The results retention deleted in the simulated world, by job id
+    /// (the coordinator's witness, `coordinator::buggify::deleted_results`).
+    /// `None` where the harness cannot see deletions (live runs).
+    pub results_deleted: Option<&'a BTreeMap<String, DeletedAt>>,
     /// With user auth on: the pairings its users proved, (user id in
     /// normal form, worker key in lowercase), from the harness's own
     /// ledger (`world::users`). `None` with user auth off: there a user
@@ -141,6 +144,22 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+}
+
+/// See [`InstanceState::results_kept`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsKept {
+    pub min_ms: i64,
+    pub budget_bytes: usize,
+}
+
+/// A result's deletion, as retention's witness noted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeletedAt {
+    /// How long after its completion it was deleted.
+    pub age_ms: i64,
+    /// The bytes of the results ledger when that pass began.
+    pub ledger_bytes_before: usize,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -421,26 +440,29 @@ fn check_lines<'a>(
     check_results_kept(instances, &seen)
 }
 
-/// `honest_result_lost`: on an instance where no owner can be over its
-/// share, retention deleted a result younger than the minimum keep time
-/// (decision 0018), judged at the pass that deleted it: the end of a run
-/// comes after a heal longer than the keep time, when every deletion
-/// looks old enough.
+/// `honest_result_lost`: on an instance where a client's share is the
+/// whole budget, retention deleted a result younger than the minimum keep
+/// time (decision 0018) in a pass that began with the ledger within the
+/// budget (so no owner was over its share). Judged at the pass that
+/// deleted it: the end of a run comes after a heal longer than the keep
+/// time, when every deletion looks old enough.
 fn check_results_kept(
     instances: &BTreeMap<String, InstanceState<'_>>,
     seen: &Seen<'_>,
 ) -> Result<(), Violation> {
     let young = seen.missing.iter().find_map(|(instance, id, line, _)| {
         let state = &instances[*instance];
-        let min_ms = state.results_kept_min_ms?;
-        let age_ms = *state.results_deleted?.get(id)?;
-        (age_ms < min_ms).then_some((instance, id, line, age_ms, min_ms))
+        let kept = state.results_kept?;
+        let at = *state.results_deleted?.get(id)?;
+        let within = at.ledger_bytes_before <= kept.budget_bytes;
+        (within && at.age_ms < kept.min_ms).then_some((instance, id, line, at, kept))
     });
     match young {
-        Some((instance, id, line, age_ms, min_ms)) => Err(Violation {
+        Some((instance, id, line, at, kept)) => Err(Violation {
             invariant: SafetyKey::HonestResultLost,
             message: format!(
-                "{instance} deleted job {id}'s result {age_ms} ms after it completed, younger than the minimum keep time ({min_ms} ms), though no client address was over its share"
+                "{instance} deleted job {id}'s result {} ms after it completed, younger than the minimum keep time ({} ms), though no client address was over its share (the ledger held {} of {} bytes)",
+                at.age_ms, kept.min_ms, at.ledger_bytes_before, kept.budget_bytes
             ),
             line: Some(*line),
         }),
@@ -449,7 +471,7 @@ fn check_results_kept(
 }
 
 /// A line's time, in ms after `+0.000s`.
-fn line_ms(line: &str) -> i64 {
+pub(crate) fn line_ms(line: &str) -> i64 {
     let stamp = line
         .strip_prefix("[+")
         .and_then(|rest| rest.split_once("s]"))
@@ -816,7 +838,7 @@ mod tests {
             paid,
             retention,
             retention_cut_ms,
-            results_kept_min_ms: None,
+            results_kept: None,
             results_deleted: None,
             proven: None,
             settled: None,
@@ -967,7 +989,7 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
-                    results_kept_min_ms: None,
+                    results_kept: None,
                     results_deleted: None,
                     proven: None,
                     settled: None,
@@ -990,7 +1012,7 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
-                    results_kept_min_ms: None,
+                    results_kept: None,
                     results_deleted: None,
                     proven: None,
                     settled: None,
@@ -1038,7 +1060,7 @@ mod tests {
                 paid: false,
                 retention: false,
                 retention_cut_ms: None,
-                results_kept_min_ms: None,
+                results_kept: None,
                 results_deleted: None,
                 proven,
                 settled: None,
@@ -1093,24 +1115,33 @@ mod tests {
     /// Where no client can be over its share, a result deleted younger
     /// than the minimum keep time is lost, however long the run went on
     /// after; one deleted older is not, nor one kept, nor a deletion on an
-    /// instance whose owners may be over their shares. (The job was created
+    /// instance whose owners may be over their shares, nor one in a pass
+    /// that began with the ledger over the budget. (The job was created
     /// before the retention cut, so its absence is no lost 201.)
     #[test]
     fn a_result_deleted_younger_than_its_keep_time_is_lost() {
         let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
         let end = "[+600.000s] note end".to_owned();
-        let judge = |min_ms: Option<i64>, deleted_after_ms: Option<i64>| {
-            let deleted: BTreeMap<String, i64> = deleted_after_ms
-                .map(|ms| (J1.to_owned(), ms))
+        let judge = |min_ms: Option<i64>, deleted_after_ms: Option<i64>, ledger_bytes: usize| {
+            let at = |age_ms| DeletedAt {
+                age_ms,
+                ledger_bytes_before: ledger_bytes,
+            };
+            let deleted: BTreeMap<String, DeletedAt> = (deleted_after_ms.map(at))
+                .map(|d| (J1.to_owned(), d))
                 .into_iter()
                 .collect();
+            let budget_bytes = 1_000;
             let state = InstanceState {
                 jobs: &[],
                 trust: &[],
                 paid: false,
                 retention: true,
                 retention_cut_ms: Some(1_000),
-                results_kept_min_ms: min_ms,
+                results_kept: min_ms.map(|min_ms| ResultsKept {
+                    min_ms,
+                    budget_bytes,
+                }),
                 results_deleted: Some(&deleted),
                 proven: None,
                 settled: None,
@@ -1128,9 +1159,14 @@ mod tests {
             .map(|v| v.invariant.as_str())
         };
         let keep = Some(120_000);
-        assert_eq!(judge(keep, Some(119_999)), Some("honest_result_lost"));
-        assert_eq!(judge(keep, Some(120_000)), None);
-        assert_eq!(judge(keep, None), None);
-        assert_eq!(judge(None, Some(1)), None);
+        assert_eq!(
+            judge(keep, Some(119_999), 1_000),
+            Some("honest_result_lost")
+        );
+        assert_eq!(judge(keep, Some(120_000), 1_000), None);
+        assert_eq!(judge(keep, None, 1_000), None);
+        assert_eq!(judge(None, Some(1), 1_000), None);
+        // Overfilled by queued jobs that ended: the owner is over its share.
+        assert_eq!(judge(keep, Some(1), 1_001), None);
     }
 }
