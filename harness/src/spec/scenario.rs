@@ -700,7 +700,7 @@ mod tests {
         let cases = [
             (
                 "[[steps]]\nworker = { name = \"w\", action = \"restart\" }\n",
-                "unknown variant `restart`, expected `stop` or `start`",
+                "unknown variant `restart`, expected one of `stop`, `start`, `freeze`, `thaw`",
             ),
             (
                 "[[steps]]\ninstance = { name = \"chain_a\", action = \"reboot\" }\n",
