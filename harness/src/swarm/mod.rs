@@ -22,6 +22,7 @@ pub mod cancels;
 pub mod cli;
 pub mod draw;
 pub mod nodes;
+pub mod pairings;
 pub mod render;
 pub mod settlement;
 pub mod shrink;

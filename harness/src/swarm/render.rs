@@ -401,6 +401,14 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
+        Event::Pair {
+            instance,
+            user,
+            worker,
+        } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
+        ),
         Event::Cancel { instance, node } => writeln!(
             w,
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
