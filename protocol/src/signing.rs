@@ -82,6 +82,15 @@ impl Keypair {
 
     /// Signs a 32-byte digest (for example an EIP-712 digest) as `0x` + r||s||v.
     pub fn sign_prehash(&self, digest: &[u8; 32]) -> String {
+        let key = crate::crypto_memo::SignKey {
+            secret: self.key.to_bytes().into(),
+            digest: *digest,
+        };
+        crate::crypto_memo::signature(key, || self.sign_prehash_uncached(digest))
+    }
+
+    /// The real k256 signing behind [`Keypair::sign_prehash`].
+    fn sign_prehash_uncached(&self, digest: &[u8; 32]) -> String {
         let (sig, recid) = self
             .key
             .sign_prehash_recoverable(digest)
@@ -190,10 +199,18 @@ fn recover(
     digest: &[u8; 32],
     signature: &secp256k1::ecdsa::RecoverableSignature,
 ) -> Option<PublicKey> {
-    signature
-        .recover_ecdsa(secp256k1::Message::from_digest(*digest))
-        .ok()
-        .map(PublicKey)
+    let (recid, compact) = signature.serialize_compact();
+    let key = crate::crypto_memo::RecoverKey {
+        digest: *digest,
+        compact,
+        recid: recid.to_u8(),
+    };
+    crate::crypto_memo::recovery(key, || {
+        signature
+            .recover_ecdsa(secp256k1::Message::from_digest(*digest))
+            .ok()
+            .map(PublicKey)
+    })
 }
 
 /// Parses `0x` + r||s||v: rejects high `s`, accepts `v` in {0, 1, 27, 28}.

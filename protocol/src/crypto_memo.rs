@@ -1,0 +1,227 @@
+//! A memo of pure secp256k1 results, for the simulation only.
+//!
+//! Why: the swarm runs every world twice (under two tokio seeds) and compares
+//! the transcripts, and each run signs and checks the same receipts, hellos,
+//! user proofs and payment authorizations; the harness's own checks then
+//! recover the signatures the coordinator already recovered. A quarter of the
+//! swarm's CPU was these curve operations (issue 33, item 6). Each of them is
+//! a pure function of its inputs: RFC 6979 signing of (secret key, digest),
+//! recovery of (digest, signature), parsing of a compressed key, and the
+//! public half of a secret scalar. So the first computation is always the
+//! real library call, and the memo hands back only that exact result again.
+//!
+//! It is off unless a thread holds a [`Scope`] (the harness opens one around a
+//! world's two runs; nothing in the coordinator's binary does), it lives in a
+//! thread-local (each world is one single-threaded simulation; the swarm's
+//! threads each have their own), it is dropped with the outermost scope, and
+//! each table is bounded: a full table is emptied, which costs only speed.
+
+use k256::ecdsa::SigningKey;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+/// Entries per table before it is emptied (a world signs and checks a few
+/// hundred things; this bounds a long run's memory).
+const TABLE_LIMIT: usize = 4096;
+
+/// A signature's inputs: the secret scalar and the digest signed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SignInput {
+    pub secret: [u8; 32],
+    pub digest: [u8; 32],
+}
+
+/// A recovery's inputs: the digest and the signature as `r || s` and `v`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RecoverInput {
+    pub digest: [u8; 32],
+    pub compact: [u8; 64],
+    pub recovery_id: u8,
+}
+
+/// One bounded table of results.
+struct Table<K, V> {
+    entries: HashMap<K, V>,
+}
+
+impl<K: Eq + Hash, V: Clone> Table<K, V> {
+    fn new() -> Self {
+        Self {
+            entries: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if self.entries.len() >= TABLE_LIMIT {
+            self.entries.clear();
+        }
+        self.entries.insert(key, value);
+    }
+}
+
+struct Memo {
+    /// Open scopes on this thread; the memo is dropped when the last ends.
+    depth: u32,
+    signatures: Table<SignInput, [u8; 65]>,
+    recoveries: Table<RecoverInput, Option<secp256k1::PublicKey>>,
+    public_keys: Table<[u8; 33], Option<secp256k1::PublicKey>>,
+    signing_keys: Table<[u8; 32], SigningKey>,
+}
+
+thread_local! {
+    static MEMO: RefCell<Option<Box<Memo>>> = const { RefCell::new(None) };
+}
+
+/// While held, this thread's secp256k1 results are memoised. Not `Send`: it
+/// must end on the thread it began on.
+#[must_use = "the memo is on only while the scope is held"]
+pub struct Scope {
+    _this_thread: PhantomData<*const ()>,
+}
+
+/// Turns the memo on for this thread until the returned scope drops.
+pub fn scope() -> Scope {
+    MEMO.with_borrow_mut(|memo| {
+        let memo = memo.get_or_insert_with(|| {
+            Box::new(Memo {
+                depth: 0,
+                signatures: Table::new(),
+                recoveries: Table::new(),
+                public_keys: Table::new(),
+                signing_keys: Table::new(),
+            })
+        });
+        memo.depth += 1;
+    });
+    Scope {
+        _this_thread: PhantomData,
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        MEMO.with_borrow_mut(|slot| {
+            if let Some(memo) = slot {
+                memo.depth -= 1;
+                if memo.depth == 0 {
+                    *slot = None;
+                }
+            }
+        });
+    }
+}
+
+/// `compute(key)`'s result, from the memo when this thread has one and has
+/// seen `key` in `table`; `compute` runs outside the memo's borrow.
+fn cached<K: Eq + Hash, V: Clone>(
+    table: fn(&mut Memo) -> &mut Table<K, V>,
+    key: K,
+    compute: impl FnOnce() -> V,
+) -> V {
+    let (on, hit) = MEMO.with_borrow_mut(|memo| match memo {
+        Some(memo) => (true, table(memo).entries.get(&key).cloned()),
+        None => (false, None),
+    });
+    if let Some(value) = hit {
+        return value;
+    }
+    let value = compute();
+    if on {
+        MEMO.with_borrow_mut(|memo| {
+            if let Some(memo) = memo {
+                table(memo).insert(key, value.clone());
+            }
+        });
+    }
+    value
+}
+
+pub(crate) fn signature(input: SignInput, compute: impl FnOnce() -> [u8; 65]) -> [u8; 65] {
+    cached(|m| &mut m.signatures, input, compute)
+}
+
+pub(crate) fn recovery(
+    input: RecoverInput,
+    compute: impl FnOnce() -> Option<secp256k1::PublicKey>,
+) -> Option<secp256k1::PublicKey> {
+    cached(|m| &mut m.recoveries, input, compute)
+}
+
+pub(crate) fn public_key(
+    sec1: [u8; 33],
+    compute: impl FnOnce() -> Option<secp256k1::PublicKey>,
+) -> Option<secp256k1::PublicKey> {
+    cached(|m| &mut m.public_keys, sec1, compute)
+}
+
+pub(crate) fn signing_key(secret: [u8; 32], compute: impl FnOnce() -> SigningKey) -> SigningKey {
+    cached(|m| &mut m.signing_keys, secret, compute)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn counted(calls: &Cell<u32>, value: [u8; 65]) -> impl FnOnce() -> [u8; 65] + '_ {
+        move || {
+            calls.set(calls.get() + 1);
+            value
+        }
+    }
+
+    fn input(n: u8) -> SignInput {
+        SignInput {
+            secret: [n; 32],
+            digest: [n; 32],
+        }
+    }
+
+    #[test]
+    fn without_a_scope_every_call_computes() {
+        let calls = Cell::new(0);
+        for _ in 0..3 {
+            signature(input(1), counted(&calls, [1; 65]));
+        }
+        assert_eq!(calls.get(), 3);
+    }
+
+    #[test]
+    fn within_a_scope_a_result_is_computed_once_and_forgotten_after() {
+        let calls = Cell::new(0);
+        {
+            let _outer = scope();
+            {
+                let _inner = scope();
+                assert_eq!(signature(input(2), counted(&calls, [2; 65])), [2; 65]);
+            }
+            // The inner scope's end keeps the memo: the outer still holds it.
+            assert_eq!(signature(input(2), counted(&calls, [9; 65])), [2; 65]);
+            assert_eq!(calls.get(), 1);
+        }
+        signature(input(2), counted(&calls, [2; 65]));
+        assert_eq!(calls.get(), 2, "the memo ended with the last scope");
+    }
+
+    #[test]
+    fn a_full_table_is_emptied() {
+        let _scope = scope();
+        let calls = Cell::new(0);
+        for n in 0..=TABLE_LIMIT {
+            let key = SignInput {
+                secret: [0; 32],
+                digest: {
+                    let mut d = [0; 32];
+                    d[..8].copy_from_slice(&(n as u64).to_le_bytes());
+                    d
+                },
+            };
+            signature(key, counted(&calls, [0; 65]));
+        }
+        let size = MEMO.with_borrow(|m| m.as_ref().map(|m| m.signatures.entries.len()));
+        assert_eq!(size, Some(1));
+        assert_eq!(calls.get() as usize, TABLE_LIMIT + 1);
+    }
+}
