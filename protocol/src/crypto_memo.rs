@@ -5,10 +5,9 @@
 //! user proofs and payment authorizations; the harness's own checks then
 //! recover the signatures the coordinator already recovered. A quarter of the
 //! swarm's CPU was these curve operations (issue 33, item 6). Each of them is
-//! a pure function of its inputs: RFC 6979 signing of (secret key, digest),
-//! recovery of (digest, signature), parsing of a compressed key, and the
-//! public half of a secret scalar. So the first computation is always the
-//! real library call, and the memo hands back only that exact result again.
+//! a pure function of its inputs: RFC 6979 signing of (secret key, digest)
+//! and recovery of (digest, signature). So the first computation is always
+//! the real library call, and the memo hands back only that exact result again.
 //!
 //! It is off unless a thread holds a [`Scope`] (the harness opens one around a
 //! world's two runs; nothing in the coordinator's binary does), it lives in a
@@ -16,7 +15,7 @@
 //! threads each have their own), it is dropped with the outermost scope, and
 //! each table is bounded: a full table is emptied, which costs only speed.
 
-use k256::ecdsa::SigningKey;
+use crate::signing::PublicKey;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -28,17 +27,17 @@ const TABLE_LIMIT: usize = 4096;
 
 /// A signature's inputs: the secret scalar and the digest signed.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SignInput {
+pub(crate) struct SignKey {
     pub secret: [u8; 32],
     pub digest: [u8; 32],
 }
 
 /// A recovery's inputs: the digest and the signature as `r || s` and `v`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct RecoverInput {
+pub(crate) struct RecoverKey {
     pub digest: [u8; 32],
     pub compact: [u8; 64],
-    pub recovery_id: u8,
+    pub recid: u8,
 }
 
 /// One bounded table of results.
@@ -64,10 +63,8 @@ impl<K: Eq + Hash, V: Clone> Table<K, V> {
 struct Memo {
     /// Open scopes on this thread; the memo is dropped when the last ends.
     depth: u32,
-    signatures: Table<SignInput, [u8; 65]>,
-    recoveries: Table<RecoverInput, Option<secp256k1::PublicKey>>,
-    public_keys: Table<[u8; 33], Option<secp256k1::PublicKey>>,
-    signing_keys: Table<[u8; 32], SigningKey>,
+    signatures: Table<SignKey, String>,
+    recoveries: Table<RecoverKey, Option<PublicKey>>,
 }
 
 thread_local! {
@@ -82,15 +79,13 @@ pub struct Scope {
 }
 
 /// Turns the memo on for this thread until the returned scope drops.
-pub fn scope() -> Scope {
+pub fn enable() -> Scope {
     MEMO.with_borrow_mut(|memo| {
         let memo = memo.get_or_insert_with(|| {
             Box::new(Memo {
                 depth: 0,
                 signatures: Table::new(),
                 recoveries: Table::new(),
-                public_keys: Table::new(),
-                signing_keys: Table::new(),
             })
         });
         memo.depth += 1;
@@ -138,26 +133,15 @@ fn cached<K: Eq + Hash, V: Clone>(
     value
 }
 
-pub(crate) fn signature(input: SignInput, compute: impl FnOnce() -> [u8; 65]) -> [u8; 65] {
-    cached(|m| &mut m.signatures, input, compute)
+pub(crate) fn signature(key: SignKey, compute: impl FnOnce() -> String) -> String {
+    cached(|m| &mut m.signatures, key, compute)
 }
 
 pub(crate) fn recovery(
-    input: RecoverInput,
-    compute: impl FnOnce() -> Option<secp256k1::PublicKey>,
-) -> Option<secp256k1::PublicKey> {
-    cached(|m| &mut m.recoveries, input, compute)
-}
-
-pub(crate) fn public_key(
-    sec1: [u8; 33],
-    compute: impl FnOnce() -> Option<secp256k1::PublicKey>,
-) -> Option<secp256k1::PublicKey> {
-    cached(|m| &mut m.public_keys, sec1, compute)
-}
-
-pub(crate) fn signing_key(secret: [u8; 32], compute: impl FnOnce() -> SigningKey) -> SigningKey {
-    cached(|m| &mut m.signing_keys, secret, compute)
+    key: RecoverKey,
+    compute: impl FnOnce() -> Option<PublicKey>,
+) -> Option<PublicKey> {
+    cached(|m| &mut m.recoveries, key, compute)
 }
 
 #[cfg(test)]
@@ -165,15 +149,16 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
-    fn counted(calls: &Cell<u32>, value: [u8; 65]) -> impl FnOnce() -> [u8; 65] + '_ {
+    fn counted<'a>(calls: &'a Cell<u32>, value: &str) -> impl FnOnce() -> String + 'a {
+        let value = value.to_owned();
         move || {
             calls.set(calls.get() + 1);
             value
         }
     }
 
-    fn input(n: u8) -> SignInput {
-        SignInput {
+    fn input(n: u8) -> SignKey {
+        SignKey {
             secret: [n; 32],
             digest: [n; 32],
         }
@@ -183,7 +168,7 @@ mod tests {
     fn without_a_scope_every_call_computes() {
         let calls = Cell::new(0);
         for _ in 0..3 {
-            signature(input(1), counted(&calls, [1; 65]));
+            signature(input(1), counted(&calls, "1"));
         }
         assert_eq!(calls.get(), 3);
     }
@@ -192,25 +177,25 @@ mod tests {
     fn within_a_scope_a_result_is_computed_once_and_forgotten_after() {
         let calls = Cell::new(0);
         {
-            let _outer = scope();
+            let _outer = enable();
             {
-                let _inner = scope();
-                assert_eq!(signature(input(2), counted(&calls, [2; 65])), [2; 65]);
+                let _inner = enable();
+                assert_eq!(signature(input(2), counted(&calls, "2")), "2");
             }
             // The inner scope's end keeps the memo: the outer still holds it.
-            assert_eq!(signature(input(2), counted(&calls, [9; 65])), [2; 65]);
+            assert_eq!(signature(input(2), counted(&calls, "9")), "2");
             assert_eq!(calls.get(), 1);
         }
-        signature(input(2), counted(&calls, [2; 65]));
+        signature(input(2), counted(&calls, "2"));
         assert_eq!(calls.get(), 2, "the memo ended with the last scope");
     }
 
     #[test]
     fn a_full_table_is_emptied() {
-        let _scope = scope();
+        let _scope = enable();
         let calls = Cell::new(0);
         for n in 0..=TABLE_LIMIT {
-            let key = SignInput {
+            let key = SignKey {
                 secret: [0; 32],
                 digest: {
                     let mut d = [0; 32];
@@ -218,7 +203,7 @@ mod tests {
                     d
                 },
             };
-            signature(key, counted(&calls, [0; 65]));
+            signature(key, counted(&calls, "0"));
         }
         let size = MEMO.with_borrow(|m| m.as_ref().map(|m| m.signatures.entries.len()));
         assert_eq!(size, Some(1));
