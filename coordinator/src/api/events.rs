@@ -40,11 +40,18 @@ pub(super) struct Feed {
     c: Coordinator,
     id: Uuid,
     client: String,
+    /// Where the reader is once everything queued is shown.
     cursor: Cursor,
+    /// Where the reader is after the item it was last given: that item's
+    /// event id. Items carry their own (a `status` queued before a delta
+    /// is shown without its text, so its id must not count it: a reader
+    /// cut after it and resuming from its id was never sent the text;
+    /// swarm seed 3784).
+    shown: Cursor,
     status: Option<JobStatus>,
     watch: Option<StreamWatch>,
     until: Instant,
-    queue: VecDeque<Item>,
+    queue: VecDeque<(Item, Cursor)>,
     done: bool,
     /// A paid job settled on completion shows no delta before it is
     /// settled: its whole output comes once `completed` (decision 0021:
@@ -82,6 +89,7 @@ impl Feed {
             id,
             client: client.to_owned(),
             cursor,
+            shown: cursor,
             status: None,
             watch,
             until: Instant::now() + life,
@@ -91,15 +99,15 @@ impl Feed {
         })
     }
 
-    /// The event id of what the reader has now.
+    /// The event id of the item last given: what the reader has with it.
     pub(super) fn event_id(&self) -> String {
-        format!("{}.{}", self.cursor.gen, self.cursor.bytes)
+        format!("{}.{}", self.shown.gen, self.shown.bytes)
     }
 
     /// The next item, waiting for one; `None` after the last.
     pub(super) async fn next(&mut self) -> Option<Item> {
         loop {
-            if let Some(item) = self.queue.pop_front() {
+            if let Some((item, shown)) = self.queue.pop_front() {
                 // An end is shown only once it would survive a crash, as a
                 // poll shows it (memory runs ahead of the disk).
                 let terminal = matches!(&item, Item::Status { status, .. } if status.is_terminal());
@@ -108,6 +116,7 @@ impl Feed {
                     self.cut("internal_error");
                     continue;
                 }
+                self.shown = shown;
                 return Some(item);
             }
             if self.done {
@@ -132,8 +141,16 @@ impl Feed {
                 text,
                 cursor,
             } => {
+                // Before the text: what the reader had of this attempt's
+                // output (nothing after a restart; a reader from the start
+                // has nothing of any).
+                let had_bytes = if restart { 0 } else { self.cursor.bytes };
+                let before = Cursor {
+                    gen: cursor.gen,
+                    bytes: had_bytes,
+                };
                 if restart && !self.withhold_deltas {
-                    self.queue.push_back(Item::Restart);
+                    self.queue.push_back((Item::Restart, before));
                 }
                 // A withheld stream is shown no text before its end: its
                 // cursor (and so its event ids) stays at what it was shown.
@@ -142,10 +159,16 @@ impl Feed {
                 }
                 if self.status != Some(status) || restart {
                     self.status = Some(status);
-                    self.queue.push_back(Item::Status { status, attempt });
+                    let before = if self.withhold_deltas {
+                        self.cursor
+                    } else {
+                        before
+                    };
+                    self.queue
+                        .push_back((Item::Status { status, attempt }, before));
                 }
                 if !text.is_empty() && !self.withhold_deltas {
-                    self.queue.push_back(Item::Delta(text));
+                    self.queue.push_back((Item::Delta(text), self.cursor));
                 }
                 if self.queue.is_empty() {
                     self.wait().await;
@@ -181,7 +204,8 @@ impl Feed {
     }
 
     fn cut(&mut self, reason: &'static str) {
-        self.queue.push_back(Item::End(reason));
+        // An end carries no id: the reader resumes from its last.
+        self.queue.push_back((Item::End(reason), self.shown));
         self.done = true;
     }
 
@@ -201,25 +225,30 @@ impl Feed {
             // or that did not stream): a reader resumes within it.
             let same_gen = gen == Some(self.cursor.gen) || (gen.is_none() && self.cursor.gen == 0);
             let same = same_gen && text.is_char_boundary(self.cursor.bytes);
+            let gen = gen.unwrap_or(0);
             if !same && self.cursor.bytes > 0 {
-                self.queue.push_back(Item::Restart);
+                self.queue
+                    .push_back((Item::Restart, Cursor { gen, bytes: 0 }));
             }
             let from = if same { self.cursor.bytes } else { 0 };
-            if from < text.len() {
-                self.queue.push_back(Item::Delta(text[from..].to_owned()));
-            }
             self.cursor = Cursor {
-                gen: gen.unwrap_or(0),
+                gen,
                 bytes: text.len(),
             };
+            if from < text.len() {
+                let delta = Item::Delta(text[from..].to_owned());
+                self.queue.push_back((delta, self.cursor));
+            }
         }
         if self.status != Some(job.status) {
             self.status = Some(job.status);
             let attempt = job.attempts;
             let status = job.status;
-            self.queue.push_back(Item::Status { status, attempt });
+            self.queue
+                .push_back((Item::Status { status, attempt }, self.cursor));
         }
-        self.queue.push_back(Item::Job(Box::new(job.record())));
+        let record = Item::Job(Box::new(job.record()));
+        self.queue.push_back((record, self.cursor));
         self.done = true;
     }
 }
