@@ -3,11 +3,14 @@
 //! Why: the swarm runs every world twice (under two tokio seeds) and compares
 //! the transcripts, and each run signs and checks the same receipts, hellos,
 //! user proofs and payment authorizations; the harness's own checks then
-//! recover the signatures the coordinator already recovered. A quarter of the
-//! swarm's CPU was these curve operations (issue 33, item 6). Each of them is
-//! a pure function of its inputs: RFC 6979 signing of (secret key, digest)
-//! and recovery of (digest, signature). So the first computation is always
-//! the real library call, and the memo hands back only that exact result again.
+//! recover the signatures the coordinator already recovered, and both draw
+//! the same keys from the same seeds. A quarter of the swarm's CPU was these
+//! curve operations (issue 33, item 6). Each of them is a pure function of
+//! its inputs: a key pair's public point of its secret scalar, RFC 6979
+//! signing of (secret key, digest), recovery of (digest, signature) and the
+//! parse (a square root) of a compressed public key. So the first
+//! computation is always the real library call, and the memo hands back only
+//! that exact result again.
 //!
 //! It is off unless a thread holds a [`Scope`] (the harness opens one around a
 //! world's two runs; nothing in the coordinator's binary does), it lives in a
@@ -16,6 +19,7 @@
 //! each table is bounded: past its limit a result is computed, not kept.
 
 use crate::signing::PublicKey;
+use k256::ecdsa::SigningKey;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -38,6 +42,18 @@ pub(crate) struct RecoverKey {
     pub digest: [u8; 32],
     pub compact: [u8; 64],
     pub recid: u8,
+}
+
+/// A key pair's input: its secret scalar (the public point is derived).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct KeyPairKey {
+    pub secret: [u8; 32],
+}
+
+/// A public key's text form, as parsed (compressed SEC1, 33 bytes).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ParseKey {
+    pub sec1: [u8; 33],
 }
 
 /// One bounded table of results.
@@ -64,6 +80,8 @@ struct Memo {
     depth: u32,
     signatures: Table<SignKey, String>,
     recoveries: Table<RecoverKey, Option<PublicKey>>,
+    key_pairs: Table<KeyPairKey, SigningKey>,
+    parsed: Table<ParseKey, Option<PublicKey>>,
 }
 
 thread_local! {
@@ -85,6 +103,8 @@ pub fn enable() -> Scope {
                 depth: 0,
                 signatures: Table::new(),
                 recoveries: Table::new(),
+                key_pairs: Table::new(),
+                parsed: Table::new(),
             })
         });
         memo.depth += 1;
@@ -141,6 +161,17 @@ pub(crate) fn recovery(
     compute: impl FnOnce() -> Option<PublicKey>,
 ) -> Option<PublicKey> {
     cached(|m| &mut m.recoveries, key, compute)
+}
+
+pub(crate) fn key_pair(key: KeyPairKey, compute: impl FnOnce() -> SigningKey) -> SigningKey {
+    cached(|m| &mut m.key_pairs, key, compute)
+}
+
+pub(crate) fn parsed(
+    key: ParseKey,
+    compute: impl FnOnce() -> Option<PublicKey>,
+) -> Option<PublicKey> {
+    cached(|m| &mut m.parsed, key, compute)
 }
 
 #[cfg(test)]
@@ -207,6 +238,37 @@ mod tests {
         let size = MEMO.with_borrow(|m| m.as_ref().map(|m| m.signatures.entries.len()));
         assert_eq!(size, Some(TABLE_LIMIT));
         assert_eq!(calls.get() as usize, TABLE_LIMIT + 1);
+    }
+
+    /// A memoised key pair and a memoised parse are the library's: the
+    /// same secret, public key and address, the same point.
+    #[test]
+    fn memoised_key_pairs_and_parses_equal_the_real_ones() {
+        use crate::signing::{parse_public_key, Keypair};
+        use rand_chacha::rand_core::SeedableRng;
+        let draw = || {
+            let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
+            (0..3)
+                .map(|_| Keypair::generate(&mut rng))
+                .collect::<Vec<_>>()
+        };
+        let text = |k: &Keypair| (k.secret_hex(), k.public_key_hex(), k.address());
+        let real: Vec<_> = draw().iter().map(text).collect();
+        let parsed: Vec<_> = real.iter().map(|t| parse_public_key(&t.1)).collect();
+        let _scope = enable();
+        for _ in 0..2 {
+            assert_eq!(draw().iter().map(text).collect::<Vec<_>>(), real);
+            for (t, p) in real.iter().zip(&parsed) {
+                assert_eq!(&parse_public_key(&t.1), p);
+                let again = Keypair::from_secret_hex(&t.0).map(|k| text(&k));
+                assert_eq!(again.as_ref(), Some(t));
+            }
+        }
+        let sizes = MEMO.with_borrow(|m| {
+            m.as_ref()
+                .map(|m| (m.key_pairs.entries.len(), m.parsed.entries.len()))
+        });
+        assert_eq!(sizes, Some((3, 3)), "each key and each parse kept once");
     }
 
     /// Memoised results are the library's: the same signature string and
