@@ -8,6 +8,13 @@
 //! coordinator processes over real sockets; `--target NAME=URL` against
 //! coordinators already running. `--junit FILE` writes JUnit XML.
 
+/// mimalloc, for the harness binary only (the coordinator keeps the system
+/// allocator): a swarm world allocates and frees millions of small values
+/// (frames, JSON, futures) and glibc's malloc and free were 13 % of its CPU
+/// (`benches/results/swarm-speed-2026-11-28.md`). Nothing in a transcript
+/// depends on addresses, so the allocator changes speed only.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
 use harness::report::{self, junit, ScenarioReport};
 use harness::run::live::{LiveResult, LiveRow};
