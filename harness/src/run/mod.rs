@@ -7,6 +7,7 @@ pub mod background;
 pub mod frames;
 mod http;
 pub mod live;
+mod pair;
 pub mod panics;
 mod steps;
 mod stream;

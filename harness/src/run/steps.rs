@@ -86,6 +86,7 @@ pub(super) async fn run_step(
             None
         }
         Action::Attack(attack) => Some(super::attack::run_attack(attack, world).await?),
+        Action::Pair(pair) => Some(super::pair::run_pair(pair, world, vars).await?),
         Action::Cancel(cancel) => Some(super::http::run_cancel(cancel, world, vars).await?),
         Action::Poll(poll) => Some(super::http::run_poll(poll, world, vars).await?),
         Action::Stream(call) => Some(super::stream::run_stream(call, world, vars).await?),

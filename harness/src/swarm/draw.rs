@@ -67,6 +67,7 @@ impl WorldSpec {
         super::settlement::draw(&mut world);
         super::streams::draw(&mut world);
         super::buggify::draw(&mut world);
+        super::pairings::draw(&mut world);
         super::floods::draw(&mut world);
         super::stalls::draw(&mut world);
         world

@@ -404,6 +404,14 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
+        Event::Pair {
+            instance,
+            user,
+            worker,
+        } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
+        ),
         Event::Flood(f) => render_flood(w, f),
         Event::Freeze { worker, frozen } => writeln!(
             w,

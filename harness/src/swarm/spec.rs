@@ -53,6 +53,9 @@ pub enum Kind {
     /// The coordinator's fault points fire (`buggify = true`, decision
     /// 0024; drawn by [`super::buggify`]).
     Buggify,
+    /// Honest pairings in the timeline, where a crash can cut them, beside
+    /// the set-up's (drawn by [`super::pairings`]).
+    LatePairings,
     /// A flooder commits bursts of jobs from a client address of its own on
     /// instances that run retention, whose kept budget is then shared by
     /// nobody's rule but age (drawn by [`super::floods`]).
@@ -98,16 +101,17 @@ impl Kind {
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
-    /// [`Kind::Floods`] and [`Kind::Stalls`].
+    /// [`Kind::LatePairings`], [`Kind::Floods`] and [`Kind::Stalls`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 8];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 9];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
-        all[Self::MAIN_STREAM.len() + 6] = Kind::Floods;
-        all[Self::MAIN_STREAM.len() + 7] = Kind::Stalls;
+        all[Self::MAIN_STREAM.len() + 6] = Kind::LatePairings;
+        all[Self::MAIN_STREAM.len() + 7] = Kind::Floods;
+        all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -149,6 +153,7 @@ impl Kind {
             Kind::SettlementFaults => "settlement_faults",
             Kind::Streams => "streams",
             Kind::Buggify => "buggify",
+            Kind::LatePairings => "late_pairings",
             Kind::Floods => "floods",
             Kind::Stalls => "stalls",
         }
@@ -335,6 +340,12 @@ pub enum Event {
     /// An `attack` step against user `victim` (`u0`..`u3`), then, for a
     /// pairing attack, PRIVATE commits of the victim signed with its key.
     Attack(super::attacks::AttackEvent),
+    /// A `pair` step: `user` pairs `worker` honestly, mid-timeline.
+    Pair {
+        instance: &'static str,
+        user: String,
+        worker: String,
+    },
     /// A `cancel` of the latest job committed on the instance, whatever
     /// its state then (pending, running, ended: 200, 409 or, on a node
     /// that does not hold it, 503).
@@ -528,14 +539,8 @@ impl WorldSpec {
                 Event::Read(r) => instances.contains(&r.instance),
                 Event::Flood(f) => instances.contains(&f.instance),
                 Event::Freeze { worker, .. } => workers.contains(worker),
-                Event::Attack(a) => {
-                    instances.contains(&a.instance)
-                        && a.worker.as_ref().is_none_or(|w| workers.contains(w))
-                        && (!a.needs_code()
-                            || self
-                                .pairings
-                                .iter()
-                                .any(|p| p.instance == a.instance && p.user == a.victim))
+                Event::Pair { .. } | Event::Attack(_) => {
+                    self.keeps_user_event(&t.event, instances, workers)
                 }
             };
             if keep {
@@ -543,6 +548,32 @@ impl WorldSpec {
             }
         }
         self.events = kept;
+    }
+
+    /// Whether a pairing or an attack still makes sense: its instance and
+    /// worker are there, a pairing's users are (user auth on), and an
+    /// attack that needs the victim's code has a pairing to take it from.
+    fn keeps_user_event(
+        &self,
+        event: &Event,
+        instances: &[&'static str],
+        workers: &[String],
+    ) -> bool {
+        match event {
+            Event::Pair {
+                instance, worker, ..
+            } => self.user_auth && instances.contains(instance) && workers.contains(worker),
+            Event::Attack(a) => {
+                instances.contains(&a.instance)
+                    && a.worker.as_ref().is_none_or(|w| workers.contains(w))
+                    && (!a.needs_code()
+                        || self
+                            .pairings
+                            .iter()
+                            .any(|p| p.instance == a.instance && p.user == a.victim))
+            }
+            _ => true,
+        }
     }
 
     /// Keeps the link faults, loads and reboots inside the (new) timeline

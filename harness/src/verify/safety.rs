@@ -54,13 +54,15 @@ pub enum SafetyKey {
     OutputBeforeSettlement,
     DeltasDisagreeWithOutput,
     PrivateDeltaLeak,
+    FailedJobChanged,
+    PairingLost,
     HonestResultLost,
     StalledSessionKept,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 18] = [
+    pub const ALL: [SafetyKey; 20] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -77,6 +79,8 @@ impl SafetyKey {
         SafetyKey::OutputBeforeSettlement,
         SafetyKey::DeltasDisagreeWithOutput,
         SafetyKey::PrivateDeltaLeak,
+        SafetyKey::FailedJobChanged,
+        SafetyKey::PairingLost,
         SafetyKey::HonestResultLost,
         SafetyKey::StalledSessionKept,
     ];
@@ -99,6 +103,8 @@ impl SafetyKey {
             SafetyKey::OutputBeforeSettlement => "output_before_settlement",
             SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
+            SafetyKey::FailedJobChanged => "failed_job_changed",
+            SafetyKey::PairingLost => "pairing_lost",
             SafetyKey::HonestResultLost => "honest_result_lost",
             SafetyKey::StalledSessionKept => "stalled_session_kept",
         }
@@ -192,6 +198,7 @@ pub fn check(
     found.extend(super::streams::check(&streams.all(), &streams.committers(), &jobs).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
+        found.extend(check_pairings_kept(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
     }
     match found
@@ -243,6 +250,32 @@ fn check_proven(
                     record.worker, view.public_key
                 ),
                 line: Some(record.line.saturating_sub(1)),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `pairing_lost`: on an instance with user auth on, every pairing a user
+/// proved (a claim answered 2xx of a code the user created with its own
+/// proof: the harness's ledger) is still in the instance's trust at the
+/// end, across crashes and restarts: nothing unpairs a worker, so a
+/// pairing answered before it was durable and lost in a crash shows here.
+fn check_pairings_kept(instance: &str, state: &InstanceState<'_>) -> Result<(), Violation> {
+    let Some(proven) = state.proven else {
+        return Ok(());
+    };
+    for (user, key) in proven {
+        let kept = state.trust.iter().any(|t| {
+            normal_user(&t.user_id) == *user && t.provider_pubkey.eq_ignore_ascii_case(key)
+        });
+        if !kept {
+            return Err(Violation {
+                invariant: SafetyKey::PairingLost,
+                message: format!(
+                    "{instance}: {user} paired worker {key} (a claim answered 2xx); at the end the instance does not trust it"
+                ),
+                line: None,
             });
         }
     }
@@ -380,6 +413,9 @@ struct Seen<'a> {
     authenticated: BTreeMap<&'a str, bool>,
     accepted: BTreeMap<(&'a str, String), usize>,
     completed: BTreeMap<(&'a str, String), (Value, usize)>,
+    /// Jobs shown `failed` (a poll, or a cancel's answer): their error and
+    /// the line.
+    failed: BTreeMap<(&'a str, String), (Value, usize)>,
     /// Jobs shown finished (a poll answered completed or failed, or a
     /// worker told `result_accepted`): retention may delete them.
     ended: std::collections::BTreeSet<(&'a str, String)>,
@@ -515,9 +551,7 @@ fn check_answer<'a>(
         let (Some(id), Some(status)) = (body["id"].as_str(), body["status"].as_str()) else {
             return Ok(());
         };
-        if status == "failed" {
-            seen.ended.insert((instance, id.to_owned()));
-        }
+        check_failed_kept(instance, retention, id, &body, jobs, seen, line)?;
         if status != "completed" {
             return Ok(());
         }
@@ -548,6 +582,51 @@ fn check_answer<'a>(
                 format!("{instance} showed job {id} completed; at the end it is not"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A job shown `failed` (a poll, or the answer to its cancel) stays failed
+/// with the same error: no later answer shows it otherwise, and it is
+/// failed at the end (unless retention deleted it). A cancel answered
+/// before its failure was durable, then lost in a crash, shows here.
+fn check_failed_kept<'a>(
+    instance: &'a str,
+    retention: bool,
+    id: &str,
+    body: &Value,
+    jobs: &BTreeMap<(&str, String), &Job>,
+    seen: &mut Seen<'a>,
+    line: usize,
+) -> Result<(), Found> {
+    let key = (instance, id.to_owned());
+    let shown = (body["status"].as_str(), &body["error"]);
+    if let Some((error, first_line)) = seen.failed.get(&key) {
+        if shown != (Some("failed"), error) {
+            return Err((
+                SafetyKey::FailedJobChanged,
+                format!(
+                    "{instance} showed job {id} failed ({error}, line {}) and later {} ({})",
+                    first_line + 1,
+                    body["status"],
+                    body["error"]
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    if shown.0 != Some("failed") {
+        return Ok(());
+    }
+    seen.ended.insert(key.clone());
+    seen.failed.insert(key, (body["error"].clone(), line));
+    let still = jobs.get(&(instance, id.to_owned()));
+    let deleted = retention && still.is_none();
+    if !deleted && still.is_none_or(|j| j.status != JobStatus::Failed) {
+        return Err((
+            SafetyKey::FailedJobChanged,
+            format!("{instance} showed job {id} failed; at the end it is not"),
+        ));
     }
     Ok(())
 }
@@ -1022,6 +1101,68 @@ mod tests {
             &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
         )
         .is_ok());
+    }
+
+    /// `pairing_lost`: a proven pairing missing from the instance's trust
+    /// at the end breaks it; one the trust holds, or any pairing on an
+    /// instance with user auth off (`proven: None`), does not.
+    #[test]
+    fn a_proven_pairing_the_instance_lost_is_caught() {
+        let user = "0x1111111111111111111111111111111111111111";
+        let proven = BTreeSet::from([(user.to_owned(), KEY_W.to_ascii_lowercase())]);
+        let state = |trust, proven| InstanceState {
+            jobs: &[],
+            trust,
+            paid: false,
+            retention: false,
+            retention_cut_ms: None,
+            results_kept: None,
+            results_deleted: None,
+            proven,
+            settled: None,
+        };
+        let kept = [trust(user, KEY_W)];
+        let lost = check_pairings_kept("chain_a", &state(&[], Some(&proven)));
+        assert_eq!(
+            lost.err().map(|v| v.invariant),
+            Some(SafetyKey::PairingLost)
+        );
+        assert!(check_pairings_kept("chain_a", &state(&kept, Some(&proven))).is_ok());
+        assert!(check_pairings_kept("chain_a", &state(&[], None)).is_ok());
+    }
+
+    /// `failed_job_changed`: a job shown failed (a cancel's answer or a
+    /// poll) that a later answer shows otherwise, or that is not failed at
+    /// the end, breaks it; shown failed alike and failed at the end does not.
+    #[test]
+    fn a_failed_job_that_changes_or_reverts_is_caught() {
+        let cancelled =
+            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"cancelled"}}"#);
+        let timed_out =
+            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"lease_expired"}}"#);
+        let completed_poll = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
+        );
+        let mut failed = job(J1, "u", false, None);
+        failed.status = JobStatus::Failed;
+        let mut completed = job(J1, "u", false, None);
+        completed.status = JobStatus::Completed;
+        let failed = std::slice::from_ref(&failed);
+        let key = Some("failed_job_changed");
+        // Cancelled, then completed after a restart restored it.
+        assert_eq!(verdict(&[&cancelled], &[completed], &[], false), key);
+        assert_eq!(
+            verdict(&[&cancelled, &completed_poll], failed, &[], false),
+            key
+        );
+        assert_eq!(verdict(&[&cancelled, &timed_out], failed, &[], false), key);
+        // Gone at the end: lost without retention, deleted with it.
+        assert_eq!(verdict(&[&cancelled], &[], &[], false), key);
+        assert_eq!(
+            verdict_with(&[&cancelled], &[], &[], false, true, None),
+            None
+        );
+        assert_eq!(verdict(&[&cancelled, &cancelled], failed, &[], false), None);
     }
 
     /// `private_to_unproven_pairing`: with user auth on, a PRIVATE
