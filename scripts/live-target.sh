@@ -6,20 +6,33 @@
 # runs every live-capable scenario against them and writes JUnit XML, which a
 # JUnit parser then reads back.
 #
-# Usage: scripts/live-target.sh BIN_DIR OUT_DIR
+# With --pg-nodes N, each chain is N coordinator nodes on one throwaway
+# PostgreSQL (a schema per chain, scripts/pg-throwaway.sh), and the harness
+# targets the first node of each, as a deployment's load balancer would hand
+# it one: jobs committed there run on workers of that node, and a node that
+# dies has its jobs finished by the others (ARCHITECTURE.md, "Several nodes").
+#
+# Usage: scripts/live-target.sh BIN_DIR OUT_DIR [--pg-nodes N]
 set -euo pipefail
+here="$(dirname "$0")"
 bin="${1:?BIN_DIR with coordinator and harness}"
 out="${2:?OUT_DIR}"
+nodes=1
+if [ "${3:-}" = "--pg-nodes" ]; then nodes="${4:?--pg-nodes N}"; fi
 mkdir -p "$out"
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+pg=""
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [ -n "$pg" ]; then "$here/pg-throwaway.sh" stop "$pg"; fi
+}
 trap cleanup EXIT
 
 # Starts a coordinator on a free port, logging to OUT_DIR/coordinator-NAME.log.
 start() {
   local network="$1" name="$2"
-  "$bin/coordinator" --listen 127.0.0.1:0 --network "$network" --db :memory: "${@:3}" \
+  "$bin/coordinator" --listen 127.0.0.1:0 --network "$network" --db "${DB:-:memory:}" "${@:3}" \
     >/dev/null 2>"$out/coordinator-$name.log" &
   pids+=("$!")
 }
@@ -41,10 +54,22 @@ url_of() {
 extra=()
 # Plain user names need the spec-literal mode where the coordinator has it.
 if "$bin/coordinator" --help | grep -q -- '--user-auth'; then extra=(--user-auth off); fi
-start eip155:84532 chain_a "${extra[@]}"
-start eip155:10143 chain_b "${extra[@]}"
-a=$(url_of chain_a)
-b=$(url_of chain_b)
+if [ "$nodes" = 1 ]; then
+  start eip155:84532 chain_a "${extra[@]}"
+  start eip155:10143 chain_b "${extra[@]}"
+  a=$(url_of chain_a)
+  b=$(url_of chain_b)
+else
+  pg=$(mktemp -d /tmp/live-target-pg.XXXXXX)
+  db=$("$here/pg-throwaway.sh" start "$pg")
+  for n in $(seq 1 "$nodes"); do
+    DB="$db" start eip155:84532 "chain_a-$n" "${extra[@]}" --db-schema chain_a --node-id "chain_a-$n"
+    DB="$db" start eip155:10143 "chain_b-$n" "${extra[@]}" --db-schema chain_b --node-id "chain_b-$n"
+  done
+  for n in $(seq 2 "$nodes"); do url_of "chain_a-$n" >/dev/null; url_of "chain_b-$n" >/dev/null; done
+  a=$(url_of chain_a-1)
+  b=$(url_of chain_b-1)
+fi
 
 "$bin/harness" --target "chain_a=$a,chain_b=$b" --junit "$out/live.xml" scenarios/*.toml
 

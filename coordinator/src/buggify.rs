@@ -19,6 +19,16 @@
 //! during a settlement, a result for a job already ended): the harness
 //! counts them per world, lists the states never reached, and steers its
 //! draws toward seeds that reached new ones. Recorded only when armed.
+//!
+//! [`result_deleted`] is a witness, not a fault: retention notes each
+//! result it deletes with its completion time and the time of the pass, so
+//! the harness judges every deletion at the moment it happened against the
+//! minimum keep time (decision 0018), not only what is missing at the end
+//! of a run (whose heal outlasts the keep time). Likewise
+//! [`session_opened`] and [`session_closed`]: when each worker session
+//! began and ended, so the harness sees a session kept open past its
+//! heartbeat timeout by a worker that stopped reading (decision 0019).
+//! Recorded only when armed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -93,6 +103,13 @@ impl Site {
 /// (a limit on everything; the code names a few dozen).
 const STATES_MAX: usize = 256;
 
+/// At most this many deleted results are noted per world: far more than a
+/// simulated world completes.
+const DELETED_MAX: usize = 100_000;
+
+/// At most this many worker sessions are noted per world.
+const SESSIONS_MAX: usize = 10_000;
+
 /// The chance an enabled site fires on one call: 1 in this.
 const FIRE_ONE_IN: u32 = 4;
 
@@ -105,6 +122,36 @@ struct Armed {
     rngs: Vec<ChaCha20Rng>,
     fired: [u64; SITES],
     reached: BTreeMap<&'static str, u64>,
+    deleted: Vec<DeletedResult>,
+    sessions: Vec<SessionSpan>,
+}
+
+/// A worker session as its task ran it (see [`session_opened`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpan {
+    /// The worker's key, as its hello named it.
+    pub pubkey: String,
+    pub session: u64,
+    /// When it was authenticated (the coordinator's clock, ms since the
+    /// epoch).
+    pub opened_ms: i64,
+    /// When its task ended it; `None` while it runs, or when its process
+    /// died with it.
+    pub closed_ms: Option<i64>,
+}
+
+/// A result retention deleted (see [`result_deleted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeletedResult {
+    pub id: uuid::Uuid,
+    /// When the job completed (the core's clock, ms since the epoch).
+    pub completed_ms: i64,
+    /// When the pass that deleted it ran.
+    pub deleted_ms: i64,
+    /// The bytes the results ledger held when the pass began: beyond the
+    /// budget, an owner may be over a share of 100 % (admission counts
+    /// only finished results, so queued jobs can overfill it as they end).
+    pub ledger_bytes_before: usize,
 }
 
 thread_local! {
@@ -143,6 +190,8 @@ pub fn arm(seed: u64, buggify: bool) -> Guard {
         rngs,
         fired: [0; SITES],
         reached: BTreeMap::new(),
+        deleted: Vec::new(),
+        sessions: Vec::new(),
     };
     ARMED.with(|a| *a.borrow_mut() = Some(armed));
     Guard(())
@@ -203,6 +252,69 @@ pub fn sometimes(state: &'static str) {
             }
         }
     });
+}
+
+/// Notes that retention deleted a result (see the module's doc). Free when
+/// unarmed.
+pub fn result_deleted(deleted: DeletedResult) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            if armed.deleted.len() < DELETED_MAX {
+                armed.deleted.push(deleted);
+            }
+        }
+    });
+}
+
+/// The results this thread's armed world deleted so far, in order; empty
+/// when unarmed.
+pub fn deleted_results() -> Vec<DeletedResult> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.deleted.clone())
+    })
+}
+
+/// Notes that worker session `session` of `pubkey` was authenticated.
+/// Free when unarmed.
+pub fn session_opened(pubkey: &str, session: u64, at_ms: i64) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            if armed.sessions.len() < SESSIONS_MAX {
+                armed.sessions.push(SessionSpan {
+                    pubkey: pubkey.to_owned(),
+                    session,
+                    opened_ms: at_ms,
+                    closed_ms: None,
+                });
+            }
+        }
+    });
+}
+
+/// Notes that the session's task ended it (the latest open one of that
+/// key and id: ids restart with each process). Free when unarmed.
+pub fn session_closed(pubkey: &str, session: u64, at_ms: i64) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            let open = (armed.sessions.iter_mut().rev())
+                .find(|s| s.closed_ms.is_none() && s.session == session && s.pubkey == pubkey);
+            if let Some(span) = open {
+                span.closed_ms = Some(at_ms);
+            }
+        }
+    });
+}
+
+/// The worker sessions this thread's armed world ran so far, in the order
+/// they opened; empty when unarmed.
+pub fn sessions() -> Vec<SessionSpan> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.sessions.clone())
+    })
 }
 
 /// What an armed world did so far: the sites switched on, how often each

@@ -8,9 +8,9 @@
 //! TCP. A connection upgraded to a worker session leaves the count at the
 //! upgrade (sessions are bounded by the handshake and session limits).
 //!
-//! The simulation serves its in-memory listener with `axum::serve` still
-//! (`Server::serve`): its clients keep idle connections for long virtual
-//! times, and a header timeout would change every transcript.
+//! The simulation serves its in-memory listener through the same loop with
+//! the bounds off ([`Bounds::Off`]): its clients keep idle connections for
+//! long virtual times, and a header timeout would change every transcript.
 
 use crate::api::rate_limit_key;
 use crate::config::Config;
@@ -21,13 +21,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower::Layer;
-
-/// Pause after a failed accept (out of file descriptors, usually), as
-/// `axum::serve` does, so the loop does not spin.
-const ACCEPT_RETRY: Duration = Duration::from_secs(1);
 
 /// Open plain connections, in all and per peer address.
 #[derive(Default)]
@@ -72,48 +67,64 @@ fn admit(counts: &Arc<Mutex<Counts>>, client: String, config: &Config) -> Option
     })
 }
 
+/// What serving bounds on each connection.
+#[derive(Debug, Clone)]
+pub enum Bounds {
+    /// A real process: the head deadline and buffer bound, and the
+    /// connection budgets of `config` (issue 29, finding 4).
+    Enforced(Box<Config>),
+    /// The simulation: its clients keep idle connections for long virtual
+    /// times, and a header timeout would change every transcript; the
+    /// connection loop and its shutdown are the same code.
+    Off,
+}
+
 /// Serves `app` on `listener` until `stopped` resolves, then lets every open
 /// connection finish its request (graceful, as `axum::serve` does) and
-/// returns once all have closed.
-pub async fn serve(
-    listener: TcpListener,
+/// returns once all have closed. Every `select!` here is `biased`: the
+/// simulation replays byte for byte under any tokio seed, and
+/// `axum::serve`'s unbiased ones made a request racing a graceful restart
+/// served in one run and dropped in the other (swarm seed 2065).
+pub async fn serve<L>(
+    mut listener: L,
     app: axum::Router,
-    config: Config,
+    bounds: Bounds,
     stopped: impl Future<Output = ()> + Send + 'static,
-) {
+) where
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+{
     let counts = Arc::new(Mutex::new(Counts::default()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every connection task holds a sender; all gone = all closed.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     tokio::pin!(stopped);
     loop {
-        let (stream, peer) = tokio::select! {
+        let (io, peer) = tokio::select! {
             biased;
             _ = &mut stopped => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_RETRY).await;
+            accepted = listener.accept() => accepted,
+        };
+        let place = match &bounds {
+            Bounds::Enforced(config) => match admit(&counts, rate_limit_key(peer.ip()), config) {
+                Some(place) => Some(place),
+                None => {
+                    tracing::debug!("connection refused: the connection budget is spent");
                     continue;
                 }
             },
+            Bounds::Off => None,
         };
-        let client = rate_limit_key(peer.ip());
-        let Some(place) = admit(&counts, client, &config) else {
-            tracing::debug!("connection refused: the connection budget is spent");
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
         let service = axum::Extension(ConnectInfo(peer)).layer(app.clone());
-        let conn = connection(&config, stream, service);
+        let conn = connection(&bounds, io, service);
         let mut stop = stop_rx.clone();
         let open = open_tx.clone();
         tokio::spawn(async move {
             let _place = place;
             let _open = open;
             tokio::pin!(conn);
+            // The connection first: a request that has arrived is served.
             let stopping = tokio::select! {
+                biased;
                 _ = &mut conn => false,
                 _ = stop.wait_for(|s| *s) => true,
             };
@@ -128,16 +139,15 @@ pub async fn serve(
     let _ = open_rx.recv().await;
 }
 
-/// One connection under hyper with the head deadline and buffer bound.
-fn connection<S>(
-    config: &Config,
-    stream: tokio::net::TcpStream,
+/// One connection under hyper, with the head deadline and buffer bound
+/// when they are enforced.
+fn connection<I, S>(
+    bounds: &Bounds,
+    io: I,
     service: S,
-) -> hyper::server::conn::http1::UpgradeableConnection<
-    TokioIo<tokio::net::TcpStream>,
-    TowerToHyperService<S>,
->
+) -> hyper::server::conn::http1::UpgradeableConnection<TokioIo<I>, TowerToHyperService<S>>
 where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<
             axum::http::Request<hyper::body::Incoming>,
             Response = axum::response::Response,
@@ -147,13 +157,17 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let head_timeout = Duration::from_millis(config.timing.http_head_timeout_ms);
-    // hyper refuses a buffer under 8 KiB.
-    let head_bytes = config.limits.http_head_bytes_max.max(8_192);
-    hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(head_timeout)
-        .max_buf_size(head_bytes)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    if let Bounds::Enforced(config) = bounds {
+        let head_timeout = Duration::from_millis(config.timing.http_head_timeout_ms);
+        // hyper refuses a buffer under 8 KiB.
+        let head_bytes = config.limits.http_head_bytes_max.max(8_192);
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(head_timeout)
+            .max_buf_size(head_bytes);
+    }
+    builder
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .with_upgrades()
 }

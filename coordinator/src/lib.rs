@@ -22,9 +22,9 @@
 //! - [`core`]: the deterministic state machine (jobs, queues, workers,
 //!   placement, trust, timers); plain code over state + event + `now_ms`.
 //! - [`config`], [`clock`]: what is injected.
-//! - [`buggify`]: fault points and `sometimes` states, which fire and record
-//!   only on a thread the simulation armed (decision 0024); used by every
-//!   layer, imports none.
+//! - [`buggify`]: fault points, `sometimes` states and the harness's
+//!   witnesses, which fire and record only on a thread the simulation armed
+//!   (decision 0024); used by every layer, imports none.
 //!
 //! Where to look: how jobs are placed, `core/dispatch.rs` (checked by
 //! `core/invariants.rs`); a new endpoint, `api/` (registered once in

@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::cluster::postgres::PgShared;
 use crate::cluster::{ClusterLink, NodeId, SharedStore};
 use crate::config::{is_caip2, Config};
+use crate::connections::Bounds;
 use crate::node::{self, ClusterSettings, Fence, NodeStore, SharedNonces};
 use crate::retention::Retention;
 use crate::shell::Coordinator;
@@ -637,12 +638,16 @@ impl Server {
     pub fn serve_tcp(&mut self, listener: tokio::net::TcpListener) {
         self.set_default_origins(listener.local_addr());
         let app = self.api_app();
-        let config = self.coordinator.config().clone();
+        let bounds = Bounds::Enforced(Box::new(self.coordinator.config().clone()));
         let stopped = self.coordinator.stopped();
+        // Small requests and answers: no waiting for a full segment.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         assert!(self.serving.is_none(), "a server serves one listener");
         self.serving = Some(
             self.tasks
-                .spawn_apart(crate::connections::serve(listener, app, config, stopped)),
+                .spawn_apart(crate::connections::serve(listener, app, bounds, stopped)),
         );
     }
 
@@ -676,18 +681,11 @@ impl Server {
     {
         self.set_default_origins(listener.local_addr());
         let app = self.api_app();
-        let service = app.into_make_service_with_connect_info::<SocketAddr>();
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
         let stopped = self.coordinator.stopped();
         assert!(self.serving.is_none(), "a server serves one listener");
-        self.serving = Some(self.tasks.spawn_apart(async move {
-            let served = axum::serve(listener, service)
-                .with_graceful_shutdown(stopped)
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "server failed");
-            }
-        }));
+        let serving = crate::connections::serve(listener, app, Bounds::Off, stopped);
+        self.serving = Some(self.tasks.spawn_apart(serving));
     }
 
     /// Serves `GET /metrics` alone on `listener` (see [`MetricsAt::Apart`]),

@@ -8,6 +8,13 @@
 //! coordinator processes over real sockets; `--target NAME=URL` against
 //! coordinators already running. `--junit FILE` writes JUnit XML.
 
+/// mimalloc, for the harness binary only (the coordinator keeps the system
+/// allocator): a swarm world allocates and frees millions of small values
+/// (frames, JSON, futures) and glibc's malloc and free were 13 % of its CPU
+/// (`benches/results/swarm-speed-2026-11-28.md`). Nothing in a transcript
+/// depends on addresses, so the allocator changes speed only.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
 use harness::report::{self, junit, ScenarioReport};
 use harness::run::live::{LiveResult, LiveRow};
@@ -387,6 +394,9 @@ fn run_twice(scenario: &Scenario, seed: Option<u64>) -> Row {
     let seed = seed.unwrap_or(scenario.seed);
     #[allow(clippy::disallowed_methods)] // wall time of the tool itself, for the report
     let started = std::time::Instant::now();
+    // The second run draws, signs and checks what the first did: it reuses
+    // the first's exact curve results (protocol::crypto_memo), this thread only.
+    let _memo = protocol::crypto_memo::enable();
     let first = run_simulated_with(scenario, seed, seed);
     let wall_ms = started.elapsed().as_millis();
     let second = run_simulated_with(scenario, seed, seed ^ SECOND_TOKIO_SEED);

@@ -6,6 +6,7 @@
 //! - [`receipt`]: the worker-signed receipt and how it is hashed, signed and verified.
 //! - [`origin`]: the canonical origin of the coordinator a worker dialled, which its login signs.
 //! - [`signing`]: secp256k1 keys, EIP-191 `personal_sign` and signature recovery.
+//! - [`crypto_memo`]: the simulation's memo of pure curve results (key pairs, signatures, recoveries, public-key parses).
 //! - [`user_proof`]: the proof of a user (the `X-User-Proof` header): accounts as user ids,
 //!   the signed text, sign and verify.
 //! - [`canonical`]: RFC 8785 (JCS) canonical JSON and the `sha256:` output hash.
@@ -19,6 +20,7 @@ pub mod api;
 pub mod canonical;
 pub mod clock;
 pub mod connection;
+pub mod crypto_memo;
 pub mod money;
 pub mod origin;
 pub mod receipt;

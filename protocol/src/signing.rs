@@ -17,6 +17,7 @@
 //! exactly what Ethereum tooling does; the tests hold it to k256's recovery.
 
 use k256::ecdsa::{RecoveryId, Signature, SigningKey, VerifyingKey};
+use k256::NonZeroScalar;
 use rand_core::CryptoRngCore;
 use sha3::{Digest, Keccak256};
 
@@ -49,16 +50,29 @@ impl std::fmt::Debug for Keypair {
 }
 
 impl Keypair {
+    /// Draws the secret as `SigningKey::random` does (one `NonZeroScalar`
+    /// from `rng`), so a seed gives the keys it always gave.
     pub fn generate(rng: &mut impl CryptoRngCore) -> Self {
-        Self {
-            key: SigningKey::random(rng),
-        }
+        Self::from_scalar(NonZeroScalar::random(rng))
     }
 
     /// From 32 secret bytes, as hex with or without `0x`.
     pub fn from_secret_hex(secret: &str) -> Option<Self> {
         let bytes = hex::decode(secret.trim().trim_start_matches("0x")).ok()?;
-        SigningKey::from_slice(&bytes).ok().map(|key| Self { key })
+        // `SigningKey::from_slice`'s own parse, then the same derivation.
+        let secret = k256::SecretKey::from_slice(&bytes).ok()?;
+        Some(Self::from_scalar(secret.to_nonzero_scalar()))
+    }
+
+    /// The key pair of `secret`: its public point is a scalar
+    /// multiplication, memoised in the simulation (`crypto_memo`).
+    fn from_scalar(secret: NonZeroScalar) -> Self {
+        let memo = crate::crypto_memo::KeyPairKey {
+            secret: secret.to_bytes().into(),
+        };
+        Self {
+            key: crate::crypto_memo::key_pair(memo, || SigningKey::from(secret)),
+        }
     }
 
     pub fn secret_hex(&self) -> String {
@@ -82,6 +96,15 @@ impl Keypair {
 
     /// Signs a 32-byte digest (for example an EIP-712 digest) as `0x` + r||s||v.
     pub fn sign_prehash(&self, digest: &[u8; 32]) -> String {
+        let key = crate::crypto_memo::SignKey {
+            secret: self.key.to_bytes().into(),
+            digest: *digest,
+        };
+        crate::crypto_memo::signature(key, || self.sign_prehash_uncached(digest))
+    }
+
+    /// The real k256 signing behind [`Keypair::sign_prehash`].
+    fn sign_prehash_uncached(&self, digest: &[u8; 32]) -> String {
         let (sig, recid) = self
             .key
             .sign_prehash_recoverable(digest)
@@ -138,10 +161,14 @@ pub fn parse_public_key(text: &str) -> Result<PublicKey, SignatureError> {
     if hex_part.len() != 66 {
         return Err(SignatureError::MalformedPublicKey);
     }
-    let bytes = hex::decode(hex_part).map_err(|_| SignatureError::MalformedPublicKey)?;
-    secp256k1::PublicKey::from_slice(&bytes)
-        .map(PublicKey)
-        .map_err(|_| SignatureError::MalformedPublicKey)
+    let mut sec1 = [0u8; 33];
+    hex::decode_to_slice(hex_part, &mut sec1).map_err(|_| SignatureError::MalformedPublicKey)?;
+    // Decompressing the point is a square root: memoised in the simulation.
+    let memo = crate::crypto_memo::ParseKey { sec1 };
+    crate::crypto_memo::parsed(memo, || {
+        secp256k1::PublicKey::from_slice(&sec1).ok().map(PublicKey)
+    })
+    .ok_or(SignatureError::MalformedPublicKey)
 }
 
 /// Canonical text form of a signing key's public half (see [`PublicKey::to_hex`]).
@@ -190,10 +217,18 @@ fn recover(
     digest: &[u8; 32],
     signature: &secp256k1::ecdsa::RecoverableSignature,
 ) -> Option<PublicKey> {
-    signature
-        .recover_ecdsa(secp256k1::Message::from_digest(*digest))
-        .ok()
-        .map(PublicKey)
+    let (recid, compact) = signature.serialize_compact();
+    let key = crate::crypto_memo::RecoverKey {
+        digest: *digest,
+        compact,
+        recid: recid.to_u8(),
+    };
+    crate::crypto_memo::recovery(key, || {
+        signature
+            .recover_ecdsa(secp256k1::Message::from_digest(*digest))
+            .ok()
+            .map(PublicKey)
+    })
 }
 
 /// Parses `0x` + r||s||v: rejects high `s`, accepts `v` in {0, 1, 27, 28}.

@@ -109,14 +109,25 @@ pub fn api(coordinator: Coordinator) -> Router {
     router(coordinator, false)
 }
 
+/// The route table without state or layers, built once per process and
+/// cloned for each server. Why: `routes()` also builds every operation's
+/// OpenAPI item, which the router discards; the simulation starts a server
+/// per instance and restart, and that was 4 % of the swarm's CPU (see
+/// `benches/results/swarm-speed-2026-11-28.md`). A clone is the same table.
+fn route_table(with_metrics: bool) -> Router<Coordinator> {
+    static WITH_METRICS: LazyLock<Router<Coordinator>> =
+        LazyLock::new(|| routes().merge(metrics_routes()).split_for_parts().0);
+    static WITHOUT_METRICS: LazyLock<Router<Coordinator>> =
+        LazyLock::new(|| routes().split_for_parts().0);
+    match with_metrics {
+        true => WITH_METRICS.clone(),
+        false => WITHOUT_METRICS.clone(),
+    }
+}
+
 fn router(coordinator: Coordinator, with_metrics: bool) -> Router {
     let body_limit = coordinator.config().limits.body_bytes_max;
-    let routes = if with_metrics {
-        routes().merge(metrics_routes())
-    } else {
-        routes()
-    };
-    let (routes, _) = routes.split_for_parts();
+    let routes = route_table(with_metrics);
     // One `layer` call for the whole stack: each `Router::layer` boxes the
     // routes once more, and a request clones every box at every level (seven
     // separate calls cost 49 more allocations per request than one).

@@ -253,23 +253,36 @@ impl Core {
     /// one is due. Then each ledger's size cut (module doc).
     pub fn retention_pass(&mut self, now_ms: i64, age_before_ms: Option<i64>) -> Forgotten {
         let mut out = Vec::new();
-        if let Some(before_ms) = age_before_ms {
-            self.ended.results.take_before(before_ms, &mut out);
-            self.ended.failures.take_before(before_ms, &mut out);
-        }
-        let by_age = out.len();
         let limits = &self.config.limits;
         let (kept_max, failed_max) = (limits.kept_bytes_max, limits.failed_kept_bytes_max);
         let share = percent_of(kept_max, limits.kept_share_per_client_percent);
         let young_from_ms = now_ms.saturating_sub(limits.kept_min_ms);
+        if let Some(before_ms) = age_before_ms {
+            self.ended.failures.take_before(before_ms, &mut out);
+        }
+        let failed_by_age = out.len();
         // Failure records carry no result: any age, the heaviest first.
         self.ended
             .failures
             .size_cut(failed_max, 0, i64::MIN, &mut out);
+        let results_from = out.len();
+        let ledger_bytes_before = self.ended.results.bytes();
+        if let Some(before_ms) = age_before_ms {
+            self.ended.results.take_before(before_ms, &mut out);
+        }
+        let by_age = failed_by_age + out.len() - results_from;
         self.ended
             .results
             .size_cut(kept_max, share, young_from_ms, &mut out);
         let by_size = out.len() - by_age;
+        for kept in &out[results_from..] {
+            crate::buggify::result_deleted(crate::buggify::DeletedResult {
+                id: kept.id,
+                completed_ms: kept.ended_ms,
+                deleted_ms: now_ms,
+                ledger_bytes_before,
+            });
+        }
         self.forget_kept(&out);
         // Oldest first, for the store and the logs.
         out.sort_unstable_by_key(|k| (k.ended_ms, k.id));

@@ -77,11 +77,39 @@ pub async fn run_admitted<C: FrameConnection>(
         return;
     };
     tracing::info!(session = peer.session, pubkey = %peer.pubkey, "worker connected");
+    let witnessed = Witnessed::open(&c, &peer);
     let reason = serve(&c, &mut conn, &mut peer).await;
+    drop(witnessed);
     tracing::info!(session = peer.session, reason, "worker disconnected");
     c.metrics().session_closed(reason);
     c.unregister_worker(peer.session);
     conn.close().await;
+}
+
+/// Notes a session's span for the harness ([`buggify::session_opened`]):
+/// its end when dropped, at the end of `serve` or when a crash drops the
+/// session's task.
+struct Witnessed<'a> {
+    c: &'a Coordinator,
+    pubkey: String,
+    session: SessionId,
+}
+
+impl<'a> Witnessed<'a> {
+    fn open(c: &'a Coordinator, peer: &Peer) -> Self {
+        buggify::session_opened(&peer.pubkey, peer.session, c.now_ms());
+        Self {
+            c,
+            pubkey: peer.pubkey.clone(),
+            session: peer.session,
+        }
+    }
+}
+
+impl Drop for Witnessed<'_> {
+    fn drop(&mut self) {
+        buggify::session_closed(&self.pubkey, self.session, self.c.now_ms());
+    }
 }
 
 /// A connection whose every send has a deadline, the heartbeat timeout: a

@@ -20,6 +20,7 @@ pub fn check_step_refs(step: &Step, workers: &BTreeSet<String>, problem: &mut im
     };
     match &step.action {
         Action::SendFrame(send) => worker(&send.worker),
+        Action::Pair(pair) => worker(&pair.worker),
         Action::Attack(attack) => match &attack.worker {
             Some(name) => worker(name),
             None if attack.kind.pairs() => problem(format!(
@@ -61,6 +62,7 @@ pub fn check_step_users(step: &Step, scenario: &Scenario, problem: &mut impl FnM
             }
         }
         Action::Attack(attack) => names.extend([attack.victim.as_str(), &attack.attacker]),
+        Action::Pair(pair) => names.push(pair.user.as_str()),
         Action::Cancel(cancel) => {
             if let Some(proof) = &cancel.user_proof {
                 match proof.signer() {
@@ -96,6 +98,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::Sockets(s) => &s.instance,
         Action::ExpectStore(s) => &s.instance,
         Action::Attack(a) => &a.instance,
+        Action::Pair(p) => &p.instance,
         Action::Cancel(c) => &c.instance,
         Action::Poll(c) => &c.instance,
         Action::Stream(c) => &c.instance,

@@ -15,8 +15,9 @@ pub fn run_expect_frames(expect: &ExpectFrames, world: &World, vars: &Vars) -> R
     let found: Vec<FrameRecord> = world
         .frames
         .all()?
-        .into_iter()
+        .iter()
         .filter(|r| pattern.matches(r))
+        .cloned()
         .collect();
     let lines: Vec<String> = found.iter().map(|r| r.line.to_string()).collect();
     world.transcript.log(
@@ -61,7 +62,7 @@ fn recent_frames(world: &World, pattern: &FramePattern) -> String {
         .frames
         .all()
         .unwrap_or_default()
-        .into_iter()
+        .iter()
         .filter(|r| near.matches(r))
         .map(|r| format!("line {}: {} {}", r.line, r.worker, r.frame))
         .collect();

@@ -8,6 +8,7 @@ mod edge;
 pub mod frames;
 mod http;
 pub mod live;
+mod pair;
 pub mod panics;
 mod steps;
 mod stream;

@@ -86,6 +86,7 @@ pub(super) async fn run_step(
             None
         }
         Action::Attack(attack) => Some(super::attack::run_attack(attack, world).await?),
+        Action::Pair(pair) => Some(super::pair::run_pair(pair, world, vars).await?),
         Action::Cancel(cancel) => Some(super::http::run_cancel(cancel, world, vars).await?),
         Action::Poll(poll) => Some(super::http::run_poll(poll, world, background, vars).await?),
         Action::Stream(call) => Some(super::stream::run_stream(call, world, vars).await?),
@@ -208,6 +209,8 @@ async fn run_worker_control(
     match control.action {
         WorkerAction::Stop => world.stop_worker(&control.name)?,
         WorkerAction::Start => world.start_worker(&control.name)?,
+        WorkerAction::Freeze => world.freeze_worker(&control.name, true)?,
+        WorkerAction::Thaw => world.freeze_worker(&control.name, false)?,
     }
     // Let the connection drop or the handshake run before the next step.
     tokio::time::sleep(Duration::from_millis(1)).await;

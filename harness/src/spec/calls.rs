@@ -204,6 +204,26 @@ pub struct Attack {
     pub worker: Option<String>,
 }
 
+/// `pair`: a user pairs a worker honestly, as an owner's tooling would:
+/// `trust/create` with the user's own proof, bound to the worker's key, on
+/// node 0, then `trust/claim` of the code for the worker on `node`. Unlike
+/// two `http` steps it tolerates a create that fails (a crash cut it): no
+/// claim is sent then. Its answer is `{status, paired}`: the status of the
+/// last request sent, and whether the claim was answered 2xx (a pairing
+/// the safety key `pairing_lost` then holds the instance to).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pair {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    /// The user (a `[users]` name) whose proof signs the create.
+    pub user: String,
+    /// The worker whose key is paired.
+    pub worker: String,
+    /// The node of a several-node instance the claim goes to (default 0).
+    pub node: Option<u32>,
+}
+
 choice!(
     /// A `buggify` step: the fault points stop or fire again (a run's
     /// liveness phase turns them off, as FoundationDB's and VOPR's do).
@@ -368,6 +388,13 @@ choice!(
     WorkerAction {
         Stop => "stop",
         Start => "start",
+        /// The worker stops reading and writing its socket, which stays
+        /// open (its process frozen, as by SIGSTOP): bytes to and from it
+        /// are held on its links (`simnet::LinkFault::Hold`), up to the
+        /// link's bound, after which the coordinator's sends block.
+        Freeze => "freeze",
+        /// A frozen worker runs again: held bytes are delivered.
+        Thaw => "thaw",
     }
 );
 

@@ -300,6 +300,11 @@ pub struct LimitOverrides {
     /// Bytes of finished jobs kept for polling; with `retention_hours` set,
     /// the oldest are deleted past 90 % of it.
     pub kept_bytes_max: Option<usize>,
+    /// Share of it (per cent) one client address may hold before its own
+    /// results go first, at any age (decision 0018; 100: no owner is ever
+    /// over its share, so no result younger than the minimum keep time is
+    /// deleted for room).
+    pub kept_share_per_client_percent: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -695,7 +700,7 @@ mod tests {
         let cases = [
             (
                 "[[steps]]\nworker = { name = \"w\", action = \"restart\" }\n",
-                "unknown variant `restart`, expected `stop` or `start`",
+                "unknown variant `restart`, expected one of `stop`, `start`, `freeze`, `thaw`",
             ),
             (
                 "[[steps]]\ninstance = { name = \"chain_a\", action = \"reboot\" }\n",

@@ -152,6 +152,9 @@ actions! {
     /// Server-sent events read as they come (`calls::StreamCall`).
     Stream(StreamCall) => "stream",
         answers: true, simulation_only: true, version: 2;
+    /// A user pairs a worker: create with its proof, then claim (`calls::Pair`).
+    Pair(Pair) => "pair",
+        answers: true, simulation_only: false, version: 2;
     /// The coordinator's fault points stop (`"off"`) or fire again
     /// (`"on"`) in a `buggify = true` run (decision 0024).
     Buggify(BuggifySwitch) => "buggify",

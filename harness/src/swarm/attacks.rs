@@ -120,8 +120,9 @@ fn draw_attack(rng: &mut ChaCha20Rng, world: &WorldSpec, n: u32) -> Option<Attac
 }
 
 /// An honest worker of `instance` that `victim` did not pair: the one the
-/// attacker would like trusted.
-fn attacker_worker(
+/// attacker would like trusted (and the one a late honest pairing pairs,
+/// `super::pairings`).
+pub(super) fn attacker_worker(
     rng: &mut ChaCha20Rng,
     world: &WorldSpec,
     instance: &str,

@@ -67,6 +67,9 @@ impl WorldSpec {
         super::settlement::draw(&mut world);
         super::streams::draw(&mut world);
         super::buggify::draw(&mut world);
+        super::pairings::draw(&mut world);
+        super::floods::draw(&mut world);
+        super::stalls::draw(&mut world);
         super::held_polls::draw(&mut world);
         super::edges::draw(&mut world);
         world
@@ -203,6 +206,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 node_lease_ms: 0,
                 finished_jobs_cached_max: None,
                 retention_kept_bytes_max: None,
+                kept_share_percent: None,
             }
         })
         .collect()

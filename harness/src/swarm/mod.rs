@@ -22,12 +22,15 @@ pub mod cancels;
 pub mod cli;
 pub mod draw;
 pub mod edges;
+pub mod floods;
 pub mod held_polls;
 pub mod nodes;
+pub mod pairings;
 pub mod render;
 pub mod settlement;
 pub mod shrink;
 pub mod spec;
+pub mod stalls;
 pub mod steer;
 pub mod streams;
 #[cfg(test)]
@@ -109,6 +112,9 @@ pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
             return (Verdict::Fail { invariant, message }, None);
         }
     };
+    // Both runs sign and recover the same pairs: the second reuses the
+    // first's exact results (protocol::crypto_memo), on this thread only.
+    let _memo = protocol::crypto_memo::enable();
     let first = run::run_simulated_with(&scenario, world.seed, world.seed);
     if let Some((invariant, message)) = classify(&scenario, &first.outcome) {
         return (Verdict::Fail { invariant, message }, Some(first));

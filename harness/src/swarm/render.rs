@@ -161,6 +161,9 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
         limits.push(format!("kept_bytes_max = {bytes}"));
         let _ = writeln!(w, "retention_hours = 24");
     }
+    if let Some(percent) = i.kept_share_percent {
+        limits.push(format!("kept_share_per_client_percent = {percent}"));
+    }
     if !limits.is_empty() {
         let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
     }
@@ -401,6 +404,20 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
+        Event::Pair {
+            instance,
+            user,
+            worker,
+        } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
+        ),
+        Event::Flood(f) => render_flood(w, f),
+        Event::Freeze { worker, frozen } => writeln!(
+            w,
+            "\n[[steps]]\nworker = {{ name = {worker:?}, action = {:?} }}",
+            if *frozen { "freeze" } else { "thaw" }
+        ),
         Event::Cancel { instance, node } => writeln!(
             w,
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
@@ -469,6 +486,20 @@ fn render_replay(
 }
 
 /// `, node = N` for an `http` step to node N > 0 (node 0 is the default).
+/// A burst of the flooder's commits, from its own client address.
+fn render_flood(w: &mut String, f: &super::floods::FloodEvent) -> std::fmt::Result {
+    let flooder = super::floods::FLOODER;
+    for k in 0..f.commits {
+        let input = format!("flood {} {}", f.index + k, "x".repeat(f.input_bytes));
+        writeln!(
+            w,
+            "\n[[steps]]\nhttp = {{ instance = {:?}, client = {flooder:?}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {{ job_type = \"TASK\", user_id = {flooder:?}, payload = {{ task_type = \"classify\", input = {input:?} }} }} }}",
+            f.instance
+        )?;
+    }
+    Ok(())
+}
+
 fn node_key(node: u32) -> String {
     match node {
         0 => String::new(),

@@ -53,6 +53,16 @@ pub enum Kind {
     /// The coordinator's fault points fire (`buggify = true`, decision
     /// 0024; drawn by [`super::buggify`]).
     Buggify,
+    /// Honest pairings in the timeline, where a crash can cut them, beside
+    /// the set-up's (drawn by [`super::pairings`]).
+    LatePairings,
+    /// A flooder commits bursts of jobs from a client address of its own on
+    /// instances that run retention, whose kept budget is then shared by
+    /// nobody's rule but age (drawn by [`super::floods`]).
+    Floods,
+    /// A worker of its own stops reading its socket while a burst of large
+    /// jobs is sent to it (drawn by [`super::stalls`]).
+    Stalls,
     /// Long polls held across what the latest job then does (issue 33;
     /// drawn by [`super::held_polls`]).
     HeldPolls,
@@ -97,16 +107,20 @@ impl Kind {
     /// Every kind, in the order of the coverage table: the main stream's,
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
+    /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
     /// [`Kind::HeldPolls`] and [`Kind::Edges`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 8];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 11];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
         all[Self::MAIN_STREAM.len() + 4] = Kind::Streams;
         all[Self::MAIN_STREAM.len() + 5] = Kind::Buggify;
-        all[Self::MAIN_STREAM.len() + 6] = Kind::HeldPolls;
-        all[Self::MAIN_STREAM.len() + 7] = Kind::Edges;
+        all[Self::MAIN_STREAM.len() + 6] = Kind::LatePairings;
+        all[Self::MAIN_STREAM.len() + 7] = Kind::Floods;
+        all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
+        all[Self::MAIN_STREAM.len() + 9] = Kind::HeldPolls;
+        all[Self::MAIN_STREAM.len() + 10] = Kind::Edges;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -148,6 +162,9 @@ impl Kind {
             Kind::SettlementFaults => "settlement_faults",
             Kind::Streams => "streams",
             Kind::Buggify => "buggify",
+            Kind::LatePairings => "late_pairings",
+            Kind::Floods => "floods",
+            Kind::Stalls => "stalls",
             Kind::HeldPolls => "held_polls",
             Kind::Edges => "edges",
         }
@@ -192,6 +209,9 @@ pub struct InstanceSpec {
     /// while the world runs; `None` renders neither. Drawn by
     /// [`draw_retention`].
     pub retention_kept_bytes_max: Option<usize>,
+    /// `limits.kept_share_per_client_percent`, when drawn (by
+    /// [`super::floods`]); `None` renders nothing (the default, 12).
+    pub kept_share_percent: Option<usize>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -331,6 +351,12 @@ pub enum Event {
     /// An `attack` step against user `victim` (`u0`..`u3`), then, for a
     /// pairing attack, PRIVATE commits of the victim signed with its key.
     Attack(super::attacks::AttackEvent),
+    /// A `pair` step: `user` pairs `worker` honestly, mid-timeline.
+    Pair {
+        instance: &'static str,
+        user: String,
+        worker: String,
+    },
     /// A `cancel` of the latest job committed on the instance, whatever
     /// its state then (pending, running, ended: 200, 409 or, on a node
     /// that does not hold it, 503).
@@ -349,9 +375,17 @@ pub enum Event {
         hold_ms: Option<u64>,
         edge_ms: Option<i64>,
     },
+    /// A burst of the flooder's commits (drawn by [`super::floods`]).
+    Flood(super::floods::FloodEvent),
     /// A detached reader of the latest job's events on an instance, or of
     /// a chat completion (the `streams` kind).
     Read(super::streams::ReadEvent),
+    /// A `worker freeze` (`frozen`) or `worker thaw` step (drawn by
+    /// [`super::stalls`]).
+    Freeze {
+        worker: String,
+        frozen: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -519,14 +553,10 @@ impl WorldSpec {
                     instances.contains(instance)
                 }
                 Event::Read(r) => instances.contains(&r.instance),
-                Event::Attack(a) => {
-                    instances.contains(&a.instance)
-                        && a.worker.as_ref().is_none_or(|w| workers.contains(w))
-                        && (!a.needs_code()
-                            || self
-                                .pairings
-                                .iter()
-                                .any(|p| p.instance == a.instance && p.user == a.victim))
+                Event::Flood(f) => instances.contains(&f.instance),
+                Event::Freeze { worker, .. } => workers.contains(worker),
+                Event::Pair { .. } | Event::Attack(_) => {
+                    self.keeps_user_event(&t.event, instances, workers)
                 }
             };
             if keep {
@@ -534,6 +564,32 @@ impl WorldSpec {
             }
         }
         self.events = kept;
+    }
+
+    /// Whether a pairing or an attack still makes sense: its instance and
+    /// worker are there, a pairing's users are (user auth on), and an
+    /// attack that needs the victim's code has a pairing to take it from.
+    fn keeps_user_event(
+        &self,
+        event: &Event,
+        instances: &[&'static str],
+        workers: &[String],
+    ) -> bool {
+        match event {
+            Event::Pair {
+                instance, worker, ..
+            } => self.user_auth && instances.contains(instance) && workers.contains(worker),
+            Event::Attack(a) => {
+                instances.contains(&a.instance)
+                    && a.worker.as_ref().is_none_or(|w| workers.contains(w))
+                    && (!a.needs_code()
+                        || self
+                            .pairings
+                            .iter()
+                            .any(|p| p.instance == a.instance && p.user == a.victim))
+            }
+            _ => true,
+        }
     }
 
     /// Keeps the link faults, loads and reboots inside the (new) timeline
@@ -586,6 +642,7 @@ impl WorldSpec {
             .max()
             .unwrap_or(0)
             + 10_000
+            + super::floods::heal_extra_ms(self)
     }
 }
 

@@ -2,7 +2,7 @@
 //! clients and workers saw agrees with what the instances hold, and each
 //! core's own invariants), liveness when the scenario asks for it.
 
-use super::{safety, Broken};
+use super::{safety, stalls, Broken};
 use crate::spec::Scenario;
 use crate::world::{Driver, World};
 use protocol::api::JobStatus;
@@ -109,6 +109,7 @@ fn check_safety(
         .iter()
         .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
         .collect();
+    let deleted = results_deleted();
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -124,6 +125,8 @@ fn check_safety(
                     .filter_map(|node| node.retention_cut_ms())
                     .max()
                     .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
+                results_kept: spec.and_then(results_kept),
+                results_deleted: Some(&deleted),
                 proven: spec
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
@@ -147,10 +150,48 @@ fn check_safety(
         .collect();
     let lines = world.transcript.lines();
     let frames = world.frames.all().unwrap_or_default();
-    safety::check(&lines, &frames, &world.streams, &instances, &workers).map_err(|v| Failure {
-        broken: Broken::Safety(v.invariant),
-        message: v.to_string(),
-    })
+    safety::check(&lines, &frames, &world.streams, &instances, &workers)
+        .and_then(|()| check_stalls(scenario, world, &lines))
+        .map_err(|v| Failure {
+            broken: Broken::Safety(v.invariant),
+            message: v.to_string(),
+        })
+}
+
+/// `stalled_session_kept` (`crate::verify::stalls`), over the sessions the
+/// coordinator noted in this thread's simulated world.
+fn check_stalls(
+    scenario: &Scenario,
+    world: &World,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    let epoch_ms = world.transcript.epoch_ms();
+    let sessions: Vec<_> = coordinator::buggify::sessions()
+        .into_iter()
+        .map(|mut s| {
+            s.opened_ms -= epoch_ms;
+            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
+            s
+        })
+        .collect();
+    let default_ms = coordinator::config::Timing::default().heartbeat_timeout_ms;
+    let workers = (world.workers.iter())
+        .filter_map(|(name, w)| {
+            let spec = scenario.instances.get(&w.instance)?;
+            let key = &w.public_key;
+            let shared = (world.workers.values())
+                .filter(|o| o.public_key == *key)
+                .count()
+                > 1;
+            let frozen = stalls::Frozen {
+                public_key: key,
+                heartbeat_timeout_ms: spec.timing.heartbeat_timeout_ms.unwrap_or(default_ms) as i64,
+                judged: !shared && spec.nodes <= 1,
+            };
+            Some((name.clone(), frozen))
+        })
+        .collect();
+    stalls::check(lines, &sessions, &workers)
 }
 
 /// `job_end_overdue`'s bound for a simulated instance of one node.
@@ -217,4 +258,34 @@ pub fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
         .collect();
     let skip = lines.len().saturating_sub(HISTORY_LINES_MAX);
     lines.into_iter().skip(skip).collect()
+}
+
+/// The minimum keep time and the budget of an instance's results when it
+/// runs retention and a client's share is the whole budget (100 %): see
+/// `safety::InstanceState::results_kept`.
+fn results_kept(spec: &crate::spec::scenario::Instance) -> Option<safety::ResultsKept> {
+    let share = spec.limits.kept_share_per_client_percent?;
+    let defaults = coordinator::config::Limits::default();
+    (spec.retention_hours.is_some() && share >= 100).then(|| safety::ResultsKept {
+        min_ms: defaults.kept_min_ms,
+        budget_bytes: spec
+            .limits
+            .kept_bytes_max
+            .unwrap_or(defaults.kept_bytes_max),
+    })
+}
+
+/// The results retention deleted in this thread's simulated world, by job
+/// id: how long after its completion, and from how full a ledger.
+fn results_deleted() -> BTreeMap<String, safety::DeletedAt> {
+    coordinator::buggify::deleted_results()
+        .into_iter()
+        .map(|d| {
+            let at = safety::DeletedAt {
+                age_ms: d.deleted_ms - d.completed_ms,
+                ledger_bytes_before: d.ledger_bytes_before,
+            };
+            (d.id.to_string(), at)
+        })
+        .collect()
 }

@@ -8,6 +8,7 @@ pub mod invariants;
 pub mod overdue;
 pub mod polls;
 pub mod safety;
+pub mod stalls;
 pub mod streams;
 pub mod temporal;
 

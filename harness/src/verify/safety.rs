@@ -54,6 +54,10 @@ pub enum SafetyKey {
     OutputBeforeSettlement,
     DeltasDisagreeWithOutput,
     PrivateDeltaLeak,
+    FailedJobChanged,
+    PairingLost,
+    HonestResultLost,
+    StalledSessionKept,
     // Issue 33, timing oracles (branch `oracles`).
     JobEndOverdue,
     PollNotWoken,
@@ -62,7 +66,7 @@ pub enum SafetyKey {
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 19] = [
+    pub const ALL: [SafetyKey; 23] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -79,6 +83,10 @@ impl SafetyKey {
         SafetyKey::OutputBeforeSettlement,
         SafetyKey::DeltasDisagreeWithOutput,
         SafetyKey::PrivateDeltaLeak,
+        SafetyKey::FailedJobChanged,
+        SafetyKey::PairingLost,
+        SafetyKey::HonestResultLost,
+        SafetyKey::StalledSessionKept,
         // Issue 33, timing oracles (branch `oracles`).
         SafetyKey::JobEndOverdue,
         SafetyKey::PollNotWoken,
@@ -103,6 +111,10 @@ impl SafetyKey {
             SafetyKey::OutputBeforeSettlement => "output_before_settlement",
             SafetyKey::DeltasDisagreeWithOutput => "deltas_disagree_with_output",
             SafetyKey::PrivateDeltaLeak => "private_delta_leak",
+            SafetyKey::FailedJobChanged => "failed_job_changed",
+            SafetyKey::PairingLost => "pairing_lost",
+            SafetyKey::HonestResultLost => "honest_result_lost",
+            SafetyKey::StalledSessionKept => "stalled_session_kept",
             SafetyKey::JobEndOverdue => "job_end_overdue",
             SafetyKey::PollNotWoken => "poll_not_woken",
             SafetyKey::ExpiryOffEdge => "expiry_off_edge",
@@ -130,6 +142,16 @@ pub struct InstanceState<'a> {
     /// That cut, in the transcript's time (ms after `+0.000s`), if one was
     /// applied.
     pub retention_cut_ms: Option<i64>,
+    /// With retention, when a client address's share of the kept budget is
+    /// all of it (`kept_share_per_client_percent` 100): the minimum keep
+    /// time and the budget (decision 0018). While the results ledger holds
+    /// no more than the budget, no owner is over its share, and no result
+    /// younger than the keep time may be deleted for room.
+    pub results_kept: Option<ResultsKept>,
+    /// The results retention deleted in the simulated world, by job id
+    /// (the coordinator's witness, `coordinator::buggify::deleted_results`).
+    /// `None` where the harness cannot see deletions (live runs).
+    pub results_deleted: Option<&'a BTreeMap<String, DeletedAt>>,
     /// With user auth on: the pairings its users proved, (user id in
     /// normal form, worker key in lowercase), from the harness's own
     /// ledger (`world::users`). `None` with user auth off: there a user
@@ -146,6 +168,22 @@ pub struct InstanceState<'a> {
     /// Its held polls' answers (`world::held_polls`), judged with
     /// `end_bound` (one-node simulated instances).
     pub held_polls: Vec<crate::world::held_polls::HeldAnswer>,
+}
+
+/// See [`InstanceState::results_kept`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsKept {
+    pub min_ms: i64,
+    pub budget_bytes: usize,
+}
+
+/// A result's deletion, as retention's witness noted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeletedAt {
+    /// How long after its completion it was deleted.
+    pub age_ms: i64,
+    /// The bytes of the results ledger when that pass began.
+    pub ledger_bytes_before: usize,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -178,6 +216,7 @@ pub fn check(
     found.extend(super::streams::check(&streams.all(), &streams.committers(), &jobs).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
+        found.extend(check_pairings_kept(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
@@ -237,6 +276,32 @@ fn check_proven(
                     record.worker, view.public_key
                 ),
                 line: Some(record.line.saturating_sub(1)),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `pairing_lost`: on an instance with user auth on, every pairing a user
+/// proved (a claim answered 2xx of a code the user created with its own
+/// proof: the harness's ledger) is still in the instance's trust at the
+/// end, across crashes and restarts: nothing unpairs a worker, so a
+/// pairing answered before it was durable and lost in a crash shows here.
+fn check_pairings_kept(instance: &str, state: &InstanceState<'_>) -> Result<(), Violation> {
+    let Some(proven) = state.proven else {
+        return Ok(());
+    };
+    for (user, key) in proven {
+        let kept = state.trust.iter().any(|t| {
+            normal_user(&t.user_id) == *user && t.provider_pubkey.eq_ignore_ascii_case(key)
+        });
+        if !kept {
+            return Err(Violation {
+                invariant: SafetyKey::PairingLost,
+                message: format!(
+                    "{instance}: {user} paired worker {key} (a claim answered 2xx); at the end the instance does not trust it"
+                ),
+                line: None,
             });
         }
     }
@@ -374,6 +439,9 @@ struct Seen<'a> {
     authenticated: BTreeMap<&'a str, bool>,
     accepted: BTreeMap<(&'a str, String), usize>,
     completed: BTreeMap<(&'a str, String), (Value, usize)>,
+    /// Jobs shown `failed` (a poll, or a cancel's answer): their error and
+    /// the line.
+    failed: BTreeMap<(&'a str, String), (Value, usize)>,
     /// Jobs shown finished (a poll answered completed or failed, or a
     /// worker told `result_accepted`): retention may delete them.
     ended: std::collections::BTreeSet<(&'a str, String)>,
@@ -422,11 +490,41 @@ fn check_lines<'a>(
         let before_cut = cut_ms.is_some_and(|cut_ms| *at_ms < cut_ms);
         !before_cut && !seen.ended.contains(&(*instance, id.clone()))
     });
-    match lost {
-        Some((instance, id, line, _)) => Err(Violation {
+    if let Some((instance, id, line, _)) = lost {
+        return Err(Violation {
             invariant: SafetyKey::AcknowledgedJobLost,
             message: format!(
                 "{instance} answered 201 for job {id}, which it no longer has (neither shown finished nor created before a retention cut)"
+            ),
+            line: Some(*line),
+        });
+    }
+    check_results_kept(instances, &seen)
+}
+
+/// `honest_result_lost`: on an instance where a client's share is the
+/// whole budget, retention deleted a result younger than the minimum keep
+/// time (decision 0018) in a pass that began with the ledger within the
+/// budget (so no owner was over its share). Judged at the pass that
+/// deleted it: the end of a run comes after a heal longer than the keep
+/// time, when every deletion looks old enough.
+fn check_results_kept(
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    seen: &Seen<'_>,
+) -> Result<(), Violation> {
+    let young = seen.missing.iter().find_map(|(instance, id, line, _)| {
+        let state = &instances[*instance];
+        let kept = state.results_kept?;
+        let at = *state.results_deleted?.get(id)?;
+        let within = at.ledger_bytes_before <= kept.budget_bytes;
+        (within && at.age_ms < kept.min_ms).then_some((instance, id, line, at, kept))
+    });
+    match young {
+        Some((instance, id, line, at, kept)) => Err(Violation {
+            invariant: SafetyKey::HonestResultLost,
+            message: format!(
+                "{instance} deleted job {id}'s result {} ms after it completed, younger than the minimum keep time ({} ms), though no client address was over its share (the ledger held {} of {} bytes)",
+                at.age_ms, kept.min_ms, at.ledger_bytes_before, kept.budget_bytes
             ),
             line: Some(*line),
         }),
@@ -435,7 +533,7 @@ fn check_lines<'a>(
 }
 
 /// A line's time, in ms after `+0.000s`.
-fn line_ms(line: &str) -> i64 {
+pub(crate) fn line_ms(line: &str) -> i64 {
     let stamp = line
         .strip_prefix("[+")
         .and_then(|rest| rest.split_once("s]"))
@@ -479,9 +577,7 @@ fn check_answer<'a>(
         let (Some(id), Some(status)) = (body["id"].as_str(), body["status"].as_str()) else {
             return Ok(());
         };
-        if status == "failed" {
-            seen.ended.insert((instance, id.to_owned()));
-        }
+        check_failed_kept(instance, retention, id, &body, jobs, seen, line)?;
         if status != "completed" {
             return Ok(());
         }
@@ -512,6 +608,51 @@ fn check_answer<'a>(
                 format!("{instance} showed job {id} completed; at the end it is not"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A job shown `failed` (a poll, or the answer to its cancel) stays failed
+/// with the same error: no later answer shows it otherwise, and it is
+/// failed at the end (unless retention deleted it). A cancel answered
+/// before its failure was durable, then lost in a crash, shows here.
+fn check_failed_kept<'a>(
+    instance: &'a str,
+    retention: bool,
+    id: &str,
+    body: &Value,
+    jobs: &BTreeMap<(&str, String), &Job>,
+    seen: &mut Seen<'a>,
+    line: usize,
+) -> Result<(), Found> {
+    let key = (instance, id.to_owned());
+    let shown = (body["status"].as_str(), &body["error"]);
+    if let Some((error, first_line)) = seen.failed.get(&key) {
+        if shown != (Some("failed"), error) {
+            return Err((
+                SafetyKey::FailedJobChanged,
+                format!(
+                    "{instance} showed job {id} failed ({error}, line {}) and later {} ({})",
+                    first_line + 1,
+                    body["status"],
+                    body["error"]
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    if shown.0 != Some("failed") {
+        return Ok(());
+    }
+    seen.ended.insert(key.clone());
+    seen.failed.insert(key, (body["error"].clone(), line));
+    let still = jobs.get(&(instance, id.to_owned()));
+    let deleted = retention && still.is_none();
+    if !deleted && still.is_none_or(|j| j.status != JobStatus::Failed) {
+        return Err((
+            SafetyKey::FailedJobChanged,
+            format!("{instance} showed job {id} failed; at the end it is not"),
+        ));
     }
     Ok(())
 }
@@ -802,6 +943,8 @@ mod tests {
             paid,
             retention,
             retention_cut_ms,
+            results_kept: None,
+            results_deleted: None,
             proven: None,
             settled: None,
             end_bound: None,
@@ -953,6 +1096,8 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    results_kept: None,
+                    results_deleted: None,
                     proven: None,
                     settled: None,
                     end_bound: None,
@@ -976,6 +1121,8 @@ mod tests {
                     paid: false,
                     retention: false,
                     retention_cut_ms: None,
+                    results_kept: None,
+                    results_deleted: None,
                     proven: None,
                     settled: None,
                     end_bound: None,
@@ -986,6 +1133,70 @@ mod tests {
             &BTreeMap::from([(("chain_a", J1.to_owned()), &completed)]),
         )
         .is_ok());
+    }
+
+    /// `pairing_lost`: a proven pairing missing from the instance's trust
+    /// at the end breaks it; one the trust holds, or any pairing on an
+    /// instance with user auth off (`proven: None`), does not.
+    #[test]
+    fn a_proven_pairing_the_instance_lost_is_caught() {
+        let user = "0x1111111111111111111111111111111111111111";
+        let proven = BTreeSet::from([(user.to_owned(), KEY_W.to_ascii_lowercase())]);
+        let state = |trust, proven| InstanceState {
+            jobs: &[],
+            trust,
+            paid: false,
+            retention: false,
+            retention_cut_ms: None,
+            results_kept: None,
+            results_deleted: None,
+            proven,
+            settled: None,
+            end_bound: None,
+            held_polls: Vec::new(),
+        };
+        let kept = [trust(user, KEY_W)];
+        let lost = check_pairings_kept("chain_a", &state(&[], Some(&proven)));
+        assert_eq!(
+            lost.err().map(|v| v.invariant),
+            Some(SafetyKey::PairingLost)
+        );
+        assert!(check_pairings_kept("chain_a", &state(&kept, Some(&proven))).is_ok());
+        assert!(check_pairings_kept("chain_a", &state(&[], None)).is_ok());
+    }
+
+    /// `failed_job_changed`: a job shown failed (a cancel's answer or a
+    /// poll) that a later answer shows otherwise, or that is not failed at
+    /// the end, breaks it; shown failed alike and failed at the end does not.
+    #[test]
+    fn a_failed_job_that_changes_or_reverts_is_caught() {
+        let cancelled =
+            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"cancelled"}}"#);
+        let timed_out =
+            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"lease_expired"}}"#);
+        let completed_poll = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
+        );
+        let mut failed = job(J1, "u", false, None);
+        failed.status = JobStatus::Failed;
+        let mut completed = job(J1, "u", false, None);
+        completed.status = JobStatus::Completed;
+        let failed = std::slice::from_ref(&failed);
+        let key = Some("failed_job_changed");
+        // Cancelled, then completed after a restart restored it.
+        assert_eq!(verdict(&[&cancelled], &[completed], &[], false), key);
+        assert_eq!(
+            verdict(&[&cancelled, &completed_poll], failed, &[], false),
+            key
+        );
+        assert_eq!(verdict(&[&cancelled, &timed_out], failed, &[], false), key);
+        // Gone at the end: lost without retention, deleted with it.
+        assert_eq!(verdict(&[&cancelled], &[], &[], false), key);
+        assert_eq!(
+            verdict_with(&[&cancelled], &[], &[], false, true, None),
+            None
+        );
+        assert_eq!(verdict(&[&cancelled, &cancelled], failed, &[], false), None);
     }
 
     /// `private_to_unproven_pairing`: with user auth on, a PRIVATE
@@ -1024,6 +1235,8 @@ mod tests {
                 paid: false,
                 retention: false,
                 retention_cut_ms: None,
+                results_kept: None,
+                results_deleted: None,
                 proven,
                 settled: None,
                 end_bound: None,
@@ -1074,5 +1287,65 @@ mod tests {
         assert_eq!(unseen(None), Some("acknowledged_job_lost"));
         assert_eq!(unseen(Some(1)), Some("acknowledged_job_lost"));
         assert_eq!(unseen(Some(2)), None);
+    }
+
+    /// Where no client can be over its share, a result deleted younger
+    /// than the minimum keep time is lost, however long the run went on
+    /// after; one deleted older is not, nor one kept, nor a deletion on an
+    /// instance whose owners may be over their shares, nor one in a pass
+    /// that began with the ledger over the budget. (The job was created
+    /// before the retention cut, so its absence is no lost 201.)
+    #[test]
+    fn a_result_deleted_younger_than_its_keep_time_is_lost() {
+        let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
+        let end = "[+600.000s] note end".to_owned();
+        let judge = |min_ms: Option<i64>, deleted_after_ms: Option<i64>, ledger_bytes: usize| {
+            let at = |age_ms| DeletedAt {
+                age_ms,
+                ledger_bytes_before: ledger_bytes,
+            };
+            let deleted: BTreeMap<String, DeletedAt> = (deleted_after_ms.map(at))
+                .map(|d| (J1.to_owned(), d))
+                .into_iter()
+                .collect();
+            let budget_bytes = 1_000;
+            let state = InstanceState {
+                jobs: &[],
+                trust: &[],
+                paid: false,
+                retention: true,
+                retention_cut_ms: Some(1_000),
+                results_kept: min_ms.map(|min_ms| ResultsKept {
+                    min_ms,
+                    budget_bytes,
+                }),
+                results_deleted: Some(&deleted),
+                proven: None,
+                settled: None,
+                end_bound: None,
+                held_polls: Vec::new(),
+            };
+            let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
+            let lines = [committed.clone(), end.clone()];
+            check(
+                &lines,
+                &[],
+                &Default::default(),
+                &instances,
+                &BTreeMap::new(),
+            )
+            .err()
+            .map(|v| v.invariant.as_str())
+        };
+        let keep = Some(120_000);
+        assert_eq!(
+            judge(keep, Some(119_999), 1_000),
+            Some("honest_result_lost")
+        );
+        assert_eq!(judge(keep, Some(120_000), 1_000), None);
+        assert_eq!(judge(keep, None, 1_000), None);
+        assert_eq!(judge(None, Some(1), 1_000), None);
+        // Overfilled by queued jobs that ended: the owner is over its share.
+        assert_eq!(judge(keep, Some(1), 1_001), None);
     }
 }

@@ -209,7 +209,7 @@ mod tests {
         log.record("w", Direction::Sent, r#"{"type":"accept","job_id":"a"}"#, 2);
         log.record("w", Direction::Sent, r#"{"type":"result","job_id":"a"}"#, 3);
         log.record("v", Direction::Sent, r#"{"type":"result","job_id":"b"}"#, 4);
-        log.all().unwrap()
+        log.all().unwrap().to_vec()
     }
 
     fn pattern(direction: Direction, frame: serde_json::Value) -> FramePattern {

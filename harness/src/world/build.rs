@@ -214,6 +214,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.kept_bytes_max {
         config.limits.kept_bytes_max = v;
     }
+    if let Some(v) = instance.limits.kept_share_per_client_percent {
+        config.limits.kept_share_per_client_percent = v;
+    }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }

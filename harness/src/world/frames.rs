@@ -20,7 +20,11 @@ pub struct FrameLog {
 
 #[derive(Debug, Default)]
 struct Frames {
-    records: Vec<FrameRecord>,
+    /// Shared with the snapshots [`FrameLog::all`] hands out (checks read
+    /// every frame after each step; a deep copy each time was a measurable
+    /// part of a swarm run). A record made while a snapshot is alive copies
+    /// the list first, so a snapshot never changes.
+    records: Arc<Vec<FrameRecord>>,
     /// Frames beyond [`FRAMES_MAX`], not recorded.
     dropped: u64,
 }
@@ -33,7 +37,7 @@ impl FrameLog {
             return;
         }
         let frame = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-        frames.records.push(FrameRecord {
+        Arc::make_mut(&mut frames.records).push(FrameRecord {
             worker: worker.to_owned(),
             direction,
             frame,
@@ -42,7 +46,7 @@ impl FrameLog {
     }
 
     /// Every frame of the run so far; an error once frames were dropped.
-    pub fn all(&self) -> Result<Vec<FrameRecord>, String> {
+    pub fn all(&self) -> Result<Arc<Vec<FrameRecord>>, String> {
         let frames = self.frames.lock().expect("frame log lock");
         if frames.dropped > 0 {
             return Err(format!(

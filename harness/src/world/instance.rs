@@ -214,12 +214,15 @@ impl SimInstance {
     pub async fn shutdown(&self) {
         let server = {
             let mut process = self.process();
-            let server = process.server.take();
+            let Some(server) = process.server.take() else {
+                // Down already (a reboot's crash): its keeper holds the
+                // database until the next generation opens it.
+                return;
+            };
             // The in-memory database must outlive the generation.
-            process.keeper = server.as_ref().and_then(|s| s.store().cloned());
+            process.keeper = server.store().cloned();
             server
         };
-        let Some(server) = server else { return };
         self.note_retention_cut(&server);
         server.shutdown().await;
         if let Some(store) = &self.process().keeper {

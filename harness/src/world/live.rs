@@ -204,7 +204,7 @@ fn live_args(spec: &Instance) -> Vec<String> {
         spec.user_auth.flag().into(),
     ];
     let t = &spec.timing;
-    let flags: [(&str, Option<String>); 10] = [
+    let flags: [(&str, Option<String>); 11] = [
         (
             "--pending-timeout-ms",
             t.pending_timeout_ms.map(|v| v.to_string()),
@@ -234,6 +234,12 @@ fn live_args(spec: &Instance) -> Vec<String> {
         (
             "--kept-bytes-max",
             spec.limits.kept_bytes_max.map(|v| v.to_string()),
+        ),
+        (
+            "--kept-share-per-client-percent",
+            spec.limits
+                .kept_share_per_client_percent
+                .map(|v| v.to_string()),
         ),
         (
             "--retention-hours",

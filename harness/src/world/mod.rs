@@ -329,6 +329,22 @@ impl World {
         }
     }
 
+    /// Freezes (`true`) or thaws worker `name`: its links to the node it
+    /// dials hold every byte both ways until the thaw, as a process
+    /// stopped by SIGSTOP keeps its sockets open and reads nothing.
+    pub fn freeze_worker(&mut self, name: &str, frozen: bool) -> Result<(), WorldError> {
+        let host = self
+            .worker_host(name)
+            .ok_or_else(|| WorldError::NoWorker(name.to_owned()))?;
+        let net = self
+            .net
+            .clone()
+            .ok_or(WorldError::SimulationOnly("freeze"))?;
+        let hold = frozen.then_some(simnet::LinkFault::Hold);
+        net.set_link_fault(name, &host, "freeze", hold);
+        Ok(())
+    }
+
     /// A stopped instance answers no HTTP (connection refused) and refuses
     /// new worker connections; connections already open stay open.
     pub fn set_instance_up(&mut self, name: &str, up: bool) -> Result<(), WorldError> {
