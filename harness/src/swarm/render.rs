@@ -365,6 +365,27 @@ fn commit_body(c: &Commit) -> String {
     )
 }
 
+/// A late pairing, a flood or a worker's freeze or thaw.
+fn render_user_event(w: &mut String, event: &Event) {
+    let _ = match event {
+        Event::Pair {
+            instance,
+            user,
+            worker,
+        } => writeln!(
+            w,
+            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
+        ),
+        Event::Flood(f) => render_flood(w, f),
+        Event::Freeze { worker, frozen } => writeln!(
+            w,
+            "\n[[steps]]\nworker = {{ name = {worker:?}, action = {:?} }}",
+            if *frozen { "freeze" } else { "thaw" }
+        ),
+        _ => Ok(()),
+    };
+}
+
 fn render_event(w: &mut String, event: &Event) {
     let _ = match event {
         Event::Commit(c) => render_commit(w, c),
@@ -404,20 +425,10 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
-        Event::Pair {
-            instance,
-            user,
-            worker,
-        } => writeln!(
-            w,
-            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
-        ),
-        Event::Flood(f) => render_flood(w, f),
-        Event::Freeze { worker, frozen } => writeln!(
-            w,
-            "\n[[steps]]\nworker = {{ name = {worker:?}, action = {:?} }}",
-            if *frozen { "freeze" } else { "thaw" }
-        ),
+        Event::Pair { .. } | Event::Flood(_) | Event::Freeze { .. } => {
+            render_user_event(w, event);
+            Ok(())
+        }
         Event::Cancel { instance, node } => writeln!(
             w,
             "\n[[steps]]\nname = \"cancel the latest job\"\ncancel = {{ instance = {instance:?}{}, job = \"latest\" }}",
