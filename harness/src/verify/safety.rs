@@ -599,10 +599,7 @@ fn check_answer<'a>(
                 seen.completed.insert(key, (outcome, line));
             }
         }
-        let still = jobs.get(&(instance, id.to_owned()));
-        // Deleted by retention is not changed.
-        let deleted = retention && still.is_none();
-        if !deleted && still.is_none_or(|j| j.status != JobStatus::Completed) {
+        if !ends_as(jobs, instance, id, retention, JobStatus::Completed) {
             return Err((
                 SafetyKey::CompletedJobChanged,
                 format!("{instance} showed job {id} completed; at the end it is not"),
@@ -646,15 +643,29 @@ fn check_failed_kept<'a>(
     }
     seen.ended.insert(key.clone());
     seen.failed.insert(key, (body["error"].clone(), line));
-    let still = jobs.get(&(instance, id.to_owned()));
-    let deleted = retention && still.is_none();
-    if !deleted && still.is_none_or(|j| j.status != JobStatus::Failed) {
+    if !ends_as(jobs, instance, id, retention, JobStatus::Failed) {
         return Err((
             SafetyKey::FailedJobChanged,
             format!("{instance} showed job {id} failed; at the end it is not"),
         ));
     }
     Ok(())
+}
+
+/// Whether job `id` of `instance` is `status` at the end: a job shown
+/// finished keeps its status, unless retention deleted it (deleted is not
+/// changed).
+fn ends_as(
+    jobs: &BTreeMap<(&str, String), &Job>,
+    instance: &str,
+    id: &str,
+    retention: bool,
+    status: JobStatus,
+) -> bool {
+    match jobs.get(&(instance, id.to_owned())) {
+        Some(job) => job.status == status,
+        None => retention,
+    }
 }
 
 /// A workload's lines (`load > #3 chain_a fast ...`, `load < #3 201 ID`):
