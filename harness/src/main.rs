@@ -15,6 +15,25 @@
 /// depends on addresses, so the allocator changes speed only.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's `mi_option_purge_delay`: milliseconds before freed memory
+/// goes back to the OS (1000 by default in the mimalloc 3 sources the
+/// locked libmimalloc-sys builds; -1: never). The crate does not name it
+/// ("not exposed as constants for stability reasons"): this is its place
+/// in that version's option enum, which the test below holds to.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Freed memory stays with the process for reuse. A swarm world frees
+/// inputs of up to a few hundred KiB many times over; purged, every reuse
+/// faulted fresh zeroed pages back in, about 6 % of the swarm's CPU
+/// (`benches/results/swarm-speed-2026-11-28.md`). The process then holds
+/// what its largest world needed at once, as it did at that moment.
+const PURGE_DELAY_MS: std::ffi::c_long = -1;
+
+fn keep_freed_memory_for_reuse() {
+    // SAFETY: a plain option store, valid at any time from any thread.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+}
 use clap::{Args, Parser, Subcommand};
 use harness::report::{self, junit, ScenarioReport};
 use harness::run::live::{LiveResult, LiveRow};
@@ -132,6 +151,7 @@ struct Row {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory_for_reuse();
     let cli = Cli::parse();
     match cli.command {
         None => run(&cli.scenarios, cli.options),
@@ -402,7 +422,7 @@ fn run_twice(scenario: &Scenario, seed: Option<u64>) -> Row {
     let second = run_simulated_with(scenario, seed, seed ^ SECOND_TOKIO_SEED);
     let failure = match &first.outcome {
         failed @ (Outcome::Failed { .. } | Outcome::InvariantBroken { .. }) => failed.failure(),
-        Outcome::Passed if first.digest != second.digest => {
+        Outcome::Passed if first.transcript != second.transcript => {
             let (line, a, b) = first_difference(&first.transcript, &second.transcript).unwrap_or((
                 0,
                 String::new(),
@@ -462,7 +482,7 @@ fn print_table(rows: &[Row]) {
             r.steps_run,
             r.sim_ms as f64 / 1000.0,
             row.wall_ms,
-            r.digest.get(..16).unwrap_or(""),
+            r.digest().get(..16).unwrap_or(""),
             if row.failure.is_some() { "FAIL" } else { "ok" }
         );
     }
@@ -481,7 +501,7 @@ fn write_out(dir: &std::path::Path, scenarios: &[Scenario], rows: &[Row]) -> std
         )?;
         summary.push(serde_json::json!({
             "scenario": r.name, "seed": r.seed, "steps": r.steps_run, "sim_ms": r.sim_ms,
-            "wall_ms": row.wall_ms as u64, "digest": r.digest,
+            "wall_ms": row.wall_ms as u64, "digest": r.digest(),
             "reads": r.reads.iter().map(|t| serde_json::json!({
                 "job": t.job, "ttft_ms": t.ttft_ms, "total_ms": t.total_ms,
             })).collect::<Vec<_>>(),
@@ -495,4 +515,21 @@ fn write_out(dir: &std::path::Path, scenarios: &[Scenario], rows: &[Row]) -> std
         serde_json::to_string_pretty(&summary).unwrap_or_default(),
     )?;
     std::fs::write(dir.join("report.html"), report::render(&reports))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Option 15 is `purge_delay`: unset (`main` sets it), it reads that
+    /// option's default in the built sources (1000 ms), and the next one is
+    /// the named `use_numa_nodes`.
+    #[test]
+    fn purge_delay_is_option_15() {
+        // SAFETY: plain option reads.
+        let read = |option| unsafe { libmimalloc_sys::mi_option_get(option) };
+        assert_eq!(read(super::MI_OPTION_PURGE_DELAY), 1000);
+        assert_eq!(
+            super::MI_OPTION_PURGE_DELAY + 1,
+            libmimalloc_sys::mi_option_use_numa_nodes
+        );
+    }
 }

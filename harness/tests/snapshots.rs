@@ -42,7 +42,8 @@ fn a_different_seed_changes_the_digest_of_a_scenario_that_draws_randomness() {
         if draws {
             let other = run_simulated(&scenario, Some(scenario.seed.wrapping_add(1)));
             assert_ne!(
-                base.digest, other.digest,
+                base.digest(),
+                other.digest(),
                 "{}: the seed is not wired through",
                 scenario.name
             );
@@ -62,7 +63,8 @@ fn no_transcript_depends_on_tokios_scheduler_seed() {
         for tokio_seed in [1, 0xdead_beef] {
             let other = run_simulated_with(&scenario, scenario.seed, tokio_seed);
             assert_eq!(
-                base.digest, other.digest,
+                base.digest(),
+                other.digest(),
                 "{}: the transcript changed under tokio seed {tokio_seed}",
                 scenario.name
             );

@@ -1847,3 +1847,22 @@ fn restarts_from_one_state_on_other_streams_draw_other_ids() {
     assert_ne!(next_id(1), next_id(2));
     assert_eq!(next_id(1), next_id(1));
 }
+
+/// The budgets count a string's bytes as the store writes them: the
+/// counting loop agrees with serde_json for every byte value, alone and
+/// among multi-byte characters.
+#[test]
+fn escaped_len_counts_what_serde_json_writes() {
+    let mut texts: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+    texts.push(String::new());
+    texts.push("plain text, no escapes".repeat(50));
+    texts.push("a\"b\\c\nd\te\u{1}f\u{1f}g\u{7f}h é 漢 🦀".into());
+    texts.push((0u8..0x80).map(char::from).collect());
+    for text in &texts {
+        assert_eq!(
+            super::escaped_len(text),
+            super::json_len(&text) - 2,
+            "{text:?}"
+        );
+    }
+}

@@ -62,7 +62,6 @@ pub struct RunReport {
     pub steps_run: usize,
     pub sim_ms: i64,
     pub transcript: Vec<String>,
-    pub digest: String,
     pub outcome: Outcome,
     /// Time to first token and total time of each read that was shown a
     /// job's end (`stream` steps; ms of simulated time from its request).
@@ -81,6 +80,11 @@ pub struct ReadTiming {
 }
 
 impl RunReport {
+    /// Hex SHA-256 of the transcript (`transcript::digest_of`).
+    pub fn digest(&self) -> String {
+        crate::world::transcript::digest_of(&self.transcript)
+    }
+
     /// A run whose world could not be built.
     fn not_started(scenario: &Scenario, seed: u64, message: String) -> Self {
         Self {
@@ -89,7 +93,6 @@ impl RunReport {
             steps_run: 0,
             sim_ms: 0,
             transcript: vec![],
-            digest: String::new(),
             outcome: Outcome::Failed { step: 0, message },
             reads: vec![],
             fired: Default::default(),
@@ -108,8 +111,7 @@ impl RunReport {
             seed,
             steps_run,
             sim_ms: world.transcript.elapsed_ms(),
-            transcript: world.transcript.lines(),
-            digest: world.transcript.digest(),
+            transcript: world.transcript.take_lines(),
             outcome,
             reads: read_timings(world),
             fired: coordinator::buggify::fired(),

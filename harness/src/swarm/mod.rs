@@ -121,7 +121,7 @@ pub fn judge(world: &WorldSpec, twice: bool) -> (Verdict, Option<RunReport>) {
     }
     if twice {
         let second = run::run_simulated_with(&scenario, world.seed, world.seed ^ SECOND_TOKIO_SEED);
-        if second.digest != first.digest {
+        if second.transcript != first.transcript {
             let (line, a, b) =
                 crate::world::transcript::first_difference(&first.transcript, &second.transcript)
                     .unwrap_or_default();

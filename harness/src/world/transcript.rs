@@ -1,5 +1,5 @@
 //! The transcript: one line per observable event, stamped with simulated
-//! time since the scenario epoch, and a rolling SHA-256 over the lines.
+//! time since the scenario epoch; its SHA-256 names a run's bytes.
 
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
@@ -14,16 +14,12 @@ pub struct Transcript {
 
 struct Lines {
     lines: Vec<String>,
-    digest: Sha256,
 }
 
 impl Transcript {
     pub fn new(clock: Arc<dyn coordinator::Clock>, epoch_ms: i64) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(Lines {
-                lines: Vec::new(),
-                digest: Sha256::new(),
-            })),
+            inner: Arc::new(Mutex::new(Lines { lines: Vec::new() })),
             clock,
             epoch_ms,
         }
@@ -44,8 +40,6 @@ impl Transcript {
             text.as_ref()
         );
         let mut inner = self.inner.lock().expect("transcript lock");
-        inner.digest.update(line.as_bytes());
-        inner.digest.update(b"\n");
         inner.lines.push(line);
     }
 
@@ -62,16 +56,10 @@ impl Transcript {
         self.inner.lock().expect("transcript lock").lines.clone()
     }
 
-    /// Hex SHA-256 over every line so far, each followed by `\n`.
-    pub fn digest(&self) -> String {
-        hex::encode(
-            self.inner
-                .lock()
-                .expect("transcript lock")
-                .digest
-                .clone()
-                .finalize(),
-        )
+    /// Every line, taken out: the run is over (anything logged later
+    /// starts an empty transcript nobody reads).
+    pub fn take_lines(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner.lock().expect("transcript lock").lines)
     }
 
     pub fn elapsed_ms(&self) -> i64 {
@@ -179,6 +167,17 @@ impl LineFilter {
         (self.show.is_empty() || self.show.contains(&LineKind::of(line)))
             && !self.hide.iter().any(|w| line.contains(w.as_str()))
     }
+}
+
+/// Hex SHA-256 over `lines`, each followed by `\n`: computed when a digest
+/// is shown, not while the run logs (two runs are compared line by line).
+pub fn digest_of(lines: &[String]) -> String {
+    let mut digest = Sha256::new();
+    for line in lines {
+        digest.update(line.as_bytes());
+        digest.update(b"\n");
+    }
+    hex::encode(digest.finalize())
 }
 
 #[cfg(test)]
