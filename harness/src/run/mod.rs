@@ -353,7 +353,7 @@ fn judge(scenario: &Scenario, world: &World, vars: &Vars) -> Outcome {
     world
         .transcript
         .log("harness", format!("FAILED invariant: {message}"));
-    let history = invariants::job_history(&message, &world.transcript.lines());
+    let history = (world.transcript).with_lines(|lines| invariants::job_history(&message, lines));
     let message = if history.is_empty() {
         message
     } else {

@@ -148,14 +148,15 @@ fn check_safety(
             (name.clone(), view)
         })
         .collect();
-    let lines = world.transcript.lines();
     let frames = world.frames.all().unwrap_or_default();
-    safety::check(&lines, &frames, &world.streams, &instances, &workers)
-        .and_then(|()| check_stalls(scenario, world, &lines))
-        .map_err(|v| Failure {
-            broken: Broken::Safety(v.invariant),
-            message: v.to_string(),
-        })
+    let checked = world.transcript.with_lines(|lines| {
+        safety::check(lines, &frames, &world.streams, &instances, &workers)
+            .and_then(|()| check_stalls(scenario, world, lines))
+    });
+    checked.map_err(|v| Failure {
+        broken: Broken::Safety(v.invariant),
+        message: v.to_string(),
+    })
 }
 
 /// `stalled_session_kept` (`crate::verify::stalls`), over the sessions the

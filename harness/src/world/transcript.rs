@@ -52,8 +52,10 @@ impl Transcript {
         self.len() == 0
     }
 
-    pub fn lines(&self) -> Vec<String> {
-        self.inner.lock().expect("transcript lock").lines.clone()
+    /// Runs `read` over the lines so far, without copying them; nothing
+    /// may log meanwhile (the lock is held).
+    pub fn with_lines<R>(&self, read: impl FnOnce(&[String]) -> R) -> R {
+        read(&self.inner.lock().expect("transcript lock").lines)
     }
 
     /// Every line, taken out: the run is over (anything logged later
