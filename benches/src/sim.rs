@@ -65,7 +65,7 @@ async fn scenario(
     };
     let net = simnet::Net::new();
     let mut server = server::start(settings, parts).await.expect("start");
-    server.serve(net.listen("coordinator.sim"), |_| {});
+    server.serve(net.listen("coordinator.sim"), false, |_| {});
     let c = server.coordinator().clone();
     spawn_workers(&net, workers, seed);
     while c.read(|core| core.workers_online()) < workers as usize {

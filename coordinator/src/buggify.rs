@@ -28,7 +28,10 @@
 //! [`session_opened`] and [`session_closed`]: when each worker session
 //! began and ended, so the harness sees a session kept open past its
 //! heartbeat timeout by a worker that stopped reading (decision 0019).
-//! Recorded only when armed.
+//! And [`connection_opened`] and [`connection_closed`]: each plain HTTP
+//! connection a bounded server admitted, with its client's count, so the
+//! harness judges the head deadline and the per-address cap (decision
+//! 0019) from the accept loop's own accounting. Recorded only when armed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -124,6 +127,7 @@ struct Armed {
     reached: BTreeMap<&'static str, u64>,
     deleted: Vec<DeletedResult>,
     sessions: Vec<SessionSpan>,
+    connections: Vec<ConnectionSpan>,
 }
 
 /// A worker session as its task ran it (see [`session_opened`]).
@@ -192,6 +196,7 @@ pub fn arm(seed: u64, buggify: bool) -> Guard {
         reached: BTreeMap::new(),
         deleted: Vec::new(),
         sessions: Vec::new(),
+        connections: Vec::new(),
     };
     ARMED.with(|a| *a.borrow_mut() = Some(armed));
     Guard(())
@@ -343,6 +348,61 @@ pub fn fired() -> Fired {
                 .collect(),
             reached: armed.reached.clone(),
         }
+    })
+}
+
+/// At most this many plain HTTP connections are noted per world.
+const CONNECTIONS_MAX: usize = 100_000;
+
+/// A plain HTTP connection as the bounded accept loop admitted it
+/// (the `connections` module, decision 0019): only a server whose bounds are
+/// enforced notes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionSpan {
+    /// The address served (the listener's).
+    pub server: String,
+    /// The client's rate-limit key (its address; IPv6 by /64).
+    pub client: String,
+    /// The client's open plain connections with this one, as the accept
+    /// loop counted them when it admitted it.
+    pub open_of_client: usize,
+    /// When it was admitted (the coordinator's clock, ms since the epoch).
+    pub opened_ms: i64,
+    /// When its place was given back (closed, or upgraded to a worker
+    /// session); `None` while open.
+    pub closed_ms: Option<i64>,
+}
+
+/// Notes an admitted connection; its index names it for
+/// [`connection_closed`]. `None` (and free) when unarmed.
+pub fn connection_opened(span: ConnectionSpan) -> Option<usize> {
+    ARMED.with(|a| {
+        let mut a = a.borrow_mut();
+        let armed = a.as_mut()?;
+        if armed.connections.len() >= CONNECTIONS_MAX {
+            return None;
+        }
+        armed.connections.push(span);
+        Some(armed.connections.len() - 1)
+    })
+}
+
+/// Notes that connection `index` gave its place back at `at_ms`.
+pub fn connection_closed(index: usize, at_ms: i64) {
+    ARMED.with(|a| {
+        if let Some(span) = (a.borrow_mut().as_mut()).and_then(|a| a.connections.get_mut(index)) {
+            span.closed_ms = Some(at_ms);
+        }
+    });
+}
+
+/// The plain connections this thread's armed world admitted so far, in
+/// order; empty when unarmed.
+pub fn connections() -> Vec<ConnectionSpan> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.connections.clone())
     })
 }
 

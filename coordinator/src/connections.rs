@@ -9,10 +9,14 @@
 //! upgrade (sessions are bounded by the handshake and session limits).
 //!
 //! The simulation serves its in-memory listener through the same loop with
-//! the bounds off ([`Bounds::Off`]): its clients keep idle connections for
-//! long virtual times, and a header timeout would change every transcript.
+//! the bounds off ([`Bounds::Off`]) unless a scenario turns them on for an
+//! instance (`http_bounds = true`, decision 0019): its clients keep idle
+//! connections for long virtual times, and a header timeout would change
+//! every transcript. Bounded, hyper's head deadline runs on `TokioTimer`,
+//! which reads tokio's clock: the simulation's paused, virtual time.
 
 use crate::api::rate_limit_key;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -35,10 +39,16 @@ struct Counts {
 struct Place {
     counts: Arc<Mutex<Counts>>,
     client: String,
+    /// Its span in the harness's witness (`buggify::connection_opened`),
+    /// in an armed simulation only, and the clock that closes it.
+    span: Option<(usize, SharedClock)>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        if let Some((index, clock)) = &self.span {
+            crate::buggify::connection_closed(*index, clock.now_ms());
+        }
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         counts.all -= 1;
         if let Some(n) = counts.by_client.get_mut(&self.client) {
@@ -50,8 +60,14 @@ impl Drop for Place {
     }
 }
 
-/// A place for a new connection from `client`, if both budgets allow it.
-fn admit(counts: &Arc<Mutex<Counts>>, client: String, config: &Config) -> Option<Place> {
+/// A place for a new connection from `client` to `server`, if both
+/// budgets allow it.
+fn admit(
+    counts: &Arc<Mutex<Counts>>,
+    client: String,
+    server: &str,
+    (config, clock): (&Config, &SharedClock),
+) -> Option<Place> {
     let limits = &config.limits;
     let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
     let of_client = c.by_client.get(&client).copied().unwrap_or(0);
@@ -61,21 +77,31 @@ fn admit(counts: &Arc<Mutex<Counts>>, client: String, config: &Config) -> Option
     c.all += 1;
     *c.by_client.entry(client.clone()).or_insert(0) += 1;
     drop(c);
+    let span = crate::buggify::connection_opened(crate::buggify::ConnectionSpan {
+        server: server.to_owned(),
+        client: client.clone(),
+        open_of_client: of_client + 1,
+        opened_ms: clock.now_ms(),
+        closed_ms: None,
+    });
     Some(Place {
         counts: counts.clone(),
         client,
+        span: span.map(|index| (index, clock.clone())),
     })
 }
 
 /// What serving bounds on each connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Bounds {
     /// A real process: the head deadline and buffer bound, and the
-    /// connection budgets of `config` (issue 29, finding 4).
-    Enforced(Box<Config>),
-    /// The simulation: its clients keep idle connections for long virtual
-    /// times, and a header timeout would change every transcript; the
-    /// connection loop and its shutdown are the same code.
+    /// connection budgets of `config` (issue 29, finding 4). The clock
+    /// times the spans an armed simulation notes (`buggify::connections`).
+    Enforced(Box<Config>, SharedClock),
+    /// The simulation by default: its clients keep idle connections for
+    /// long virtual times, and a header timeout would change every
+    /// transcript; the connection loop and its shutdown are the same code.
+    /// A scenario turns the bounds on per instance (`http_bounds = true`).
     Off,
 }
 
@@ -94,6 +120,9 @@ pub async fn serve<L>(
     L: axum::serve::Listener<Addr = std::net::SocketAddr>,
 {
     let counts = Arc::new(Mutex::new(Counts::default()));
+    let server = listener
+        .local_addr()
+        .map_or_else(|_| String::new(), |a| a.to_string());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Every connection task holds a sender; all gone = all closed.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
@@ -105,13 +134,15 @@ pub async fn serve<L>(
             accepted = listener.accept() => accepted,
         };
         let place = match &bounds {
-            Bounds::Enforced(config) => match admit(&counts, rate_limit_key(peer.ip()), config) {
-                Some(place) => Some(place),
-                None => {
-                    tracing::debug!("connection refused: the connection budget is spent");
-                    continue;
+            Bounds::Enforced(config, clock) => {
+                match admit(&counts, rate_limit_key(peer.ip()), &server, (config, clock)) {
+                    Some(place) => Some(place),
+                    None => {
+                        tracing::debug!("connection refused: the connection budget is spent");
+                        continue;
+                    }
                 }
-            },
+            }
             Bounds::Off => None,
         };
         let service = axum::Extension(ConnectInfo(peer)).layer(app.clone());
@@ -158,7 +189,7 @@ where
     S::Future: Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
-    if let Bounds::Enforced(config) = bounds {
+    if let Bounds::Enforced(config, _) = bounds {
         let head_timeout = Duration::from_millis(config.timing.http_head_timeout_ms);
         // hyper refuses a buffer under 8 KiB.
         let head_bytes = config.limits.http_head_bytes_max.max(8_192);

@@ -638,7 +638,7 @@ impl Server {
     pub fn serve_tcp(&mut self, listener: tokio::net::TcpListener) {
         self.set_default_origins(listener.local_addr());
         let app = self.api_app();
-        let bounds = Bounds::Enforced(Box::new(self.coordinator.config().clone()));
+        let bounds = self.enforced();
         let stopped = self.coordinator.stopped();
         // Small requests and answers: no waiting for a full segment.
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -672,11 +672,27 @@ impl Server {
         }
     }
 
+    /// The binary's connection bounds: this coordinator's limits, timed by
+    /// its clock.
+    fn enforced(&self) -> Bounds {
+        Bounds::Enforced(
+            Box::new(self.coordinator.config().clone()),
+            self.coordinator.clock(),
+        )
+    }
+
     /// Serves the API on `listener` until [`Server::shutdown`], running
     /// `configure` on each accepted connection; worker sessions are
-    /// upgraded from it, and handlers see each client's address.
-    pub fn serve<L>(&mut self, listener: L, configure: impl FnMut(&mut L::Io) + Send + 'static)
-    where
+    /// upgraded from it, and handlers see each client's address. With
+    /// `bounded`, the binary's head deadline, head size and connection
+    /// budgets hold (a scenario's `http_bounds = true`); without, none
+    /// (see [`Bounds::Off`]).
+    pub fn serve<L>(
+        &mut self,
+        listener: L,
+        bounded: bool,
+        configure: impl FnMut(&mut L::Io) + Send + 'static,
+    ) where
         L: axum::serve::Listener<Addr = SocketAddr>,
     {
         self.set_default_origins(listener.local_addr());
@@ -684,7 +700,12 @@ impl Server {
         let listener = axum::serve::ListenerExt::tap_io(listener, configure);
         let stopped = self.coordinator.stopped();
         assert!(self.serving.is_none(), "a server serves one listener");
-        let serving = crate::connections::serve(listener, app, Bounds::Off, stopped);
+        let bounds = if bounded {
+            self.enforced()
+        } else {
+            Bounds::Off
+        };
+        let serving = crate::connections::serve(listener, app, bounds, stopped);
         self.serving = Some(self.tasks.spawn_apart(serving));
     }
 

@@ -131,6 +131,11 @@ impl Net {
         }
     }
 
+    /// The address `host` listens on, once it has listened.
+    pub fn host_addr(&self, host: &str) -> Option<SocketAddr> {
+        self.lock().hosts.get(host).map(|h| h.addr)
+    }
+
     /// The address of the peer called `name`: stable for the run, distinct
     /// per peer, so per-client limits see separate clients. Addresses are
     /// in 127.0.0.0/8 and are only labels: nothing is sent on any socket.

@@ -281,6 +281,12 @@ impl Coordinator {
         self.inner.clock.now_ms()
     }
 
+    /// The injected clock (what times the connection spans of
+    /// the `connections` module).
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     /// Accepts a verified user proof's nonce of `address` once within the
     /// proof window (it is remembered until `issued_at_ms` + the window).
     pub fn accept_proof_nonce(

@@ -229,6 +229,7 @@ fn check_between(
         .filter_map(|s| match &s.action {
             Action::Http(call) => call.client.clone(),
             Action::Sockets(s) => Some(s.client.clone()),
+            Action::SlowHeads(s) => Some(s.client.clone()),
             _ => None,
         })
         .collect();

@@ -6,8 +6,8 @@ use super::frames;
 use crate::expr::matcher::{self, Vars};
 use crate::spec::{
     Action, CommitMany, Control, Expect, FacilitatorControl, InstanceAction, InstanceControl,
-    RouterCall, RouterFn, SimDuration, Sockets, Step, StoreRead, StoreWriteKind, StubControl,
-    WaitUntil, WorkerAction,
+    RouterCall, RouterFn, SimDuration, SlowHeads, Sockets, Step, StoreRead, StoreWriteKind,
+    StubControl, WaitUntil, WorkerAction,
 };
 use crate::world::{World, WorldError};
 use coordinator::store::sqlite::StoreWrite;
@@ -72,6 +72,7 @@ pub(super) async fn run_step(
             None
         }
         Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
+        Action::SlowHeads(heads) => Some(run_slow_heads(heads, world).await?),
         Action::ExpectStore(read) => Some(run_expect_store(read, world, vars)?),
         Action::ExpectFrames(expect) => {
             frames::run_expect_frames(expect, world, vars)?;
@@ -273,6 +274,14 @@ async fn run_sockets(sockets: &Sockets, world: &mut World) -> Result<Answer, Str
         ),
     );
     Ok(Answer::body(json!({"opened": opened, "refused": refused})))
+}
+
+/// Opens a slowloris client's connections and answers how many opened.
+async fn run_slow_heads(heads: &SlowHeads, world: &mut World) -> Result<Answer, String> {
+    let opened = world
+        .open_slow_heads(&heads.instance, heads.count, &heads.client, heads.head)
+        .await?;
+    Ok(Answer::body(json!({ "opened": opened })))
 }
 
 /// `expect_store`: the job as the instance's store holds it (its latest

@@ -462,6 +462,38 @@ pub struct Sockets {
     pub client: String,
 }
 
+/// `slow_heads`: a slowloris attacker (review hole (c), decision 0019).
+/// Opens `count` plain HTTP connections to an instance from one client
+/// that send an unfinished request head (`head = "partial"`) or nothing
+/// (`"none"`), then wait; each stays open until the instance closes it.
+/// Answers how many it opened.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowHeads {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub count: u32,
+    /// The client opening them; each client has its own address.
+    #[serde(default = "slow_client")]
+    pub client: String,
+    #[serde(default)]
+    pub head: SlowHead,
+}
+
+choice!(
+    /// What a `slow_heads` connection sends before it waits.
+    #[derive(Default)]
+    SlowHead {
+        #[default]
+        Partial => "partial",
+        Nothing => "none",
+    }
+);
+
+fn slow_client() -> String {
+    "slowloris".into()
+}
+
 /// `expect_store`: the job `job` (a template) as instance `instance`'s store
 /// holds it, read inside the simulation rather than through the API.
 #[derive(Debug, Clone, Deserialize)]

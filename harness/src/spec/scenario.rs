@@ -120,6 +120,12 @@ pub struct Instance {
     /// spec's literal flows; `on` needs users that are accounts with keys.
     #[serde(default)]
     pub user_auth: UserAuthSpec,
+    /// Serve with the binary's connection bounds (decision 0019): the head
+    /// deadline (`timing.http_head_timeout_ms`), the head size and the
+    /// connection budgets (`limits.http_connections_*`). Off by default:
+    /// see `coordinator::connections::Bounds::Off`.
+    #[serde(default)]
+    pub http_bounds: bool,
 }
 
 /// `user_auth = "off" | "on"` of an instance.
@@ -281,6 +287,8 @@ pub struct TimingOverrides {
     pub attempts_max: Option<u32>,
     pub heartbeat_interval_ms: Option<u64>,
     pub heartbeat_timeout_ms: Option<u64>,
+    /// Time to send a request head (with `http_bounds`).
+    pub http_head_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -305,6 +313,14 @@ pub struct LimitOverrides {
     /// over its share, so no result younger than the minimum keep time is
     /// deleted for room).
     pub kept_share_per_client_percent: Option<usize>,
+    /// Plain HTTP connections open at once, in all and from one client
+    /// address (with `http_bounds`; beyond them a connection is closed
+    /// unanswered).
+    pub http_connections_max: Option<usize>,
+    pub http_connections_per_client_max: Option<usize>,
+    /// Established worker sessions from one client address (beyond it
+    /// the handshake is refused).
+    pub worker_sessions_per_client_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -342,6 +358,10 @@ pub struct WorkerSpec {
     /// The node of a several-node instance it connects to; by default the
     /// workers are spread over the nodes in name order.
     pub node: Option<u32>,
+    /// The client address it dials from, by a client's name (version 2;
+    /// simulation only): workers that name the same client share one
+    /// address, as Sybil sessions from one host do. By default its own.
+    pub client: Option<String>,
 }
 
 impl WorkerSpec {

@@ -159,6 +159,10 @@ actions! {
     /// (`"on"`) in a `buggify = true` run (decision 0024).
     Buggify(BuggifySwitch) => "buggify",
         answers: false, simulation_only: true, version: 2;
+    /// Unfinished request heads or silent connections from one client
+    /// (`calls::SlowHeads`; issue 33, review hole (c)).
+    SlowHeads(SlowHeads) => "slow_heads",
+        answers: true, simulation_only: true, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -72,6 +72,8 @@ impl WorldSpec {
         super::stalls::draw(&mut world);
         super::held_polls::draw(&mut world);
         super::edges::draw(&mut world);
+        super::slow_heads::draw(&mut world);
+        super::sybils::draw(&mut world);
         world
     }
 }
@@ -208,6 +210,8 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 retention_kept_bytes_max: None,
                 kept_share_percent: None,
                 payment_window_s: None,
+                http_bounds: None,
+                sybils: None,
             }
         })
         .collect()

@@ -29,10 +29,12 @@ pub mod pairings;
 pub mod render;
 pub mod settlement;
 pub mod shrink;
+pub mod slow_heads;
 pub mod spec;
 pub mod stalls;
 pub mod steer;
 pub mod streams;
+pub mod sybils;
 #[cfg(test)]
 mod tests;
 
@@ -178,6 +180,7 @@ const MARKERS: &[(&str, &str)] = &[
     ("\"status\":\"completed\"}", "check completed_polls"),
     ("router >", "router call"),
     (": crash", "fault reboot"),
+    ("slow heads (", "fault slow_heads"),
 ];
 
 /// What the run exercised, counted from its transcript: each fault kind

@@ -94,7 +94,8 @@ fn render_buggify(w: &mut String, on: &str, why: &str) {
 }
 
 /// 1, unless the world uses what version 2 added (link faults, user auth,
-/// workloads, reboots, duplicate sessions, cancels, streams, polls).
+/// workloads, reboots, duplicate sessions, cancels, streams, polls, slow
+/// heads, workers dialling from a named client).
 fn schema_version(world: &WorldSpec) -> u32 {
     let plain = world.link_faults.is_empty()
         && !world.user_auth
@@ -104,6 +105,8 @@ fn schema_version(world: &WorldSpec) -> u32 {
         && !world.kinds.has(Kind::Cancels)
         && !world.kinds.has(Kind::Streams)
         && !world.kinds.has(Kind::Buggify)
+        && !world.kinds.has(Kind::SlowHeads)
+        && !world.kinds.has(Kind::Sybils)
         && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
     if plain {
         1
@@ -128,6 +131,11 @@ fn render_peers(w: &mut String, world: &WorldSpec) {
     for worker in &world.workers {
         render_worker(w, worker);
     }
+    for i in &world.instances {
+        if let Some(s) = &i.sybils {
+            let _ = write!(w, "{}", super::sybils::render(i.name, s));
+        }
+    }
 }
 
 fn render_instance(w: &mut String, i: &InstanceSpec) {
@@ -145,9 +153,12 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
             ms / 4
         )
     });
+    let head = i.http_bounds.map_or(String::new(), |b| {
+        format!(", http_head_timeout_ms = {}", b.head_timeout_ms)
+    });
     let _ = writeln!(
         w,
-        "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat} }}",
+        "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat}{head} }}",
         i.lease_ms, i.pending_timeout_ms, i.attempts_max
     );
     if let Some(script) = i.payment {
@@ -166,6 +177,19 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     }
     if let Some(percent) = i.kept_share_percent {
         limits.push(format!("kept_share_per_client_percent = {percent}"));
+    }
+    if let Some(b) = i.http_bounds {
+        let _ = writeln!(w, "http_bounds = true");
+        limits.push(format!(
+            "http_connections_per_client_max = {}",
+            b.per_client_max
+        ));
+    }
+    if let Some(s) = i.sybils {
+        limits.push(format!(
+            "worker_sessions_per_client_max = {}",
+            s.per_client_max
+        ));
     }
     if !limits.is_empty() {
         let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
@@ -385,6 +409,7 @@ fn render_user_event(w: &mut String, event: &Event) {
             "\n[[steps]]\nworker = {{ name = {worker:?}, action = {:?} }}",
             if *frozen { "freeze" } else { "thaw" }
         ),
+        Event::SlowHeads(s) => write!(w, "{}", super::slow_heads::render(s)),
         _ => Ok(()),
     };
 }
@@ -428,7 +453,7 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         // Rendered by `render_attack`, with the commits that follow it.
         Event::Attack(_) => Ok(()),
-        Event::Pair { .. } | Event::Flood(_) | Event::Freeze { .. } => {
+        Event::Pair { .. } | Event::Flood(_) | Event::Freeze { .. } | Event::SlowHeads(_) => {
             render_user_event(w, event);
             Ok(())
         }
@@ -574,6 +599,15 @@ fn render_heal_faults(w: &mut String, world: &WorldSpec) {
             "\n[[steps]]\nworker = {{ name = {:?}, action = \"{action}\" }}",
             worker.name
         );
+    }
+    for s in world.instances.iter().filter_map(|i| i.sybils) {
+        for k in 0..s.count {
+            let name = format!("{}-{k}", super::sybils::SYBIL);
+            let _ = writeln!(
+                w,
+                "\n[[steps]]\nworker = {{ name = {name:?}, action = \"stop\" }}"
+            );
+        }
     }
     for i in &world.instances {
         let armed = world

@@ -69,6 +69,14 @@ pub enum Kind {
     /// Edge polls of a job no worker can take, at its pending deadline
     /// −1, 0 and +1 ms (issue 33; drawn by [`super::edges`]).
     Edges,
+    // Issue 33, hostile clients (branch `hostile`).
+    /// One instance serves with the binary's connection bounds and a
+    /// slowloris client opens unfinished heads (drawn by
+    /// [`super::slow_heads`]).
+    SlowHeads,
+    /// Sybil workers from one address that reject or ignore every job
+    /// (drawn by [`super::sybils`]).
+    Sybils,
 }
 
 impl Kind {
@@ -108,9 +116,10 @@ impl Kind {
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
-    /// [`Kind::HeldPolls`] and [`Kind::Edges`].
+    /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
+    /// ([`Kind::SlowHeads`], [`Kind::Sybils`]).
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 11];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 13];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -121,6 +130,9 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
         all[Self::MAIN_STREAM.len() + 9] = Kind::HeldPolls;
         all[Self::MAIN_STREAM.len() + 10] = Kind::Edges;
+        // Issue 33, hostile clients (branch `hostile`).
+        all[Self::MAIN_STREAM.len() + 11] = Kind::SlowHeads;
+        all[Self::MAIN_STREAM.len() + 12] = Kind::Sybils;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -167,6 +179,8 @@ impl Kind {
             Kind::Stalls => "stalls",
             Kind::HeldPolls => "held_polls",
             Kind::Edges => "edges",
+            Kind::SlowHeads => "slow_heads",
+            Kind::Sybils => "sybils",
         }
     }
 }
@@ -215,6 +229,13 @@ pub struct InstanceSpec {
     /// The payment's `max_timeout_seconds`, when drawn short (by
     /// [`super::settlement`]); `None` renders nothing (the default, 300).
     pub payment_window_s: Option<u64>,
+    /// Serves with the binary's connection bounds (`http_bounds = true`)
+    /// at these values; `None` renders nothing (bounds off). Drawn by
+    /// [`super::slow_heads`].
+    pub http_bounds: Option<super::slow_heads::HttpBounds>,
+    /// Sybil workers dialling from one address, and the instance's cap on
+    /// their sessions; `None` renders neither. Drawn by [`super::sybils`].
+    pub sybils: Option<super::sybils::Sybils>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -389,6 +410,8 @@ pub enum Event {
         worker: String,
         frozen: bool,
     },
+    /// A burst of slowloris connections (drawn by [`super::slow_heads`]).
+    SlowHeads(super::slow_heads::SlowHeadsEvent),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -557,6 +580,7 @@ impl WorldSpec {
                 }
                 Event::Read(r) => instances.contains(&r.instance),
                 Event::Flood(f) => instances.contains(&f.instance),
+                Event::SlowHeads(s) => instances.contains(&s.instance),
                 Event::Freeze { worker, .. } => workers.contains(worker),
                 Event::Pair { .. } | Event::Attack(_) => {
                     self.keeps_user_event(&t.event, instances, workers)

@@ -610,3 +610,81 @@ fn short_payment_windows_ride_with_settlement_faults() {
         "{short} of 300 worlds have short payment windows"
     );
 }
+
+/// `slow_heads` turns the connection bounds on for one instance of one
+/// node and renders each burst as a `slow_heads` step from the attacker;
+/// only in worlds with the kind, whose other parts it leaves as drawn.
+#[test]
+fn slow_heads_bound_one_instance_and_open_bursts_on_it() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let bursts: Vec<&super::slow_heads::SlowHeadsEvent> = (world.events.iter())
+            .filter_map(|t| match &t.event {
+                Event::SlowHeads(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let bounded: Vec<_> = (world.instances.iter())
+            .filter(|i| i.http_bounds.is_some())
+            .collect();
+        if !world.kinds.has(spec::Kind::SlowHeads) {
+            assert!(bursts.is_empty() && bounded.is_empty(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        let [instance] = bounded[..] else {
+            panic!("seed {seed}: {} bounded instances", bounded.len());
+        };
+        assert_eq!(instance.nodes, 1, "seed {seed}");
+        assert!(
+            (1..=super::slow_heads::BURSTS_MAX).contains(&bursts.len()),
+            "seed {seed}"
+        );
+        assert!(bursts.iter().all(|b| b.instance == instance.name));
+        let text = render::render(&world, "w", "test");
+        let steps = text
+            .lines()
+            .filter(|l| l.starts_with("slow_heads = "))
+            .count();
+        assert_eq!(steps, bursts.len(), "seed {seed}");
+        assert!(text.contains("http_bounds = true"), "seed {seed}");
+        assert!(checked(&world).is_empty(), "seed {seed}");
+    }
+    assert!(
+        (30..=90).contains(&on),
+        "{on} of 200 worlds have slow heads"
+    );
+}
+
+/// `sybils` gives one instance of one node more Sybil workers, dialling
+/// from one client, than its per-address session cap, renders them as one
+/// workers table and stops them in the heal; only in worlds with the kind.
+#[test]
+fn sybils_outnumber_their_instances_cap_and_leave_in_the_heal() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let with: Vec<_> = (world.instances.iter())
+            .filter(|i| i.sybils.is_some())
+            .collect();
+        if !world.kinds.has(spec::Kind::Sybils) {
+            assert!(with.is_empty(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        let [instance] = with[..] else {
+            panic!("seed {seed}: {} instances with Sybils", with.len());
+        };
+        let s = instance.sybils.expect("drawn");
+        assert!(s.count as usize > s.per_client_max, "seed {seed}");
+        let text = render::render(&world, "w", "test");
+        assert!(text.contains("client = \"sybil\""), "seed {seed}");
+        let stops = (0..s.count)
+            .filter(|k| text.contains(&format!("name = \"sybil-{k}\", action = \"stop\"")))
+            .count();
+        assert_eq!(stops, s.count as usize, "seed {seed}");
+        assert!(checked(&world).is_empty(), "seed {seed}");
+    }
+    assert!((30..=90).contains(&on), "{on} of 200 worlds have Sybils");
+}

@@ -2,7 +2,7 @@
 //! clients and workers saw agrees with what the instances hold, and each
 //! core's own invariants), liveness when the scenario asks for it.
 
-use super::{safety, stalls, Broken};
+use super::{connections, safety, stalls, sybils, Broken};
 use crate::spec::Scenario;
 use crate::world::{Driver, World};
 use protocol::api::JobStatus;
@@ -152,6 +152,8 @@ fn check_safety(
     let checked = world.transcript.with_lines(|lines| {
         safety::check(lines, &frames, &world.streams, &instances, &workers)
             .and_then(|()| check_stalls(scenario, world, lines))
+            .and_then(|()| check_connections(scenario, world, lines))
+            .and_then(|()| check_sybils(scenario, world))
     });
     checked.map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
@@ -193,6 +195,89 @@ fn check_stalls(
         })
         .collect();
     stalls::check(lines, &sessions, &workers)
+}
+
+/// `unfinished_head_kept` and `connections_over_cap`
+/// (`crate::verify::connections`), over the plain connections the bounded
+/// instances' accept loops admitted in this thread's simulated world.
+fn check_connections(
+    scenario: &Scenario,
+    world: &World,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    let epoch_ms = world.transcript.epoch_ms();
+    let spans: Vec<_> = coordinator::buggify::connections()
+        .into_iter()
+        .map(|mut s| {
+            s.opened_ms -= epoch_ms;
+            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
+            s
+        })
+        .collect();
+    if spans.is_empty() {
+        return Ok(());
+    }
+    let mut served = BTreeMap::new();
+    for (name, spec) in scenario.instances.iter().filter(|(_, i)| i.http_bounds) {
+        let config = crate::world::coordinator_config(spec);
+        for addr in world.served_addrs(name) {
+            let bounds = connections::Served {
+                instance: name.clone(),
+                head_timeout_ms: config.timing.http_head_timeout_ms as i64,
+                per_client_max: config.limits.http_connections_per_client_max,
+            };
+            served.insert(addr, bounds);
+        }
+    }
+    let slow: BTreeSet<String> = (scenario.steps.iter())
+        .filter_map(|s| match &s.action {
+            crate::spec::Action::SlowHeads(h) => world.client_key(&h.client),
+            _ => None,
+        })
+        .collect();
+    let end_ms = lines.last().map_or(0, |l| safety::line_ms(l));
+    connections::check(&spans, &served, &slow, end_ms)
+}
+
+/// `sessions_over_cap` (`crate::verify::sybils`), over the sessions the
+/// coordinator noted, for the workers that dial from a named client and
+/// share their key with no other worker.
+fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violation> {
+    let epoch_ms = world.transcript.epoch_ms();
+    let dialled: Vec<sybils::Dialled> = (world.workers.values())
+        .filter(|w| {
+            let shared = (world.workers.values())
+                .filter(|o| o.public_key == w.public_key)
+                .count();
+            shared == 1
+        })
+        .filter_map(|w| {
+            Some(sybils::Dialled {
+                public_key: &w.public_key,
+                client: w.client.as_deref()?,
+                instance: &w.instance,
+            })
+        })
+        .collect();
+    if dialled.is_empty() {
+        return Ok(());
+    }
+    let sessions: Vec<_> = coordinator::buggify::sessions()
+        .into_iter()
+        .map(|mut s| {
+            s.opened_ms -= epoch_ms;
+            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
+            s
+        })
+        .collect();
+    let caps = (scenario.instances.iter())
+        .filter(|(_, i)| i.nodes <= 1)
+        .map(|(name, spec)| {
+            let config = crate::world::coordinator_config(spec);
+            (name.clone(), config.limits.worker_sessions_per_client_max)
+        })
+        .collect();
+    sybils::check(&sessions, &dialled, &caps)
 }
 
 /// `job_end_overdue`'s bound for a simulated instance of one node.

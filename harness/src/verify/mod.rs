@@ -3,6 +3,7 @@
 //! properties over its frames. A broken one is named by [`Broken`], typed
 //! from where it broke to the swarm, the shrinker and the report.
 
+pub mod connections;
 pub mod edges;
 pub mod invariants;
 pub mod overdue;
@@ -10,6 +11,7 @@ pub mod polls;
 pub mod safety;
 pub mod stalls;
 pub mod streams;
+pub mod sybils;
 pub mod temporal;
 
 use coordinator::core::InvariantViolation;

@@ -62,11 +62,15 @@ pub enum SafetyKey {
     JobEndOverdue,
     PollNotWoken,
     ExpiryOffEdge,
+    // Issue 33, hostile clients (branch `hostile`).
+    UnfinishedHeadKept,
+    ConnectionsOverCap,
+    SessionsOverCap,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 23] = [
+    pub const ALL: [SafetyKey; 26] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -91,6 +95,10 @@ impl SafetyKey {
         SafetyKey::JobEndOverdue,
         SafetyKey::PollNotWoken,
         SafetyKey::ExpiryOffEdge,
+        // Issue 33, hostile clients (branch `hostile`).
+        SafetyKey::UnfinishedHeadKept,
+        SafetyKey::ConnectionsOverCap,
+        SafetyKey::SessionsOverCap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +126,9 @@ impl SafetyKey {
             SafetyKey::JobEndOverdue => "job_end_overdue",
             SafetyKey::PollNotWoken => "poll_not_woken",
             SafetyKey::ExpiryOffEdge => "expiry_off_edge",
+            SafetyKey::UnfinishedHeadKept => "unfinished_head_kept",
+            SafetyKey::ConnectionsOverCap => "connections_over_cap",
+            SafetyKey::SessionsOverCap => "sessions_over_cap",
         }
     }
 }

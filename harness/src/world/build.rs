@@ -106,6 +106,7 @@ async fn sim_instance(
             crashed,
             node,
             retention_cut_ms: Arc::default(),
+            http_bounds: spec.http_bounds,
         };
         sim.start().await?;
         nodes.push(sim);
@@ -220,7 +221,25 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }
+    http_bounds(instance, &mut config);
     config
+}
+
+/// The connection bounds an `http_bounds` instance serves with, and the
+/// per-address worker sessions of any instance.
+fn http_bounds(instance: &Instance, config: &mut Config) {
+    if let Some(v) = instance.timing.http_head_timeout_ms {
+        config.timing.http_head_timeout_ms = v;
+    }
+    if let Some(v) = instance.limits.http_connections_max {
+        config.limits.http_connections_max = v;
+    }
+    if let Some(v) = instance.limits.http_connections_per_client_max {
+        config.limits.http_connections_per_client_max = v;
+    }
+    if let Some(v) = instance.limits.worker_sessions_per_client_max {
+        config.limits.worker_sessions_per_client_max = v;
+    }
 }
 
 /// Expands a worker spec into named worker configs.
@@ -384,6 +403,7 @@ fn sim_workers(
                     task: None,
                     key_seed,
                     outbox: None,
+                    client: spec.client.clone(),
                 },
             );
         }

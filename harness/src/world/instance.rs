@@ -27,6 +27,8 @@ pub struct SimInstance {
     /// The latest retention cut of the generations that ended: finished
     /// jobs created before it may be gone (the safety check's allowance).
     pub(super) retention_cut_ms: Arc<Mutex<Option<i64>>>,
+    /// Serves with the binary's connection bounds (`http_bounds`).
+    pub(super) http_bounds: bool,
 }
 
 /// What makes a simulated instance one node of several.
@@ -103,7 +105,7 @@ impl SimInstance {
             }
         }
         .map_err(|e| e.to_string())?;
-        started.serve(self.net.listen(&self.host), |_| {});
+        started.serve(self.net.listen(&self.host), self.http_bounds, |_| {});
         if let Some(store) = started.store() {
             // The `store.writer.crash` fault point (a BUGGIFY run's only):
             // killed as an armed crash kills, restarted at the next step.

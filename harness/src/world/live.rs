@@ -246,13 +246,35 @@ fn live_args(spec: &Instance) -> Vec<String> {
             spec.retention_hours.map(|v| v.to_string()),
         ),
     ];
-    for (flag, value) in flags {
+    for (flag, value) in flags.into_iter().chain(bounds_flags(spec)) {
         if let Some(v) = value {
             args.push(flag.into());
             args.push(v);
         }
     }
     args
+}
+
+/// The connection bounds' flags (the binary always serves with its
+/// bounds, `http_bounds` or not).
+fn bounds_flags(spec: &Instance) -> [(&'static str, Option<String>); 4] {
+    let (t, l) = (&spec.timing, &spec.limits);
+    let text = |v: Option<usize>| v.map(|v| v.to_string());
+    [
+        (
+            "--http-head-timeout-ms",
+            t.http_head_timeout_ms.map(|v| v.to_string()),
+        ),
+        ("--http-connections-max", text(l.http_connections_max)),
+        (
+            "--http-connections-per-client-max",
+            text(l.http_connections_per_client_max),
+        ),
+        (
+            "--worker-sessions-per-client-max",
+            text(l.worker_sessions_per_client_max),
+        ),
+    ]
 }
 
 /// Where a live run's coordinators come from.

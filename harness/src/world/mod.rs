@@ -99,6 +99,8 @@ pub struct SimWorker {
     /// The node of a several-node instance it connects to (by default
     /// spread in name order).
     node: Option<u32>,
+    /// The client address it dials from (`client`); `None`: its own.
+    pub client: Option<String>,
 }
 
 impl SimWorker {
@@ -254,7 +256,8 @@ impl World {
                     n => &instance.more_nodes[n - 1],
                 };
                 let url = format!("ws://{}/v1/workers/ws", sim.host);
-                let connector = simnet::SimWsConnector::new(&sim.net, name, url);
+                let from = w.client.as_deref().unwrap_or(name);
+                let connector = simnet::SimWsConnector::new(&sim.net, from, url);
                 tokio::spawn(async move {
                     let _ = worker.run(connector).await;
                 })
@@ -568,6 +571,66 @@ impl World {
             }
         }
         Ok((opened, refused))
+    }
+
+    /// Opens `count` plain HTTP connections from `client` to `instance`
+    /// that send an unfinished request head (or nothing) and then wait;
+    /// each is held until the instance closes it. Returns how many links
+    /// opened (a connection over a budget is opened, then closed). When
+    /// each closed is not logged: connections the instance closes in
+    /// one instant (a restart's) end in tokio's wake order, which differs
+    /// between a world's two runs (swarm seed 53); the safety keys read
+    /// the closes from the accept loop's own accounting instead.
+    pub async fn open_slow_heads(
+        &mut self,
+        instance: &str,
+        count: u32,
+        client: &str,
+        head: crate::spec::SlowHead,
+    ) -> Result<u32, WorldError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let net = (self.net.clone()).ok_or(WorldError::SimulationOnly("slow heads"))?;
+        let (host, from) = (sim_host(instance), net.peer_addr(client));
+        let bytes: &[u8] = match head {
+            // A head that never ends: no blank line after the last header.
+            crate::spec::SlowHead::Partial => b"GET /v1/health HTTP/1.1\r\nhost: slow\r\nx-wait: ",
+            crate::spec::SlowHead::Nothing => b"",
+        };
+        let mut opened = 0;
+        for _ in 0..count {
+            let Ok(mut link) = net.connect(from, &host) else {
+                continue;
+            };
+            opened += 1;
+            let held = tokio::spawn(async move {
+                let _ = link.write_all(bytes).await;
+                let mut buf = [0u8; 512];
+                // Until the server closes it (or the run ends).
+                while matches!(link.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+            self.idle_sockets.push(Box::new(held));
+        }
+        self.transcript.log(
+            client,
+            format!("opened {opened} slow heads ({head}) to {instance}"),
+        );
+        Ok(opened)
+    }
+
+    /// The addresses a simulated instance's nodes serve (empty for a live
+    /// one), as its accept loop names them (`buggify::ConnectionSpan`).
+    pub fn served_addrs(&self, name: &str) -> Vec<String> {
+        (self.nodes(name).iter())
+            .filter_map(|node| self.net.as_ref()?.host_addr(&node.host))
+            .map(|addr| addr.to_string())
+            .collect()
+    }
+
+    /// The rate-limit key of simulated client `name` (its address), as
+    /// the coordinator counts it.
+    pub fn client_key(&self, name: &str) -> Option<String> {
+        let addr = self.net.as_ref()?.peer_addr(name);
+        Some(coordinator::api::rate_limit_key(addr.ip()))
     }
 
     /// Another handle on a simulated instance, for the fault injectors.
