@@ -305,6 +305,10 @@ pub struct LimitOverrides {
     /// over its share, so no result younger than the minimum keep time is
     /// deleted for room).
     pub kept_share_per_client_percent: Option<usize>,
+    /// Bytes of non-terminal jobs held at once (503 beyond).
+    pub queued_bytes_max: Option<usize>,
+    /// Of those, one client address's share (503 beyond).
+    pub queued_bytes_per_client_max: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

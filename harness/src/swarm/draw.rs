@@ -72,6 +72,8 @@ impl WorldSpec {
         super::stalls::draw(&mut world);
         super::held_polls::draw(&mut world);
         super::edges::draw(&mut world);
+        super::lease_stalls::draw(&mut world);
+        super::share_floods::draw(&mut world);
         world
     }
 }
@@ -207,6 +209,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 finished_jobs_cached_max: None,
                 retention_kept_bytes_max: None,
                 kept_share_percent: None,
+                queued_bytes: None,
             }
         })
         .collect()

@@ -164,6 +164,11 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     if let Some(percent) = i.kept_share_percent {
         limits.push(format!("kept_share_per_client_percent = {percent}"));
     }
+    if let Some((all, per_client)) = i.queued_bytes {
+        limits.push(format!(
+            "queued_bytes_max = {all}, queued_bytes_per_client_max = {per_client}"
+        ));
+    }
     if !limits.is_empty() {
         let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
     }

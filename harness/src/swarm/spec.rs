@@ -69,6 +69,16 @@ pub enum Kind {
     /// Edge polls of a job no worker can take, at its pending deadline
     /// −1, 0 and +1 ms (issue 33; drawn by [`super::edges`]).
     Edges,
+    // Issue 33, accounted memory and shares (branch `resources`).
+    /// A worker stops reading while its leases, shorter than its send
+    /// deadline, lapse and free slots for new assigns (drawn by
+    /// [`super::lease_stalls`]).
+    LeaseStalls,
+    /// A flooder commits past its share of the queued budget from one
+    /// address while honest clients commit; on paid instances with one
+    /// reused or an unfunded authorization (drawn by
+    /// [`super::share_floods`]).
+    ShareFloods,
 }
 
 impl Kind {
@@ -108,9 +118,10 @@ impl Kind {
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
-    /// [`Kind::HeldPolls`] and [`Kind::Edges`].
+    /// [`Kind::HeldPolls`], [`Kind::Edges`], [`Kind::LeaseStalls`] and
+    /// [`Kind::ShareFloods`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 11];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 13];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -121,6 +132,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
         all[Self::MAIN_STREAM.len() + 9] = Kind::HeldPolls;
         all[Self::MAIN_STREAM.len() + 10] = Kind::Edges;
+        all[Self::MAIN_STREAM.len() + 11] = Kind::LeaseStalls;
+        all[Self::MAIN_STREAM.len() + 12] = Kind::ShareFloods;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -167,6 +180,8 @@ impl Kind {
             Kind::Stalls => "stalls",
             Kind::HeldPolls => "held_polls",
             Kind::Edges => "edges",
+            Kind::LeaseStalls => "lease_stalls",
+            Kind::ShareFloods => "share_floods",
         }
     }
 }
@@ -212,6 +227,9 @@ pub struct InstanceSpec {
     /// `limits.kept_share_per_client_percent`, when drawn (by
     /// [`super::floods`]); `None` renders nothing (the default, 12).
     pub kept_share_percent: Option<usize>,
+    /// `limits.queued_bytes_max` and `limits.queued_bytes_per_client_max`,
+    /// when drawn (by [`super::share_floods`]); `None` renders neither.
+    pub queued_bytes: Option<(usize, usize)>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.

@@ -152,6 +152,13 @@ fn check_safety(
     let frames = world.frames.all().unwrap_or_default();
     safety::check(&lines, &frames, &world.streams, &instances, &workers)
         .and_then(|()| check_stalls(scenario, world, &lines))
+        .and_then(|()| {
+            let (exceeded, refusals) = (
+                coordinator::resources::exceeded(),
+                coordinator::resources::refusals(),
+            );
+            super::resources::check(&lines, world.transcript.epoch_ms(), &exceeded, &refusals)
+        })
         .map_err(|v| Failure {
             broken: Broken::Safety(v.invariant),
             message: v.to_string(),

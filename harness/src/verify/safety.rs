@@ -62,11 +62,14 @@ pub enum SafetyKey {
     JobEndOverdue,
     PollNotWoken,
     ExpiryOffEdge,
+    // Issue 33, accounted memory and shares (branch `resources`).
+    ResourceBoundExceeded,
+    HonestStarved,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 23] = [
+    pub const ALL: [SafetyKey; 25] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -91,6 +94,9 @@ impl SafetyKey {
         SafetyKey::JobEndOverdue,
         SafetyKey::PollNotWoken,
         SafetyKey::ExpiryOffEdge,
+        // Issue 33, accounted memory and shares (branch `resources`).
+        SafetyKey::ResourceBoundExceeded,
+        SafetyKey::HonestStarved,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +124,8 @@ impl SafetyKey {
             SafetyKey::JobEndOverdue => "job_end_overdue",
             SafetyKey::PollNotWoken => "poll_not_woken",
             SafetyKey::ExpiryOffEdge => "expiry_off_edge",
+            SafetyKey::ResourceBoundExceeded => "resource_bound_exceeded",
+            SafetyKey::HonestStarved => "honest_starved",
         }
     }
 }

@@ -246,13 +246,28 @@ fn live_args(spec: &Instance) -> Vec<String> {
             spec.retention_hours.map(|v| v.to_string()),
         ),
     ];
-    for (flag, value) in flags {
+    for (flag, value) in flags.into_iter().chain(queued_args(spec)) {
         if let Some(v) = value {
             args.push(flag.into());
             args.push(v);
         }
     }
     args
+}
+
+/// The queued budgets' flags (`limits.queued_bytes_max`, per client).
+fn queued_args(spec: &Instance) -> [(&'static str, Option<String>); 2] {
+    let l = &spec.limits;
+    [
+        (
+            "--queued-bytes-max",
+            l.queued_bytes_max.map(|v| v.to_string()),
+        ),
+        (
+            "--queued-bytes-per-client-max",
+            l.queued_bytes_per_client_max.map(|v| v.to_string()),
+        ),
+    ]
 }
 
 /// Where a live run's coordinators come from.
