@@ -9,13 +9,13 @@
 //! | a worker session's outbox (frames queued, not yet taken by its task) | `slots × (body_bytes_max + 3 KiB)`: one assign and two control frames a slot |
 //! | held polls | `held_polls_max`; of one client, `held_polls_per_client_max` |
 //! | queued job bytes (non-terminal jobs) | `queued_bytes_max`, plus one largest job (`body_bytes_max + 1 KiB`) per paid commit between its admission and its creation |
-//! | one client's queued job bytes | `queued_bytes_per_client_max`, plus the same paid slack |
 //! | kept result bytes | `kept_bytes_max + Q + (Q / 1 KiB) × output_bytes_max`, Q the queued bound: admission counts only finished results, so the jobs queued when the ledger passes its budget may all end there with an output of their own |
 //! | kept failure bytes | `failed_kept_bytes_max + Q` |
 //!
 //! The shell enforces the outbox's bound (a frame that would pass it closes
 //! the session instead: its jobs go back to the queue), the core the
-//! others (503, answered at once). [`Resources`] is the accessor; in the
+//! others (503, answered at once). A client's share of the queued budget
+//! (`queued_bytes_per_client_max`) is judged apart, at each refusal. [`Resources`] is the accessor; in the
 //! simulation the shell checks it after every event and notes a figure
 //! past its bound in this thread's [`watch`], which the harness's
 //! `resource_bound_exceeded` reads. The core notes each commit refused for
@@ -82,11 +82,6 @@ fn job_bytes_max(limits: &Limits) -> usize {
 /// between admission and creation (see the module's table).
 pub fn queued_bytes_bound(limits: &Limits, paid_in_flight: usize) -> usize {
     limits.queued_bytes_max + paid_in_flight.saturating_mul(job_bytes_max(limits))
-}
-
-/// The bound of one client's queued job bytes.
-pub fn queued_per_client_bound(limits: &Limits, paid_in_flight: usize) -> usize {
-    limits.queued_bytes_per_client_max + paid_in_flight.saturating_mul(job_bytes_max(limits))
 }
 
 /// The bound of the kept result bytes, given the queued bound `queued`.

@@ -138,7 +138,6 @@ impl Coordinator {
         let queued_bound = resources::queued_bytes_bound(limits, paid);
         let (queued, _) = state.core.job_bytes();
         let (kept, failed) = state.core.kept_bytes_by_ledger();
-        let (heaviest, heaviest_bytes) = state.core.heaviest_queued_owner(None);
         let (held, heaviest_held) = state.held.counts();
         let figure = |what: &str, value, bound| Figure {
             what: what.to_owned(),
@@ -147,11 +146,6 @@ impl Coordinator {
         };
         let mut figures = vec![
             figure("queued job bytes", queued, queued_bound),
-            figure(
-                &format!("queued job bytes of client {heaviest}"),
-                heaviest_bytes,
-                resources::queued_per_client_bound(limits, paid),
-            ),
             figure(
                 "kept result bytes",
                 kept,
@@ -187,5 +181,75 @@ impl Coordinator {
                 figure: figure.clone(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::core::Core;
+    use protocol::api::{JobSubmission, JobType, Payload, PrivacyClass, TaskType, Tier};
+    use protocol::clock::ManualClock;
+    use rand::SeedableRng;
+
+    /// A worker that reads nothing while its leases lapse (shorter than its
+    /// send deadline): each lapse frees its slot and the core assigns it a
+    /// new job. Before issue 33 every assign was queued, past any bound
+    /// (the swarm's `resource_bound_exceeded`, seed 59 with
+    /// `outbox-without-byte-cap.patch`); now the outbox stays within its
+    /// bound and is closed when a frame would pass it.
+    #[test]
+    fn a_worker_that_reads_nothing_while_leases_lapse_keeps_a_bounded_outbox() {
+        let mut config = Config::default();
+        config.timing.lease_ms = 1_000;
+        config.timing.attempts_max = 100;
+        let clock = ManualClock::new(0);
+        let c = Coordinator::new(
+            Core::new(config.clone(), rand_chacha::ChaCha20Rng::seed_from_u64(1)),
+            Arc::new(clock.clone()),
+            Arc::new(crate::store::MemoryStore::default()),
+        );
+        let (_session, mut rx) = c
+            .register_worker(&format!("0x02{:064x}", 1), vec![JobType::Task], 2)
+            .expect("registered");
+        let input = "x".repeat(200 * 1024);
+        let submission = JobSubmission {
+            job_type: JobType::Task,
+            user_id: "u".into(),
+            payload: Payload::Task {
+                task_type: TaskType::Summarize,
+                input,
+            },
+            privacy_class: PrivacyClass::Public,
+        };
+        for _ in 0..20 {
+            c.with(|core, now| core.commit(submission.clone(), Tier::Cheap, None, now))
+                .expect("committed");
+        }
+        let bound = resources::outbox_bytes_max(&config.limits, 2);
+        for _ in 0..10 {
+            clock.advance(1_001);
+            c.with(|core, now| core.tick(now));
+            let outbox = c
+                .resources()
+                .figures
+                .into_iter()
+                .find(|f| f.what.starts_with("outbox"));
+            assert!(
+                outbox.as_ref().is_none_or(|f| f.value <= f.bound),
+                "{outbox:?}"
+            );
+        }
+        // Closed at its bound: what was queued is still there, then the end.
+        let mut bytes = 0;
+        while let Ok(out) = rx.try_recv() {
+            bytes += frame_bytes(&out);
+        }
+        assert!(bytes <= bound, "{bytes} queued, bound {bound}");
+        assert!(
+            matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)),
+            "the outbox was closed at its bound"
+        );
     }
 }

@@ -65,11 +65,12 @@ pub enum SafetyKey {
     // Issue 33, accounted memory and shares (branch `resources`).
     ResourceBoundExceeded,
     HonestStarved,
+    UnfundedJobAccepted,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 25] = [
+    pub const ALL: [SafetyKey; 26] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -97,6 +98,7 @@ impl SafetyKey {
         // Issue 33, accounted memory and shares (branch `resources`).
         SafetyKey::ResourceBoundExceeded,
         SafetyKey::HonestStarved,
+        SafetyKey::UnfundedJobAccepted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -126,6 +128,7 @@ impl SafetyKey {
             SafetyKey::ExpiryOffEdge => "expiry_off_edge",
             SafetyKey::ResourceBoundExceeded => "resource_bound_exceeded",
             SafetyKey::HonestStarved => "honest_starved",
+            SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
         }
     }
 }
@@ -169,6 +172,10 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+    /// The authorizations the facilitator's `/verify` refused and never
+    /// found valid (`world::settlements`); `None` where the harness cannot
+    /// see them.
+    pub refused_payments: Option<&'a BTreeSet<String>>,
     /// What `job_end_overdue` bounds its jobs' lives by; `None` where the
     /// harness does not know the instance's timing (live runs) or it has
     /// several nodes (neither it nor `poll_not_woken` judges it then).
@@ -226,6 +233,7 @@ pub fn check(
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
+        found.extend(check_unfunded(name, state).err());
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
@@ -369,6 +377,34 @@ fn check_settlements(
             let message =
                 format!("{instance}: job {id}'s output was shown, its payment never settled");
             return found(SafetyKey::OutputBeforeSettlement, message, line);
+        }
+    }
+    Ok(())
+}
+
+/// `unfunded_job_accepted`: no job exists whose authorization the
+/// facilitator's `/verify` refused (an unfunded payer) and never found
+/// valid: a commit with it is answered 402 and buys nothing, so no worker
+/// does work that nobody will pay for.
+fn check_unfunded(instance: &str, state: &InstanceState<'_>) -> Result<(), Violation> {
+    let Some(refused) = state.refused_payments else {
+        return Ok(());
+    };
+    let paid = state
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j, j.paid_with.as_ref()?)));
+    for (job, paid) in paid {
+        let nonce = paid.nonce.nonce.to_string().to_ascii_lowercase();
+        if refused.contains(&nonce) {
+            return Err(Violation {
+                invariant: SafetyKey::UnfundedJobAccepted,
+                message: format!(
+                    "{instance}: job {} was bought with authorization {nonce}, which the facilitator refused and never found valid",
+                    job.id
+                ),
+                line: None,
+            });
         }
     }
     Ok(())
@@ -968,6 +1004,7 @@ mod tests {
             settled: None,
             end_bound: None,
             held_polls: Vec::new(),
+            refused_payments: None,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -1121,6 +1158,7 @@ mod tests {
                     settled: None,
                     end_bound: None,
                     held_polls: Vec::new(),
+                    refused_payments: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -1146,6 +1184,7 @@ mod tests {
                     settled: None,
                     end_bound: None,
                     held_polls: Vec::new(),
+                    refused_payments: None,
                 }
             )]),
             &BTreeMap::new(),
@@ -1173,6 +1212,7 @@ mod tests {
             settled: None,
             end_bound: None,
             held_polls: Vec::new(),
+            refused_payments: None,
         };
         let kept = [trust(user, KEY_W)];
         let lost = check_pairings_kept("chain_a", &state(&[], Some(&proven)));
@@ -1260,6 +1300,7 @@ mod tests {
                 settled: None,
                 end_bound: None,
                 held_polls: Vec::new(),
+                refused_payments: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)
@@ -1343,6 +1384,7 @@ mod tests {
                 settled: None,
                 end_bound: None,
                 held_polls: Vec::new(),
+                refused_payments: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             let lines = [committed.clone(), end.clone()];
