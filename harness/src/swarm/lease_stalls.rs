@@ -39,8 +39,16 @@ const LEASES_MS: [u64; 2] = [1_000, 3_000];
 pub fn draw(world: &mut WorldSpec) {
     let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
     rng.set_stream(STREAM);
+    // Not where the `edges` kind stops every worker around a job none may
+    // take: the sink would take it.
+    let edged = |name: &str| {
+        (world.events.iter()).any(|t| {
+            matches!(t.event, Event::Poll { instance, edge_ms: Some(_), .. } if instance == name)
+        })
+    };
     let eligible: Vec<&'static str> = (world.instances.iter())
         .filter(|i| i.payment.is_none() && i.nodes == 1 && i.retention_kept_bytes_max.is_none())
+        .filter(|i| !edged(i.name))
         .map(|i| i.name)
         .collect();
     if eligible.is_empty() || !rng.gen_bool(0.25) {
