@@ -40,6 +40,7 @@ pub mod connections;
 pub mod core;
 pub mod metrics;
 pub mod node;
+pub mod resources;
 pub mod retention;
 pub mod server;
 pub mod shell;

@@ -183,6 +183,9 @@ pub(super) async fn commit(
         gate.refuse(auth);
         return answer_commit(&c, Err(refused), None).await;
     }
+    // Admitted and not yet counted: the queued bytes' bound allows it
+    // (`crate::resources`) until its job exists.
+    let _paid = c.paid_commit();
     settle_and_commit(&c, gate, auth, client, submission, tier).await
 }
 

@@ -650,6 +650,23 @@ impl Core {
         (self.queued_bytes, self.kept_bytes)
     }
 
+    /// The client with the most queued bytes but `except`, and those bytes
+    /// (`("", 0)` when there is none): the accounted figures and the
+    /// refusals `honest_starved` judges (`crate::resources`).
+    pub fn heaviest_queued_owner(&self, except: Option<&str>) -> (String, usize) {
+        let others = self.queued_by_owner.iter();
+        let others = others.filter(|(owner, _)| Some(owner.as_str()) != except);
+        // The first of the heaviest in owner order: deterministic.
+        let heaviest = others.fold(
+            None::<(&String, usize)>,
+            |best, (owner, &bytes)| match best {
+                Some((_, b)) if b >= bytes => best,
+                _ => Some((owner, bytes)),
+            },
+        );
+        heaviest.map_or((String::new(), 0), |(o, b)| (o.clone(), b))
+    }
+
     /// The kept bytes by ledger (ended.rs): results (`kept_bytes_max`),
     /// failure records (`failed_kept_bytes_max`).
     pub fn kept_bytes_by_ledger(&self) -> (usize, usize) {
@@ -722,12 +739,34 @@ impl Core {
     ) -> Result<(), CommitError> {
         match self.admission(submission, owner) {
             Ok(()) => Ok(()),
-            Err(Refused::QueueFull) => Err(CommitError::QueueFull),
-            Err(Refused::StorageFull) => Err(CommitError::StorageFull),
+            Err(Refused::QueueFull) => {
+                self.note_refusal(owner, now_ms);
+                Err(CommitError::QueueFull)
+            }
+            Err(Refused::StorageFull) => {
+                self.note_refusal(owner, now_ms);
+                Err(CommitError::StorageFull)
+            }
             Err(Refused::NoTrustedWorker) => {
                 Err(self.record_refusal(owner, submission, tier, now_ms))
             }
         }
+    }
+
+    /// Notes a commit of `owner`'s refused for capacity, with the heaviest
+    /// other client's queued bytes then, for `honest_starved` (a note only
+    /// in a watched simulated world: `crate::resources`).
+    fn note_refusal(&self, owner: &str, now_ms: i64) {
+        if !crate::resources::watching() {
+            return;
+        }
+        let (other, bytes) = self.heaviest_queued_owner(Some(owner));
+        crate::resources::note_refusal(crate::resources::Refusal {
+            at_ms: now_ms,
+            owner: owner.to_owned(),
+            heaviest_other: (bytes > 0).then_some((other, bytes)),
+            share_bytes: self.config.limits.queued_bytes_per_client_max,
+        });
     }
 
     /// Keeps a PRIVATE job refused for want of a trusted worker as a failed

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
 
 mod handshakes;
+mod outbox;
 mod polls;
 mod proofs;
 mod settlements;
@@ -30,6 +31,7 @@ mod streams;
 mod timers;
 
 pub use handshakes::{HandshakePermit, WorkerPlace};
+pub use outbox::{OutboxRx, PaidCommit};
 use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub use proofs::NonceRefused;
@@ -96,6 +98,8 @@ struct Inner {
     sessions_done: Mutex<Option<mpsc::Receiver<()>>>,
     /// Nonces of the user proofs accepted within the window.
     proof_nonces: proofs::ProofNonces,
+    /// Paid commits between admission and creation (`outbox.rs`).
+    paid_in_flight: outbox::PaidInFlight,
 }
 
 /// A job's id as logs show it: its first 8 hex digits. The whole id is a
@@ -114,20 +118,12 @@ pub struct SessionRunning {
     _held: mpsc::Sender<()>,
 }
 
-/// The receiving end of a worker session's outbox (see [`State::outboxes`]).
-///
-/// Frames travel boxed: a channel allocates its first block of 32 slots when
-/// it is made, one per connected worker, so slots the size of a pointer
-/// instead of an [`Outbound`] (88 bytes) keep about 2.3 KiB less per worker,
-/// busy or idle, for one allocation per frame sent.
-pub type OutboxRx = mpsc::UnboundedReceiver<Box<Outbound>>;
-
 struct State {
     core: Core,
-    /// Unbounded because the core sends at most `slots` assigns and cancels
-    /// per session between two reads of the session, plus one result ack per
-    /// result the worker sent: the worker itself bounds the backlog.
-    outboxes: BTreeMap<SessionId, mpsc::UnboundedSender<Box<Outbound>>>,
+    /// Counted and bounded in bytes (`outbox.rs`): the core sends at most
+    /// `slots` assigns per session between two reads of the session only
+    /// while no lease lapses before the session's send deadline.
+    outboxes: BTreeMap<SessionId, outbox::Outbox>,
     held: HeldPolls,
     streams: streams::Streams,
 }
@@ -171,6 +167,7 @@ impl Coordinator {
             sessions: Mutex::new(Some(sessions)),
             sessions_done: Mutex::new(Some(sessions_done)),
             proof_nonces: proofs::ProofNonces::default(),
+            paid_in_flight: outbox::PaidInFlight::default(),
         });
         Self { inner }
     }
@@ -386,12 +383,22 @@ impl Coordinator {
         }
         let mut outbox = state.core.take_outbox();
         for (session, out) in outbox.drain(..) {
-            if let Some(tx) = state.outboxes.get(&session) {
-                // A closed outbox means the session is ending; it unregisters itself.
-                let _ = tx.send(Box::new(out));
+            let Some(tx) = state.outboxes.get(&session) else {
+                continue;
+            };
+            // A closed outbox means the session is ending; it unregisters
+            // itself. One past its bound is closed here: the session's task
+            // sees its end once it has sent what was queued before.
+            if tx.send(out).is_err() {
+                tracing::warn!(
+                    worker_session = session,
+                    "a worker session's outbox reached its bound; closing the session"
+                );
+                state.outboxes.remove(&session);
             }
         }
         state.core.reuse_buffers(changes, outbox);
+        self.check_resources(state);
     }
 
     /// Counts every job change in the metrics, and logs one info line per
@@ -443,7 +450,8 @@ impl Coordinator {
         capabilities: Vec<protocol::api::JobType>,
         slots: u32,
     ) -> Result<(SessionId, OutboxRx), RegisterError> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let bound = crate::resources::outbox_bytes_max(&self.inner.config.limits, slots);
+        let (tx, rx) = outbox::outbox(bound);
         let mut state = self.lock();
         if self.is_stopping() {
             return Err(RegisterError::ShuttingDown);
@@ -498,8 +506,9 @@ impl Coordinator {
                 protocol::worker::ErrorCode::ShuttingDown,
                 "coordinator is shutting down".into(),
             );
-            // A closed outbox means the session is ending anyway.
-            let _ = out.send(Box::new(close));
+            // A closed outbox means the session is ending anyway; a close
+            // is never refused for the bound.
+            let _ = out.send(close);
         }
         drop(state);
         self.inner.stop.notify_waiters();

@@ -204,6 +204,13 @@ impl HeldPolls {
         self.per_client.get(client).map_or(0, BTreeSet::len)
     }
 
+    /// Held polls alive, and the most one client holds (the accounted
+    /// figures, `crate::resources`).
+    pub(super) fn counts(&self) -> (usize, usize) {
+        let heaviest = self.per_client.values().map(BTreeSet::len).max();
+        (self.live.len(), heaviest.unwrap_or(0))
+    }
+
     /// Takes a live poll out of the counts (its waiter stays until woken
     /// or pruned).
     fn forget(&mut self, seq: u64) -> Option<(String, Uuid)> {

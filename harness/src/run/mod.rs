@@ -183,6 +183,8 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
     // The world is this thread's alone until the runtime drops: its fault
     // points and `sometimes` states are armed for the run (decision 0024).
     let _armed = coordinator::buggify::arm(seed, scenario.buggify);
+    // And its accounted memory and refusals watched (issue 33).
+    let _watched = coordinator::resources::watch();
     // Time only: an accidental real socket or file wait fails loudly.
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);

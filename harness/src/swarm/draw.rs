@@ -74,6 +74,8 @@ impl WorldSpec {
         super::edges::draw(&mut world);
         super::slow_heads::draw(&mut world);
         super::sybils::draw(&mut world);
+        super::lease_stalls::draw(&mut world);
+        super::share_floods::draw(&mut world);
         world
     }
 }
@@ -212,6 +214,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 payment_window_s: None,
                 http_bounds: None,
                 sybils: None,
+                queued_bytes: None,
             }
         })
         .collect()

@@ -191,6 +191,11 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
             s.per_client_max
         ));
     }
+    if let Some((all, per_client)) = i.queued_bytes {
+        limits.push(format!(
+            "queued_bytes_max = {all}, queued_bytes_per_client_max = {per_client}"
+        ));
+    }
     if !limits.is_empty() {
         let _ = writeln!(w, "limits = {{ {} }}", limits.join(", "));
     }

@@ -77,6 +77,16 @@ pub enum Kind {
     /// Sybil workers from one address that reject or ignore every job
     /// (drawn by [`super::sybils`]).
     Sybils,
+    // Issue 33, accounted memory and shares (branch `resources`).
+    /// A worker stops reading while its leases, shorter than its send
+    /// deadline, lapse and free slots for new assigns (drawn by
+    /// [`super::lease_stalls`]).
+    LeaseStalls,
+    /// A flooder commits past its share of the queued budget from one
+    /// address while honest clients commit; on paid instances with one
+    /// reused or an unfunded authorization (drawn by
+    /// [`super::share_floods`]).
+    ShareFloods,
 }
 
 impl Kind {
@@ -117,9 +127,10 @@ impl Kind {
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
-    /// ([`Kind::SlowHeads`], [`Kind::Sybils`]).
+    /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), then [`Kind::LeaseStalls`]
+    /// and [`Kind::ShareFloods`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 13];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 15];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -133,6 +144,9 @@ impl Kind {
         // Issue 33, hostile clients (branch `hostile`).
         all[Self::MAIN_STREAM.len() + 11] = Kind::SlowHeads;
         all[Self::MAIN_STREAM.len() + 12] = Kind::Sybils;
+        // Issue 33, accounted memory and shares (branch `resources`).
+        all[Self::MAIN_STREAM.len() + 13] = Kind::LeaseStalls;
+        all[Self::MAIN_STREAM.len() + 14] = Kind::ShareFloods;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -181,6 +195,8 @@ impl Kind {
             Kind::Edges => "edges",
             Kind::SlowHeads => "slow_heads",
             Kind::Sybils => "sybils",
+            Kind::LeaseStalls => "lease_stalls",
+            Kind::ShareFloods => "share_floods",
         }
     }
 }
@@ -236,6 +252,9 @@ pub struct InstanceSpec {
     /// Sybil workers dialling from one address, and the instance's cap on
     /// their sessions; `None` renders neither. Drawn by [`super::sybils`].
     pub sybils: Option<super::sybils::Sybils>,
+    /// `limits.queued_bytes_max` and `limits.queued_bytes_per_client_max`,
+    /// when drawn (by [`super::share_floods`]); `None` renders neither.
+    pub queued_bytes: Option<(usize, usize)>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.

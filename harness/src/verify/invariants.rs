@@ -110,6 +110,7 @@ fn check_safety(
         .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
         .collect();
     let deleted = results_deleted();
+    let refused = refused_payments(world);
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -133,6 +134,7 @@ fn check_safety(
                 settled: settled.get(name),
                 end_bound: end_bound(world, name, scenario.buggify),
                 held_polls: world.held_polls.of(name),
+                refused_payments: refused.get(name),
             };
             (name.clone(), state)
         })
@@ -154,11 +156,29 @@ fn check_safety(
             .and_then(|()| check_stalls(scenario, world, lines))
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
+            .and_then(|()| check_resources(world, lines))
     });
     checked.map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })
+}
+
+/// `resource_bound_exceeded` and `honest_starved` (`crate::verify::resources`),
+/// over what the coordinator noted in this thread's watched world.
+fn check_resources(world: &World, lines: &[String]) -> Result<(), safety::Violation> {
+    let exceeded = coordinator::resources::exceeded();
+    let refusals = coordinator::resources::refusals();
+    let epoch_ms = world.transcript.epoch_ms();
+    super::resources::check(lines, epoch_ms, &exceeded, &refusals)
+}
+
+/// Each simulated paid instance's authorizations `/verify` refused and
+/// never found valid (`unfunded_job_accepted`).
+fn refused_payments(world: &World) -> BTreeMap<&String, BTreeSet<String>> {
+    (world.instances.iter())
+        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.refused_only())))
+        .collect()
 }
 
 /// `stalled_session_kept` (`crate::verify::stalls`), over the sessions the

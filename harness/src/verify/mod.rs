@@ -8,6 +8,7 @@ pub mod edges;
 pub mod invariants;
 pub mod overdue;
 pub mod polls;
+pub mod resources;
 pub mod safety;
 pub mod stalls;
 pub mod streams;

@@ -66,11 +66,15 @@ pub enum SafetyKey {
     UnfinishedHeadKept,
     ConnectionsOverCap,
     SessionsOverCap,
+    // Issue 33, accounted memory and shares (branch `resources`).
+    ResourceBoundExceeded,
+    HonestStarved,
+    UnfundedJobAccepted,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 26] = [
+    pub const ALL: [SafetyKey; 29] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -99,6 +103,10 @@ impl SafetyKey {
         SafetyKey::UnfinishedHeadKept,
         SafetyKey::ConnectionsOverCap,
         SafetyKey::SessionsOverCap,
+        // Issue 33, accounted memory and shares (branch `resources`).
+        SafetyKey::ResourceBoundExceeded,
+        SafetyKey::HonestStarved,
+        SafetyKey::UnfundedJobAccepted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -129,6 +137,9 @@ impl SafetyKey {
             SafetyKey::UnfinishedHeadKept => "unfinished_head_kept",
             SafetyKey::ConnectionsOverCap => "connections_over_cap",
             SafetyKey::SessionsOverCap => "sessions_over_cap",
+            SafetyKey::ResourceBoundExceeded => "resource_bound_exceeded",
+            SafetyKey::HonestStarved => "honest_starved",
+            SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
         }
     }
 }
@@ -172,6 +183,10 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+    /// The authorizations the facilitator's `/verify` refused and never
+    /// found valid (`world::settlements`); `None` where the harness cannot
+    /// see them.
+    pub refused_payments: Option<&'a BTreeSet<String>>,
     /// What `job_end_overdue` bounds its jobs' lives by; `None` where the
     /// harness does not know the instance's timing (live runs) or it has
     /// several nodes (neither it nor `poll_not_woken` judges it then).
@@ -229,6 +244,7 @@ pub fn check(
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
+        found.extend(check_unfunded(name, state).err());
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
@@ -372,6 +388,34 @@ fn check_settlements(
             let message =
                 format!("{instance}: job {id}'s output was shown, its payment never settled");
             return found(SafetyKey::OutputBeforeSettlement, message, line);
+        }
+    }
+    Ok(())
+}
+
+/// `unfunded_job_accepted`: no job exists whose authorization the
+/// facilitator's `/verify` refused (an unfunded payer) and never found
+/// valid: a commit with it is answered 402 and buys nothing, so no worker
+/// does work that nobody will pay for.
+fn check_unfunded(instance: &str, state: &InstanceState<'_>) -> Result<(), Violation> {
+    let Some(refused) = state.refused_payments else {
+        return Ok(());
+    };
+    let paid = state
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j, j.paid_with.as_ref()?)));
+    for (job, paid) in paid {
+        let nonce = paid.nonce.nonce.to_string().to_ascii_lowercase();
+        if refused.contains(&nonce) {
+            return Err(Violation {
+                invariant: SafetyKey::UnfundedJobAccepted,
+                message: format!(
+                    "{instance}: job {} was bought with authorization {nonce}, which the facilitator refused and never found valid",
+                    job.id
+                ),
+                line: None,
+            });
         }
     }
     Ok(())
@@ -971,6 +1015,7 @@ mod tests {
             settled: None,
             end_bound: None,
             held_polls: Vec::new(),
+            refused_payments: None,
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -1124,6 +1169,7 @@ mod tests {
                     settled: None,
                     end_bound: None,
                     held_polls: Vec::new(),
+                    refused_payments: None,
                 },
             )]),
             &BTreeMap::new(),
@@ -1149,6 +1195,7 @@ mod tests {
                     settled: None,
                     end_bound: None,
                     held_polls: Vec::new(),
+                    refused_payments: None,
                 }
             )]),
             &BTreeMap::new(),
@@ -1176,6 +1223,7 @@ mod tests {
             settled: None,
             end_bound: None,
             held_polls: Vec::new(),
+            refused_payments: None,
         };
         let kept = [trust(user, KEY_W)];
         let lost = check_pairings_kept("chain_a", &state(&[], Some(&proven)));
@@ -1263,6 +1311,7 @@ mod tests {
                 settled: None,
                 end_bound: None,
                 held_polls: Vec::new(),
+                refused_payments: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)
@@ -1346,6 +1395,7 @@ mod tests {
                 settled: None,
                 end_bound: None,
                 held_polls: Vec::new(),
+                refused_payments: None,
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             let lines = [committed.clone(), end.clone()];

@@ -218,6 +218,12 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.kept_share_per_client_percent {
         config.limits.kept_share_per_client_percent = v;
     }
+    if let Some(v) = instance.limits.queued_bytes_max {
+        config.limits.queued_bytes_max = v;
+    }
+    if let Some(v) = instance.limits.queued_bytes_per_client_max {
+        config.limits.queued_bytes_per_client_max = v;
+    }
     if let Some(v) = instance.limits.claims_per_minute_max {
         config.limits.claim_failures_per_client_per_minute_max = v;
     }

@@ -246,7 +246,8 @@ fn live_args(spec: &Instance) -> Vec<String> {
             spec.retention_hours.map(|v| v.to_string()),
         ),
     ];
-    for (flag, value) in flags.into_iter().chain(bounds_flags(spec)) {
+    let extra = bounds_flags(spec).into_iter().chain(queued_args(spec));
+    for (flag, value) in flags.into_iter().chain(extra) {
         if let Some(v) = value {
             args.push(flag.into());
             args.push(v);
@@ -273,6 +274,21 @@ fn bounds_flags(spec: &Instance) -> [(&'static str, Option<String>); 4] {
         (
             "--worker-sessions-per-client-max",
             text(l.worker_sessions_per_client_max),
+        ),
+    ]
+}
+
+/// The queued budgets' flags (`limits.queued_bytes_max`, per client).
+fn queued_args(spec: &Instance) -> [(&'static str, Option<String>); 2] {
+    let l = &spec.limits;
+    [
+        (
+            "--queued-bytes-max",
+            l.queued_bytes_max.map(|v| v.to_string()),
+        ),
+        (
+            "--queued-bytes-per-client-max",
+            l.queued_bytes_per_client_max.map(|v| v.to_string()),
         ),
     ]
 }

@@ -15,14 +15,33 @@ use std::sync::{Arc, Mutex};
 use x402::settle::BoxFuture;
 use x402::{Reason, SettleOutcome, SettleRequest, SettleTicket, Settlement, Settler};
 
-/// Successful settlements by authorization nonce (`0x…`, lowercase).
+/// Successful settlements by authorization nonce (`0x…`, lowercase), and
+/// the verdicts of `/verify` by nonce (`unfunded_job_accepted`).
 #[derive(Clone, Default)]
-pub struct SettleLedger(Arc<Mutex<BTreeMap<String, usize>>>);
+pub struct SettleLedger(
+    Arc<Mutex<BTreeMap<String, usize>>>,
+    Arc<Mutex<BTreeMap<String, Verdicts>>>,
+);
+
+/// What `/verify` answered for one authorization.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    pub valid: bool,
+    pub refused: bool,
+}
 
 impl SettleLedger {
     fn record(&self, nonce: Option<String>) {
         let mut ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *ledger.entry(nonce.unwrap_or_default()).or_insert(0) += 1;
+    }
+
+    fn record_verify(&self, nonce: Option<String>, valid: bool) {
+        let Some(nonce) = nonce else { return };
+        let mut verdicts = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = verdicts.entry(nonce.to_ascii_lowercase()).or_default();
+        seen.valid |= valid;
+        seen.refused |= !valid;
     }
 
     /// Whether the chain has spent this authorization already.
@@ -34,6 +53,14 @@ impl SettleLedger {
     /// The counts so far.
     pub fn counts(&self) -> BTreeMap<String, usize> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The authorizations `/verify` refused and never found valid: unfunded
+    /// (or otherwise refused) payments, which must buy nothing.
+    pub fn refused_only(&self) -> std::collections::BTreeSet<String> {
+        let verdicts = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        let refused = verdicts.iter().filter(|(_, v)| v.refused && !v.valid);
+        refused.map(|(nonce, _)| nonce.clone()).collect()
     }
 }
 
@@ -77,7 +104,12 @@ impl Settler for RecordingSettler {
     }
 
     fn verify<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<(), Reason>> {
-        self.inner.verify(req)
+        Box::pin(async move {
+            let nonce = req.verified.map(|v| v.nonce.to_string());
+            let verdict = self.inner.verify(req).await;
+            self.ledger.record_verify(nonce, verdict.is_ok());
+            verdict
+        })
     }
 
     fn settle_ticket<'a>(&'a self, ticket: &'a SettleTicket) -> BoxFuture<'a, SettleOutcome> {

@@ -1,0 +1,102 @@
+//! The `lease_stalls` kind (issue 33, `resource_bound_exceeded`): a worker
+//! that stops reading while its leases lapse. A worker of its own
+//! ([`SINK`], TASK only, [`SINK_SLOTS`] slots) joins an unpaid one-node
+//! instance without retention whose lease (1 or 3 s) is drawn shorter than
+//! its heartbeat timeout (set to [`HEARTBEAT_LEASES`] leases): a send to
+//! the frozen worker blocks for up to the heartbeat timeout, and meanwhile
+//! every lapsed lease frees a slot the core fills with a new assign. Rounds
+//! of the flooder's commits of 100 to 200 KiB, one a lease, keep jobs
+//! queued for those slots. Before issue 33 the outbox grew by a slot's
+//! worth of assigns at every lease; now a frame that would take it past
+//! its bound (`slots × (body_bytes_max + 3 KiB)`) closes the session, and
+//! `resource_bound_exceeded` holds the coordinator to that bound after
+//! every event. The worker thaws 2 to 6 s after the heartbeat timeout.
+//!
+//! The kind draws from a stream of the seed's own ([`STREAM`]), after the
+//! rest of the world is drawn, so a seed without it keeps its world
+//! exactly.
+
+use super::floods::FloodEvent;
+use super::spec::{Event, Kind, Timed, WorkerSpec, WorldSpec};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// The seed's ChaCha stream this kind draws from (the world's is 0).
+const STREAM: u64 = 15;
+/// The worker that stops reading.
+pub const SINK: &str = "sink";
+/// Its slots: a bound of about 1 MiB, passed by a few rounds of assigns.
+pub const SINK_SLOTS: u32 = 4;
+/// Its instance's heartbeat timeout, in leases: the rounds of lapses a
+/// blocked send sees.
+pub const HEARTBEAT_LEASES: u64 = 5;
+/// Leases it may draw (ms): shorter than any honest worker's latency
+/// lets jobs lapse at honest workers too.
+const LEASES_MS: [u64; 2] = [1_000, 3_000];
+
+/// Draws the kind for `world` (already drawn).
+pub fn draw(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(STREAM);
+    // Not where the `edges` kind stops every worker around a job none may
+    // take: the sink would take it.
+    let edged = |name: &str| {
+        (world.events.iter()).any(|t| {
+            matches!(t.event, Event::Poll { instance, edge_ms: Some(_), .. } if instance == name)
+        })
+    };
+    let eligible: Vec<&'static str> = (world.instances.iter())
+        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.retention_kept_bytes_max.is_none())
+        .filter(|i| !edged(i.name))
+        .map(|i| i.name)
+        .collect();
+    if eligible.is_empty() || !rng.gen_bool(0.25) {
+        return;
+    }
+    let Some(instance) = eligible.choose(&mut rng).copied() else {
+        return;
+    };
+    world.kinds.0.push(Kind::LeaseStalls);
+    let spec = (world.instances.iter_mut())
+        .find(|i| i.name == instance)
+        .expect("an eligible instance");
+    let lease_ms = *LEASES_MS.choose(&mut rng).expect("leases");
+    spec.lease_ms = spec.lease_ms.min(lease_ms);
+    let heartbeat_ms =
+        (spec.lease_ms * HEARTBEAT_LEASES).max(spec.heartbeat_timeout_ms.unwrap_or(0));
+    spec.heartbeat_timeout_ms = Some(heartbeat_ms);
+    let lease_ms = spec.lease_ms;
+    world.workers.push(WorkerSpec {
+        name: SINK.into(),
+        instance,
+        capabilities: vec!["TASK"],
+        slots: SINK_SLOTS,
+        latency: "50".into(),
+        faults: vec![],
+        heartbeat: None,
+        key_of: None,
+        node: None,
+        stream: false,
+    });
+    let freeze = |frozen| Event::Freeze {
+        worker: SINK.into(),
+        frozen,
+    };
+    let mut events = vec![(rng.gen_range(0..2_000), freeze(true))];
+    for round in 0..HEARTBEAT_LEASES as u32 {
+        let burst = FloodEvent {
+            instance,
+            commits: rng.gen_range(6..=8),
+            input_bytes: rng.gen_range(100..=200) * 1024,
+            index: 40_000 + round * 100,
+        };
+        let after_ms = if round == 0 { 50 } else { lease_ms };
+        events.push((after_ms, Event::Flood(burst)));
+    }
+    events.push((heartbeat_ms + rng.gen_range(2_000..=6_000), freeze(false)));
+    let at = super::floods::insertion_point(world, rng.gen_range(0..=world.events.len()));
+    for (k, (after_ms, event)) in events.into_iter().enumerate() {
+        world.events.insert(at + k, Timed { after_ms, event });
+    }
+}
