@@ -15,6 +15,9 @@ pub struct Panic {
     pub core: Option<InvariantViolation>,
 }
 
+/// Panics kept per run.
+const PANICS_MAX: usize = 16;
+
 thread_local! {
     static RECORDED: RefCell<Option<Vec<Panic>>> = const { RefCell::new(None) };
     static QUIET: Cell<bool> = const { Cell::new(false) };
@@ -44,7 +47,9 @@ pub fn start_recording() {
             let core = InvariantViolation::take_last_broken();
             RECORDED.with(|r| {
                 if let Ok(mut r) = r.try_borrow_mut() {
-                    if let Some(list) = r.as_mut() {
+                    // The first panic is the run's failure; a world that
+                    // panics in a loop keeps only the first few.
+                    if let Some(list) = r.as_mut().filter(|l| l.len() < PANICS_MAX) {
                         list.push(Panic {
                             message: format!("{message}{at}"),
                             core,
