@@ -27,8 +27,8 @@ impl Limits {
     };
 }
 
-/// Runs `steps` (the steps and the end-of-run checks) until they end or a
-/// limit is reached, whichever comes first.
+/// Runs `steps` (the steps and the end-of-run checks) until they end, a
+/// limit is reached or the world panics, whichever comes first.
 pub async fn bounded(
     transcript: &Transcript,
     limits: Limits,
@@ -45,6 +45,8 @@ pub async fn bounded(
         biased;
         ran = steps => ran,
         full = transcript.full() => (0, exceeded(full)),
+        // The recorded panic is the run's outcome (`run_simulated_with`).
+        () = super::panics::panicked() => (0, Outcome::Passed),
         () = tokio::time::sleep(Duration::from_millis(limits.sim_ms_max)) => (
             0,
             exceeded(format!(
@@ -129,5 +131,36 @@ advance = "10m"
         let message = limit_message(&report);
         assert!(message.contains("limit of 60000 ms"), "{message}");
         assert!(report.sim_ms <= 61_000, "{}", report.sim_ms);
+    }
+
+    /// A world that panicked has failed (its first panic decides the key):
+    /// it ends at once, rather than run on to its limits (a core that broke
+    /// may never end). The panic is the outcome, not the steps'.
+    #[test]
+    fn a_panic_ends_the_world_at_once() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        crate::run::panics::set_quiet(true);
+        crate::run::panics::start_recording();
+        let (outcome, waited) = runtime.block_on(async {
+            let start = tokio::time::Instant::now();
+            let transcript =
+                Transcript::new(std::sync::Arc::new(coordinator::TokioClock::new(0)), 0);
+            tokio::spawn(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                panic!("a broken core");
+            });
+            let never = std::future::pending::<(usize, Outcome)>();
+            let (_, outcome) = bounded(&transcript, Limits::WORLD, never).await;
+            (outcome, start.elapsed())
+        });
+        let panics = crate::run::panics::take();
+        crate::run::panics::set_quiet(false);
+        assert_eq!(outcome, Outcome::Passed, "the panic decides, not the steps");
+        assert_eq!(waited, Duration::from_secs(5));
+        assert!(panics[0].message.contains("a broken core"), "{panics:?}");
     }
 }
