@@ -72,6 +72,7 @@ impl WorldSpec {
         super::stalls::draw(&mut world);
         super::held_polls::draw(&mut world);
         super::edges::draw(&mut world);
+        super::deadlines::draw(&mut world);
         world
     }
 }

@@ -69,6 +69,9 @@ pub enum Kind {
     /// Edge polls of a job no worker can take, at its pending deadline
     /// −1, 0 and +1 ms (issue 33; drawn by [`super::edges`]).
     Edges,
+    /// A long poll of a job that cannot change while it is held, answered
+    /// exactly at its deadline (issue 33; drawn by [`super::deadlines`]).
+    PollDeadlines,
 }
 
 impl Kind {
@@ -108,9 +111,9 @@ impl Kind {
     /// then [`Kind::Nodes`], [`Kind::UserAttacks`], [`Kind::Cancels`],
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
-    /// [`Kind::HeldPolls`] and [`Kind::Edges`].
+    /// [`Kind::HeldPolls`], [`Kind::Edges`] and [`Kind::PollDeadlines`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 11];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 12];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -121,6 +124,7 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
         all[Self::MAIN_STREAM.len() + 9] = Kind::HeldPolls;
         all[Self::MAIN_STREAM.len() + 10] = Kind::Edges;
+        all[Self::MAIN_STREAM.len() + 11] = Kind::PollDeadlines;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -167,6 +171,7 @@ impl Kind {
             Kind::Stalls => "stalls",
             Kind::HeldPolls => "held_polls",
             Kind::Edges => "edges",
+            Kind::PollDeadlines => "poll_deadlines",
         }
     }
 }
