@@ -31,7 +31,7 @@ pub fn check(answers: &[HeldAnswer], instance: &str) -> Result<(), Violation> {
             return Err(Violation {
                 invariant: SafetyKey::PollNotWoken,
                 message: format!(
-                    "{instance}: a poll of job {id} with a wait of {} ms was answered {status}                      after {held_ms} ms: {} ms past its deadline",
+                    "{instance}: a poll of job {id} with a wait of {} ms was answered {status} after {held_ms} ms: {} ms past its deadline",
                     held.wait_ms,
                     held_ms - held.wait_ms
                 ),
