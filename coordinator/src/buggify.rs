@@ -21,10 +21,12 @@
 //! draws toward seeds that reached new ones. Recorded only when armed.
 //!
 //! [`result_deleted`] is a witness, not a fault: retention notes each
-//! result it deletes with its completion time and the time of the pass, so
-//! the harness judges every deletion at the moment it happened against the
-//! minimum keep time (decision 0018), not only what is missing at the end
-//! of a run (whose heal outlasts the keep time). Likewise
+//! finished job it deletes with its end time, the time of the pass and
+//! why (age or size), so the harness judges every deletion at the moment
+//! it happened against the minimum keep time and the lifetime (decisions
+//! 0010, 0018), not only what is missing at the end of a run (whose heal
+//! outlasts the keep time), and excuses a job missing at the end only if
+//! retention deleted it as promised. Likewise
 //! [`session_opened`] and [`session_closed`]: when each worker session
 //! began and ended, so the harness sees a session kept open past its
 //! heartbeat timeout by a worker that stopped reading (decision 0019).
@@ -144,18 +146,26 @@ pub struct SessionSpan {
     pub closed_ms: Option<i64>,
 }
 
-/// A result retention deleted (see [`result_deleted`]).
+/// A finished job retention deleted (see [`result_deleted`]): a result,
+/// or a failure record (a failed or refused job, which has no output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeletedResult {
     pub id: uuid::Uuid,
-    /// When the job completed (the core's clock, ms since the epoch).
+    /// When the job ended as its ledger orders it (the core's clock, ms
+    /// since the epoch): a result's completion; a failure record's
+    /// creation (a failed job stores no end time, decision 0018).
     pub completed_ms: i64,
     /// When the pass that deleted it ran.
     pub deleted_ms: i64,
-    /// The bytes the results ledger held when the pass began: beyond the
-    /// budget, an owner may be over a share of 100 % (admission counts
-    /// only finished results, so queued jobs can overfill it as they end).
+    /// The bytes its ledger (results, or failure records) held when the
+    /// pass began: beyond the budget, an owner may be over a share of
+    /// 100 % (admission counts only finished results, so queued jobs can
+    /// overfill it as they end).
     pub ledger_bytes_before: usize,
+    /// A result (`false`: a failure record).
+    pub result: bool,
+    /// Deleted by the age cut (`false`: by its ledger's size cut).
+    pub by_age: bool,
 }
 
 thread_local! {

@@ -257,6 +257,7 @@ impl Core {
         let (kept_max, failed_max) = (limits.kept_bytes_max, limits.failed_kept_bytes_max);
         let share = percent_of(kept_max, limits.kept_share_per_client_percent);
         let young_from_ms = now_ms.saturating_sub(limits.kept_min_ms);
+        let failures_bytes_before = self.ended.failures.bytes();
         if let Some(before_ms) = age_before_ms {
             self.ended.failures.take_before(before_ms, &mut out);
         }
@@ -275,12 +276,22 @@ impl Core {
             .results
             .size_cut(kept_max, share, young_from_ms, &mut out);
         let by_size = out.len() - by_age;
-        for kept in &out[results_from..] {
+        let results_by_age = by_age - failed_by_age;
+        for (i, kept) in out.iter().enumerate() {
+            let result = i >= results_from;
             crate::buggify::result_deleted(crate::buggify::DeletedResult {
                 id: kept.id,
                 completed_ms: kept.ended_ms,
                 deleted_ms: now_ms,
-                ledger_bytes_before,
+                ledger_bytes_before: match result {
+                    true => ledger_bytes_before,
+                    false => failures_bytes_before,
+                },
+                result,
+                by_age: match result {
+                    true => i < results_from + results_by_age,
+                    false => i < failed_by_age,
+                },
             });
         }
         self.forget_kept(&out);

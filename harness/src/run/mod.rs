@@ -7,6 +7,7 @@ pub mod background;
 mod edge;
 pub mod frames;
 mod http;
+pub mod limits;
 pub mod live;
 mod pair;
 pub mod panics;
@@ -180,6 +181,16 @@ pub fn run_simulated(scenario: &Scenario, seed: Option<u64>) -> RunReport {
 /// `tokio_seed`, which the harness checks (the second of its two runs uses
 /// another one). Without `--cfg tokio_unstable` the tokio seed is not set.
 pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> RunReport {
+    run_simulated_limited(scenario, seed, tokio_seed, limits::Limits::WORLD)
+}
+
+/// [`run_simulated_with`] under `limits` (tests lower them).
+pub fn run_simulated_limited(
+    scenario: &Scenario,
+    seed: u64,
+    tokio_seed: u64,
+    limits: limits::Limits,
+) -> RunReport {
     // The world is this thread's alone until the runtime drops: its fault
     // points and `sometimes` states are armed for the run (decision 0024).
     let _armed = coordinator::buggify::arm(seed, scenario.buggify);
@@ -209,7 +220,9 @@ pub fn run_simulated_with(scenario: &Scenario, seed: u64, tokio_seed: u64) -> Ru
             world
                 .transcript
                 .log("harness", format!("scenario {} seed {seed}", scenario.name));
-            let (steps_run, outcome) = run_steps(scenario, &mut world, &mut background).await;
+            let transcript = world.transcript.clone();
+            let steps = run_steps(scenario, &mut world, &mut background);
+            let (steps_run, outcome) = limits::bounded(&transcript, limits, steps).await;
             log_fired(scenario, &world);
             RunReport::finished(scenario, seed, &world, steps_run, outcome)
         })

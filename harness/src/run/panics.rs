@@ -15,9 +15,32 @@ pub struct Panic {
     pub core: Option<InvariantViolation>,
 }
 
+/// Panics kept per run.
+const PANICS_MAX: usize = 16;
+
 thread_local! {
     static RECORDED: RefCell<Option<Vec<Panic>>> = const { RefCell::new(None) };
     static QUIET: Cell<bool> = const { Cell::new(false) };
+    /// Woken at each panic of this thread's world.
+    static PANICKED: std::sync::Arc<tokio::sync::Notify> = Default::default();
+}
+
+/// Waits until this thread's world records a panic: the run has failed
+/// then (its first panic decides the key), and a world whose core broke
+/// may never end (`harness/src/run/limits.rs`).
+pub async fn panicked() {
+    let notify = PANICKED.with(std::sync::Arc::clone);
+    loop {
+        // `notify_one` keeps a permit, so a panic before the wait counts;
+        // one left from an earlier run on this thread does not.
+        if RECORDED.with(|r| {
+            r.try_borrow()
+                .is_ok_and(|r| r.as_ref().is_some_and(|l| !l.is_empty()))
+        }) {
+            return;
+        }
+        notify.notified().await;
+    }
 }
 
 /// Keeps the default panic output off stderr on this thread (the swarm
@@ -42,17 +65,26 @@ pub fn start_recording() {
                 .location()
                 .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
             let core = InvariantViolation::take_last_broken();
-            RECORDED.with(|r| {
-                if let Ok(mut r) = r.try_borrow_mut() {
-                    if let Some(list) = r.as_mut() {
-                        list.push(Panic {
-                            message: format!("{message}{at}"),
-                            core,
-                        });
-                    }
+            // The first panic is the run's failure; a world that panics in
+            // a loop keeps (and prints) only the first few.
+            let over = RECORDED.with(|r| {
+                let Ok(mut r) = r.try_borrow_mut() else {
+                    return false;
+                };
+                let Some(list) = r.as_mut() else {
+                    return false;
+                };
+                if list.len() >= PANICS_MAX {
+                    return true;
                 }
+                list.push(Panic {
+                    message: format!("{message}{at}"),
+                    core,
+                });
+                false
             });
-            if !QUIET.with(Cell::get) {
+            PANICKED.with(|p| p.notify_one());
+            if !QUIET.with(Cell::get) && !over {
                 previous(info);
             }
         }));

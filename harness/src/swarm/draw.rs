@@ -76,6 +76,7 @@ impl WorldSpec {
         super::sybils::draw(&mut world);
         super::lease_stalls::draw(&mut world);
         super::share_floods::draw(&mut world);
+        super::deadlines::draw(&mut world);
         world
     }
 }

@@ -20,6 +20,7 @@ pub mod attacks;
 pub mod buggify;
 pub mod cancels;
 pub mod cli;
+pub mod deadlines;
 pub mod draw;
 pub mod edges;
 pub mod floods;

@@ -87,6 +87,9 @@ pub enum Kind {
     /// reused or an unfunded authorization (drawn by
     /// [`super::share_floods`]).
     ShareFloods,
+    /// A long poll of a job that cannot change while it is held, answered
+    /// exactly at its deadline (issue 33; drawn by [`super::deadlines`]).
+    PollDeadlines,
 }
 
 impl Kind {
@@ -127,10 +130,10 @@ impl Kind {
     /// [`Kind::SettlementFaults`], [`Kind::Streams`], [`Kind::Buggify`],
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
-    /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), then [`Kind::LeaseStalls`]
-    /// and [`Kind::ShareFloods`].
+    /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
+    /// [`Kind::ShareFloods`] and [`Kind::PollDeadlines`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 15];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 16];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -147,6 +150,7 @@ impl Kind {
         // Issue 33, accounted memory and shares (branch `resources`).
         all[Self::MAIN_STREAM.len() + 13] = Kind::LeaseStalls;
         all[Self::MAIN_STREAM.len() + 14] = Kind::ShareFloods;
+        all[Self::MAIN_STREAM.len() + 15] = Kind::PollDeadlines;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -197,6 +201,7 @@ impl Kind {
             Kind::Sybils => "sybils",
             Kind::LeaseStalls => "lease_stalls",
             Kind::ShareFloods => "share_floods",
+            Kind::PollDeadlines => "poll_deadlines",
         }
     }
 }

@@ -120,12 +120,7 @@ fn check_safety(
                 trust: &s.trust,
                 paid: spec.is_some_and(|i| i.payment.is_some()),
                 retention: spec.is_some_and(|i| i.retention_hours.is_some()),
-                retention_cut_ms: world
-                    .nodes(name)
-                    .iter()
-                    .filter_map(|node| node.retention_cut_ms())
-                    .max()
-                    .map(|cut_ms| cut_ms - world.transcript.epoch_ms()),
+                kept_promise: spec.and_then(kept_promise),
                 results_kept: spec.and_then(results_kept),
                 results_deleted: Some(&deleted),
                 proven: spec
@@ -366,6 +361,23 @@ pub fn job_history(message: &str, transcript: &[String]) -> Vec<String> {
     lines.into_iter().skip(skip).collect()
 }
 
+/// What retention promises an instance that runs it (its lifetime and the
+/// ledgers' marks): `safety::KeptPromise`.
+fn kept_promise(spec: &crate::spec::scenario::Instance) -> Option<safety::KeptPromise> {
+    let hours = spec.retention_hours?;
+    let defaults = coordinator::config::Limits::default();
+    let mark = |max| coordinator::core::percent_of(max, coordinator::core::KEPT_HIGH_WATER_PERCENT);
+    let kept_max = spec
+        .limits
+        .kept_bytes_max
+        .unwrap_or(defaults.kept_bytes_max);
+    Some(safety::KeptPromise {
+        lifetime_ms: (hours > 0).then(|| i64::try_from(hours * 3_600_000).unwrap_or(i64::MAX)),
+        results_mark_bytes: mark(kept_max),
+        failures_mark_bytes: mark(defaults.failed_kept_bytes_max),
+    })
+}
+
 /// The minimum keep time and the budget of an instance's results when it
 /// runs retention and a client's share is the whole budget (100 %): see
 /// `safety::InstanceState::results_kept`.
@@ -390,6 +402,8 @@ fn results_deleted() -> BTreeMap<String, safety::DeletedAt> {
             let at = safety::DeletedAt {
                 age_ms: d.deleted_ms - d.completed_ms,
                 ledger_bytes_before: d.ledger_bytes_before,
+                result: d.result,
+                by_age: d.by_age,
             };
             (d.id.to_string(), at)
         })

@@ -29,6 +29,9 @@ pub enum Broken {
     Safety(SafetyKey),
     /// `all_jobs_terminal`: a job still not terminal at the end.
     AllJobsTerminal,
+    /// `world_limit_exceeded`: the world reached a limit on its transcript
+    /// or its simulated time (`harness/src/run/limits.rs`) before it ended.
+    WorldLimit,
     /// Every other end-of-run check: liveness counts, stub calls, temporal
     /// properties, a core found broken at the end of the run.
     Invariants,
@@ -44,6 +47,7 @@ impl Broken {
             Broken::Safety(key) => key.as_str().into(),
             Broken::AllJobsTerminal => "all_jobs_terminal".into(),
             Broken::Invariants => "invariants".into(),
+            Broken::WorldLimit => "world_limit_exceeded".into(),
         }
     }
 }

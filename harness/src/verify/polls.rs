@@ -7,7 +7,12 @@
 //! answered a finished job (completed or failed) saw it unfinished; had the
 //! change woken it, it would have answered then, before its deadline. So an
 //! answer of a finished job after the whole wait (held `>= N` ms) is a poll
-//! the change did not wake. Judged on one-node instances: a poll of a job
+//! the change did not wake. And an answer of any job held longer than its
+//! whole wait (`> N` ms, by the harness's clock from the request to the
+//! answer, which the simulated network delivers in no time) came after its
+//! deadline: a poll is answered at its deadline to the millisecond (the
+//! `poll_deadlines` kind holds polls of jobs that cannot change, so they
+//! are answered exactly then). Judged on one-node instances: a poll of a job
 //! another node holds is woken by the remote watch, which reads the shared
 //! store at intervals.
 
@@ -21,8 +26,19 @@ pub fn check(answers: &[HeldAnswer], instance: &str) -> Result<(), Violation> {
             continue;
         };
         let status = body["status"].as_str().unwrap_or_default();
+        let id = body["id"].as_str().unwrap_or_default();
+        if *held_ms > held.wait_ms {
+            return Err(Violation {
+                invariant: SafetyKey::PollNotWoken,
+                message: format!(
+                    "{instance}: a poll of job {id} with a wait of {} ms was answered {status} after {held_ms} ms: {} ms past its deadline",
+                    held.wait_ms,
+                    held_ms - held.wait_ms
+                ),
+                line: Some(held.line),
+            });
+        }
         if *held_ms >= held.wait_ms && matches!(status, "completed" | "failed") {
-            let id = body["id"].as_str().unwrap_or_default();
             return Err(Violation {
                 invariant: SafetyKey::PollNotWoken,
                 message: format!(
@@ -62,6 +78,9 @@ mod tests {
         // Woken before its deadline, or still unfinished at it: as promised.
         assert_eq!(key(held(4000, "failed")), None);
         assert_eq!(key(held(5001, "pending")), None);
+        // Answered a millisecond past its deadline, whatever the job was.
+        assert_eq!(key(held(5002, "pending")), Some(SafetyKey::PollNotWoken));
+        assert_eq!(key(held(5002, "running")), Some(SafetyKey::PollNotWoken));
         // Another instance's poll, or one whose connection was cut.
         let other = HeldAnswer {
             instance: "chain_b".into(),

@@ -157,13 +157,13 @@ pub struct InstanceState<'a> {
     /// Whether its commits require payment.
     pub paid: bool,
     /// Whether it runs retention (`retention_hours`): a finished job may
-    /// then be deleted, so a job missing at the end is lost only if the
-    /// transcript never showed it finished and it was not created before
-    /// the latest retention cut.
+    /// then be deleted, so a job missing at the end is lost unless
+    /// retention deleted it as `kept_promise` allows (where the harness
+    /// sees retention's deletions) or the transcript showed it finished
+    /// (where it does not: live runs).
     pub retention: bool,
-    /// That cut, in the transcript's time (ms after `+0.000s`), if one was
-    /// applied.
-    pub retention_cut_ms: Option<i64>,
+    /// What retention promises to keep, with retention on.
+    pub kept_promise: Option<KeptPromise>,
     /// With retention, when a client address's share of the kept budget is
     /// all of it (`kept_share_per_client_percent` 100): the minimum keep
     /// time and the budget (decision 0018). While the results ledger holds
@@ -203,13 +203,62 @@ pub struct ResultsKept {
     pub budget_bytes: usize,
 }
 
-/// A result's deletion, as retention's witness noted it.
+/// What retention may delete (decisions 0010 and 0018, docs/durability.md):
+/// a finished job that ended more than its lifetime ago (the age cut), or
+/// any finished job of its ledger while that ledger is past its mark (the
+/// size cut; a result younger than the minimum keep time only from an owner
+/// over its share, which `honest_result_lost` judges). Nothing unfinished,
+/// nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptPromise {
+    /// `retention_hours` in ms; `None`: no age limit.
+    pub lifetime_ms: Option<i64>,
+    /// The results ledger's mark (90 % of `kept_bytes_max`): its size cut
+    /// deletes only when the ledger holds more.
+    pub results_mark_bytes: usize,
+    /// The failure records' mark (90 % of `failed_kept_bytes_max`).
+    pub failures_mark_bytes: usize,
+}
+
+impl KeptPromise {
+    /// Whether the promise allows `at`; if not, why.
+    fn allows(&self, at: &DeletedAt) -> Result<(), String> {
+        if at.by_age {
+            return match self.lifetime_ms {
+                Some(lifetime_ms) if at.age_ms > lifetime_ms => Ok(()),
+                Some(lifetime_ms) => Err(format!(
+                    "retention deleted it by age {} ms after it ended, within its lifetime of {lifetime_ms} ms",
+                    at.age_ms
+                )),
+                None => Err("retention deleted it by age on an instance with no age limit".into()),
+            };
+        }
+        let (ledger, mark) = match at.result {
+            true => ("results", self.results_mark_bytes),
+            false => ("failure records", self.failures_mark_bytes),
+        };
+        match at.ledger_bytes_before > mark {
+            true => Ok(()),
+            false => Err(format!(
+                "retention deleted it for room while its ledger ({ledger}) held {} bytes, not past its mark of {mark}",
+                at.ledger_bytes_before
+            )),
+        }
+    }
+}
+
+/// A finished job's deletion, as retention's witness noted it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeletedAt {
-    /// How long after its completion it was deleted.
+    /// How long after its end it was deleted (a failure record: after its
+    /// creation, which its ledger orders by).
     pub age_ms: i64,
-    /// The bytes of the results ledger when that pass began.
+    /// The bytes of its ledger when that pass began.
     pub ledger_bytes_before: usize,
+    /// A result (`false`: a failure record).
+    pub result: bool,
+    /// By the age cut (`false`: by its ledger's size cut).
+    pub by_age: bool,
 }
 
 /// A simulated worker: the instance it serves and its key.
@@ -501,9 +550,8 @@ struct Seen<'a> {
     /// worker told `result_accepted`): retention may delete them.
     ended: std::collections::BTreeSet<(&'a str, String)>,
     /// 201s for jobs missing at the end, on instances that run retention:
-    /// lost unless shown finished by the end of the transcript or answered
-    /// before the cut. With the line and its time (ms).
-    missing: Vec<(&'a str, String, usize, i64)>,
+    /// lost unless retention deleted them as promised. With the line.
+    missing: Vec<(&'a str, String, usize)>,
 }
 
 fn check_lines<'a>(
@@ -526,35 +574,49 @@ fn check_lines<'a>(
         };
         if let Some((name, _)) = instances.get_key_value(actor) {
             let retention = instances[name.as_str()].retention;
-            let when = (n, line_ms(line));
-            check_answer(name, retention, rest, jobs, &mut seen, when)
-                .map_err(|(i, m)| at(i, m))?;
+            check_answer(name, retention, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
         } else if let Some((name, w)) = workers.get_key_value(actor) {
             let Some(state) = instances.get(w.instance) else {
                 continue;
             };
             check_frame(name, w, state, rest, jobs, &mut seen).map_err(|(i, m)| at(i, m))?;
         } else {
-            let when = (n, line_ms(line));
-            check_workload(actor, rest, instances, jobs, &mut sent_to, &mut seen, when)
+            check_workload(actor, rest, instances, jobs, &mut sent_to, &mut seen, n)
                 .map_err(|(i, m)| at(i, m))?;
         }
     }
-    let lost = seen.missing.iter().find(|(instance, id, _, at_ms)| {
-        let cut_ms = instances[*instance].retention_cut_ms;
-        let before_cut = cut_ms.is_some_and(|cut_ms| *at_ms < cut_ms);
-        !before_cut && !seen.ended.contains(&(*instance, id.clone()))
+    let lost = seen.missing.iter().find_map(|(instance, id, line)| {
+        let shown_finished = seen.ended.contains(&(*instance, id.clone()));
+        let why = deletion_excused(&instances[*instance], id, shown_finished).err()?;
+        Some((instance, id, line, why))
     });
-    if let Some((instance, id, line, _)) = lost {
+    if let Some((instance, id, line, why)) = lost {
         return Err(Violation {
             invariant: SafetyKey::AcknowledgedJobLost,
-            message: format!(
-                "{instance} answered 201 for job {id}, which it no longer has (neither shown finished nor created before a retention cut)"
-            ),
+            message: format!("{instance} answered 201 for job {id}, which it no longer has: {why}"),
             line: Some(*line),
         });
     }
     check_results_kept(instances, &seen)
+}
+
+/// Whether retention may have deleted job `id`, missing at the end: where
+/// the harness sees retention's deletions (the simulation), only if it
+/// deleted the job as the promise allows; where it does not (live), only if
+/// the transcript showed the job finished.
+fn deletion_excused(
+    state: &InstanceState<'_>,
+    id: &str,
+    shown_finished: bool,
+) -> Result<(), String> {
+    match (state.results_deleted, state.kept_promise) {
+        (Some(deleted), Some(promise)) => match deleted.get(id) {
+            Some(at) => promise.allows(at),
+            None => Err("no retention pass deleted it".into()),
+        },
+        _ if shown_finished => Ok(()),
+        _ => Err("never shown finished, and the harness cannot see retention's deletions".into()),
+    }
 }
 
 /// `honest_result_lost`: on an instance where a client's share is the
@@ -567,10 +629,10 @@ fn check_results_kept(
     instances: &BTreeMap<String, InstanceState<'_>>,
     seen: &Seen<'_>,
 ) -> Result<(), Violation> {
-    let young = seen.missing.iter().find_map(|(instance, id, line, _)| {
+    let young = seen.missing.iter().find_map(|(instance, id, line)| {
         let state = &instances[*instance];
         let kept = state.results_kept?;
-        let at = *state.results_deleted?.get(id)?;
+        let at = *state.results_deleted?.get(id).filter(|at| at.result)?;
         let within = at.ledger_bytes_before <= kept.budget_bytes;
         (within && at.age_ms < kept.min_ms).then_some((instance, id, line, at, kept))
     });
@@ -613,13 +675,13 @@ fn check_answer<'a>(
     rest: &str,
     jobs: &BTreeMap<(&str, String), &Job>,
     seen: &mut Seen<'a>,
-    (line, at_ms): (usize, i64),
+    line: usize,
 ) -> Result<(), Found> {
     if let Some(body) = json_after(rest, "< 201 ") {
         if let Some(id) = body["job_id"].as_str() {
             if !jobs.contains_key(&(instance, id.to_owned())) {
                 if retention {
-                    seen.missing.push((instance, id.to_owned(), line, at_ms));
+                    seen.missing.push((instance, id.to_owned(), line));
                     return Ok(());
                 }
                 return Err((
@@ -732,7 +794,7 @@ fn check_workload<'a>(
     jobs: &BTreeMap<(&str, String), &Job>,
     sent_to: &mut BTreeMap<(&'a str, &'a str), &'a str>,
     seen: &mut Seen<'a>,
-    (line, at_ms): (usize, i64),
+    line: usize,
 ) -> Result<(), Found> {
     if let Some(commit) = rest.strip_prefix("> #") {
         let mut words = commit.split(' ');
@@ -751,7 +813,7 @@ fn check_workload<'a>(
         };
         if !jobs.contains_key(&(*instance, id.to_owned())) {
             if instances[*instance].retention {
-                seen.missing.push((instance, id.to_owned(), line, at_ms));
+                seen.missing.push((instance, id.to_owned(), line));
                 return Ok(());
             }
             return Err((
@@ -990,7 +1052,7 @@ mod tests {
         trust: &[TrustEntry],
         paid: bool,
     ) -> Option<&'static str> {
-        verdict_with(lines, jobs, trust, paid, false, None)
+        verdict_with(lines, jobs, trust, paid, false)
     }
 
     /// [`verdict`] on an instance that runs retention or not.
@@ -1000,7 +1062,6 @@ mod tests {
         trust: &[TrustEntry],
         paid: bool,
         retention: bool,
-        retention_cut_ms: Option<i64>,
     ) -> Option<&'static str> {
         let lines: Vec<String> = lines.iter().map(|l| format!("[+0.001s] {l}")).collect();
         let state = InstanceState {
@@ -1008,7 +1069,7 @@ mod tests {
             trust,
             paid,
             retention,
-            retention_cut_ms,
+            kept_promise: None,
             results_kept: None,
             results_deleted: None,
             proven: None,
@@ -1162,7 +1223,7 @@ mod tests {
                     trust: &[],
                     paid: false,
                     retention: false,
-                    retention_cut_ms: None,
+                    kept_promise: None,
                     results_kept: None,
                     results_deleted: None,
                     proven: None,
@@ -1188,7 +1249,7 @@ mod tests {
                     trust: &[],
                     paid: false,
                     retention: false,
-                    retention_cut_ms: None,
+                    kept_promise: None,
                     results_kept: None,
                     results_deleted: None,
                     proven: None,
@@ -1216,7 +1277,7 @@ mod tests {
             trust,
             paid: false,
             retention: false,
-            retention_cut_ms: None,
+            kept_promise: None,
             results_kept: None,
             results_deleted: None,
             proven,
@@ -1262,10 +1323,7 @@ mod tests {
         assert_eq!(verdict(&[&cancelled, &timed_out], failed, &[], false), key);
         // Gone at the end: lost without retention, deleted with it.
         assert_eq!(verdict(&[&cancelled], &[], &[], false), key);
-        assert_eq!(
-            verdict_with(&[&cancelled], &[], &[], false, true, None),
-            None
-        );
+        assert_eq!(verdict_with(&[&cancelled], &[], &[], false, true), None);
         assert_eq!(verdict(&[&cancelled, &cancelled], failed, &[], false), None);
     }
 
@@ -1304,7 +1362,7 @@ mod tests {
                 trust: &[],
                 paid: false,
                 retention: false,
-                retention_cut_ms: None,
+                kept_promise: None,
                 results_kept: None,
                 results_deleted: None,
                 proven,
@@ -1332,12 +1390,12 @@ mod tests {
         assert_eq!(judge(None), None);
     }
 
-    /// With retention, a finished job may be gone at the end: its 201 and
-    /// its completed poll are then no violation. A job never shown
-    /// finished is lost unless a retention cut came after its 201, and
-    /// without retention any missing job is.
+    /// With retention, where the harness cannot see retention's deletions
+    /// (live), a finished job may be gone at the end: its 201 and its
+    /// completed poll are then no violation. A job never shown finished is
+    /// lost, and without retention any missing job is.
     #[test]
-    fn retention_may_delete_only_jobs_shown_finished() {
+    fn unwitnessed_retention_may_delete_only_jobs_shown_finished() {
         let committed = format!(r#"chain_a < 201 {{"job_id":"{J1}"}}"#);
         let accepted = format!(r#"w <- {{"type":"result_accepted","job_id":"{J1}"}}"#);
         let failed = format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed"}}"#);
@@ -1346,26 +1404,99 @@ mod tests {
         );
         for ended in [&accepted, &failed, &completed] {
             let lines = [committed.as_str(), ended.as_str()];
-            assert_eq!(verdict_with(&lines, &[], &[], false, true, None), None);
+            assert_eq!(verdict_with(&lines, &[], &[], false, true), None);
             assert_eq!(
-                verdict_with(&lines, &[], &[], false, false, None),
+                verdict_with(&lines, &[], &[], false, false),
                 Some("acknowledged_job_lost")
             );
         }
-        // Never shown finished: gone only under a cut after its 201 (at
-        // +0.001s, so the job was created by then).
-        let unseen = |cut_ms| verdict_with(&[&committed], &[], &[], false, true, cut_ms);
-        assert_eq!(unseen(None), Some("acknowledged_job_lost"));
-        assert_eq!(unseen(Some(1)), Some("acknowledged_job_lost"));
-        assert_eq!(unseen(Some(2)), None);
+        let unseen = verdict_with(&[&committed], &[], &[], false, true);
+        assert_eq!(unseen, Some("acknowledged_job_lost"));
+    }
+
+    /// Where the harness sees retention's deletions, a job missing at the
+    /// end is excused only by a deletion the promise allows: by age more
+    /// than its lifetime after it ended (not at it), by size only while its
+    /// own ledger was past its mark. A job shown finished but gone with no
+    /// deletion noted is lost, as is one deleted by age with no age limit.
+    #[test]
+    fn witnessed_retention_excuses_only_what_its_promise_allows() {
+        let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
+        let completed = format!(
+            r#"[+1.000s] chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
+        );
+        let promise = KeptPromise {
+            lifetime_ms: Some(3_600_000),
+            results_mark_bytes: 900,
+            failures_mark_bytes: 90,
+        };
+        let judge = |promise: KeptPromise, at: Option<DeletedAt>| {
+            let deleted: BTreeMap<String, DeletedAt> =
+                at.map(|at| (J1.to_owned(), at)).into_iter().collect();
+            let state = InstanceState {
+                kept_promise: Some(promise),
+                results_deleted: Some(&deleted),
+                ..retained_state()
+            };
+            let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
+            let lines = [committed.clone(), completed.clone()];
+            let found = check(
+                &lines,
+                &[],
+                &Default::default(),
+                &instances,
+                &BTreeMap::new(),
+            );
+            found.err().map(|v| v.invariant.as_str())
+        };
+        let at = |age_ms, ledger_bytes_before, result, by_age| {
+            Some(DeletedAt {
+                age_ms,
+                ledger_bytes_before,
+                result,
+                by_age,
+            })
+        };
+        let lost = Some("acknowledged_job_lost");
+        assert_eq!(judge(promise, None), lost);
+        assert_eq!(judge(promise, at(3_600_001, 0, true, true)), None);
+        assert_eq!(judge(promise, at(3_600_000, 0, true, true)), lost);
+        let no_age_limit = KeptPromise {
+            lifetime_ms: None,
+            ..promise
+        };
+        assert_eq!(judge(no_age_limit, at(3_600_001, 0, true, true)), lost);
+        assert_eq!(judge(promise, at(5, 901, true, false)), None);
+        assert_eq!(judge(promise, at(5, 900, true, false)), lost);
+        // A failure record: its own ledger's mark.
+        assert_eq!(judge(promise, at(5, 91, false, false)), None);
+        assert_eq!(judge(promise, at(5, 90, false, false)), lost);
+    }
+
+    /// An instance that runs retention, holding no job.
+    fn retained_state<'a>() -> InstanceState<'a> {
+        InstanceState {
+            jobs: &[],
+            trust: &[],
+            paid: false,
+            retention: true,
+            kept_promise: None,
+            results_kept: None,
+            results_deleted: None,
+            proven: None,
+            settled: None,
+            end_bound: None,
+            held_polls: Vec::new(),
+            refused_payments: None,
+        }
     }
 
     /// Where no client can be over its share, a result deleted younger
     /// than the minimum keep time is lost, however long the run went on
     /// after; one deleted older is not, nor one kept, nor a deletion on an
     /// instance whose owners may be over their shares, nor one in a pass
-    /// that began with the ledger over the budget. (The job was created
-    /// before the retention cut, so its absence is no lost 201.)
+    /// that began with the ledger over the budget (each past the results'
+    /// mark, so the deletion itself is one the promise allows).
     #[test]
     fn a_result_deleted_younger_than_its_keep_time_is_lost() {
         let committed = format!(r#"[+0.001s] chain_a < 201 {{"job_id":"{J1}"}}"#);
@@ -1374,6 +1505,8 @@ mod tests {
             let at = |age_ms| DeletedAt {
                 age_ms,
                 ledger_bytes_before: ledger_bytes,
+                result: true,
+                by_age: false,
             };
             let deleted: BTreeMap<String, DeletedAt> = (deleted_after_ms.map(at))
                 .map(|d| (J1.to_owned(), d))
@@ -1385,7 +1518,11 @@ mod tests {
                 trust: &[],
                 paid: false,
                 retention: true,
-                retention_cut_ms: Some(1_000),
+                kept_promise: Some(KeptPromise {
+                    lifetime_ms: None,
+                    results_mark_bytes: 900,
+                    failures_mark_bytes: 90,
+                }),
                 results_kept: min_ms.map(|min_ms| ResultsKept {
                     min_ms,
                     budget_bytes,
@@ -1415,7 +1552,8 @@ mod tests {
             Some("honest_result_lost")
         );
         assert_eq!(judge(keep, Some(120_000), 1_000), None);
-        assert_eq!(judge(keep, None, 1_000), None);
+        // Gone with no deletion noted: lost whatever its age.
+        assert_eq!(judge(keep, None, 1_000), Some("acknowledged_job_lost"));
         assert_eq!(judge(None, Some(1), 1_000), None);
         // Overfilled by queued jobs that ended: the owner is over its share.
         assert_eq!(judge(keep, Some(1), 1_001), None);

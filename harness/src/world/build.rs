@@ -105,7 +105,6 @@ async fn sim_instance(
             process: Arc::default(),
             crashed,
             node,
-            retention_cut_ms: Arc::default(),
             http_bounds: spec.http_bounds,
         };
         sim.start().await?;

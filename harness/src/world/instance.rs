@@ -24,9 +24,6 @@ pub struct SimInstance {
     pub(super) crashed: Arc<AtomicBool>,
     /// A node of a several-node instance: started on the shared store.
     pub(super) node: Option<SimNode>,
-    /// The latest retention cut of the generations that ended: finished
-    /// jobs created before it may be gone (the safety check's allowance).
-    pub(super) retention_cut_ms: Arc<Mutex<Option<i64>>>,
     /// Serves with the binary's connection bounds (`http_bounds`).
     pub(super) http_bounds: bool,
 }
@@ -132,38 +129,13 @@ impl SimInstance {
         let mut process = self.process();
         if let Some(server) = process.server.take() {
             process.keeper = server.store().cloned();
-            self.note_retention_cut(&server);
             server.crash();
         }
-    }
-
-    /// Keeps the retention cut of a generation that is ending.
-    pub(super) fn note_retention_cut(&self, server: &Server) {
-        let cut = server.coordinator().read(|core| core.retention_cut_ms());
-        let mut kept = self
-            .retention_cut_ms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        *kept = (*kept).max(cut);
     }
 
     /// The coordinator timings it runs with.
     pub fn timing(&self) -> &coordinator::config::Timing {
         &self.settings.config.timing
-    }
-
-    /// The latest retention cut of any generation of this instance.
-    pub fn retention_cut_ms(&self) -> Option<i64> {
-        let running = self
-            .process()
-            .server
-            .as_ref()
-            .and_then(|s| s.coordinator().read(|core| core.retention_cut_ms()));
-        let ended = *self
-            .retention_cut_ms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        ended.max(running)
     }
 
     /// A node's supervisor: once the shared store fences the generation,
@@ -225,7 +197,6 @@ impl SimInstance {
             process.keeper = server.store().cloned();
             server
         };
-        self.note_retention_cut(&server);
         server.shutdown().await;
         if let Some(store) = &self.process().keeper {
             store.halt();

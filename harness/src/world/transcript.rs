@@ -4,24 +4,77 @@
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
+/// How much one run's transcript may hold. A world whose time never ends
+/// (a request the store never answers while workers keep reconnecting)
+/// logged without end: one shrink grew to 24 GB. Past either limit the
+/// transcript keeps no more lines and the run ends as
+/// `world_limit_exceeded` (`harness/src/run/limits.rs`). The largest scenario or
+/// swarm world logs a few thousand lines; these are far above that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TranscriptLimits {
+    pub lines_max: usize,
+    pub bytes_max: usize,
+}
+
+impl TranscriptLimits {
+    pub const WORLD: Self = Self {
+        lines_max: 400_000,
+        bytes_max: 64 << 20,
+    };
+}
+
 /// Shared by every peer of a run; clones append to the same transcript.
 #[derive(Clone)]
 pub struct Transcript {
     inner: Arc<Mutex<Lines>>,
     clock: Arc<dyn coordinator::Clock>,
     epoch_ms: i64,
+    /// Woken once, when a limit is first reached.
+    full: Arc<tokio::sync::Notify>,
 }
 
 struct Lines {
     lines: Vec<String>,
+    bytes: usize,
+    limits: TranscriptLimits,
+    /// Which limit was reached and when, once one was.
+    overflow: Option<String>,
 }
 
 impl Transcript {
     pub fn new(clock: Arc<dyn coordinator::Clock>, epoch_ms: i64) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(Lines { lines: Vec::new() })),
+            inner: Arc::new(Mutex::new(Lines {
+                lines: Vec::new(),
+                bytes: 0,
+                limits: TranscriptLimits::WORLD,
+                overflow: None,
+            })),
             clock,
             epoch_ms,
+            full: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Sets the limits (before the run's first line; tests lower them).
+    pub fn set_limits(&self, limits: TranscriptLimits) {
+        self.inner.lock().expect("transcript lock").limits = limits;
+    }
+
+    /// Which limit was reached, once one was.
+    pub fn overflow(&self) -> Option<String> {
+        self.inner.lock().expect("transcript lock").overflow.clone()
+    }
+
+    /// Waits until a limit is reached, and names it.
+    pub async fn full(&self) -> String {
+        loop {
+            // `notify_one` keeps its permit, so a limit reached between
+            // the check and the wait still wakes this.
+            if let Some(overflow) = self.overflow() {
+                return overflow;
+            }
+            self.full.notified().await;
         }
     }
 
@@ -40,6 +93,27 @@ impl Transcript {
             text.as_ref()
         );
         let mut inner = self.inner.lock().expect("transcript lock");
+        if inner.overflow.is_some() {
+            return;
+        }
+        let limits = inner.limits;
+        let reached = if inner.lines.len() >= limits.lines_max {
+            Some(format!("{} lines", limits.lines_max))
+        } else if inner.bytes + line.len() > limits.bytes_max {
+            Some(format!("{} bytes", limits.bytes_max))
+        } else {
+            None
+        };
+        if let Some(limit) = reached {
+            inner.overflow = Some(format!(
+                "the transcript reached its limit of {limit} at +{}.{:03}s",
+                elapsed_ms / 1000,
+                elapsed_ms % 1000
+            ));
+            self.full.notify_one();
+            return;
+        }
+        inner.bytes += line.len();
         inner.lines.push(line);
     }
 
