@@ -12,22 +12,28 @@
 //! answer, which the simulated network delivers in no time) came after its
 //! deadline: a poll is answered at its deadline to the millisecond (the
 //! `poll_deadlines` kind holds polls of jobs that cannot change, so they
-//! are answered exactly then). Judged on one-node instances: a poll of a job
+//! are answered exactly then). That deadline is judged only where the
+//! run's fault points are off: a held poll shows its job only once the
+//! job's state is durable, and BUGGIFY's slow flushes and writer yields
+//! stretch that wait by design (swarm seed 4396: 5 ms past a 503 ms wait).
+//! Judged on one-node instances: a poll of a job
 //! another node holds is woken by the remote watch, which reads the shared
 //! store at intervals.
 
 use super::safety::{SafetyKey, Violation};
 use crate::world::held_polls::HeldAnswer;
 
-/// Checks the held polls of `instance` (its answers, in sending order).
-pub fn check(answers: &[HeldAnswer], instance: &str) -> Result<(), Violation> {
+/// Checks the held polls of `instance` (its answers, in sending order);
+/// their deadlines to the millisecond only with `timers_exact` (no fault
+/// points in the run).
+pub fn check(answers: &[HeldAnswer], instance: &str, timers_exact: bool) -> Result<(), Violation> {
     for held in answers.iter().filter(|a| a.instance == instance) {
         let Some((held_ms, body)) = &held.answer else {
             continue;
         };
         let status = body["status"].as_str().unwrap_or_default();
         let id = body["id"].as_str().unwrap_or_default();
-        if *held_ms > held.wait_ms {
+        if timers_exact && *held_ms > held.wait_ms {
             return Err(Violation {
                 invariant: SafetyKey::PollNotWoken,
                 message: format!(
@@ -59,7 +65,7 @@ mod tests {
     use serde_json::json;
 
     fn key(held: HeldAnswer) -> Option<SafetyKey> {
-        check(&[held], "chain_a").err().map(|v| v.invariant)
+        check(&[held], "chain_a", true).err().map(|v| v.invariant)
     }
 
     fn held(after: u64, status: &str) -> HeldAnswer {
@@ -81,6 +87,11 @@ mod tests {
         // Answered a millisecond past its deadline, whatever the job was.
         assert_eq!(key(held(5002, "pending")), Some(SafetyKey::PollNotWoken));
         assert_eq!(key(held(5002, "running")), Some(SafetyKey::PollNotWoken));
+        // With fault points on, the durability wait may stretch it (seed
+        // 4396); a finished job after the whole wait is still not woken.
+        let faulty = |h: HeldAnswer| check(&[h], "chain_a", false).err().map(|v| v.invariant);
+        assert_eq!(faulty(held(5006, "pending")), None);
+        assert_eq!(faulty(held(5006, "failed")), Some(SafetyKey::PollNotWoken));
         // Another instance's poll, or one whose connection was cut.
         let other = HeldAnswer {
             instance: "chain_b".into(),

@@ -297,7 +297,7 @@ pub fn check(
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
-            found.extend(super::polls::check(&state.held_polls, name).err());
+            found.extend(super::polls::check(&state.held_polls, name, bound.timers_exact).err());
             if bound.timers_exact && !state.paid {
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
