@@ -176,6 +176,25 @@ fn refused_payments(world: &World) -> BTreeMap<&String, BTreeSet<String>> {
         .collect()
 }
 
+/// The worker sessions the coordinator noted in this thread's simulated
+/// world, their times on the transcript's clock (`+0.000s` is 0).
+fn sessions_since_epoch(world: &World) -> Vec<coordinator::buggify::SessionSpan> {
+    let epoch_ms = world.transcript.epoch_ms();
+    coordinator::buggify::sessions()
+        .into_iter()
+        .map(|mut s| {
+            since_epoch(epoch_ms, &mut s.opened_ms, &mut s.closed_ms);
+            s
+        })
+        .collect()
+}
+
+/// Moves a span's times from the coordinator's clock to the transcript's.
+fn since_epoch(epoch_ms: i64, opened_ms: &mut i64, closed_ms: &mut Option<i64>) {
+    *opened_ms -= epoch_ms;
+    *closed_ms = closed_ms.map(|c| c - epoch_ms);
+}
+
 /// `stalled_session_kept` (`crate::verify::stalls`), over the sessions the
 /// coordinator noted in this thread's simulated world.
 fn check_stalls(
@@ -183,15 +202,7 @@ fn check_stalls(
     world: &World,
     lines: &[String],
 ) -> Result<(), safety::Violation> {
-    let epoch_ms = world.transcript.epoch_ms();
-    let sessions: Vec<_> = coordinator::buggify::sessions()
-        .into_iter()
-        .map(|mut s| {
-            s.opened_ms -= epoch_ms;
-            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
-            s
-        })
-        .collect();
+    let sessions = sessions_since_epoch(world);
     let default_ms = coordinator::config::Timing::default().heartbeat_timeout_ms;
     let workers = (world.workers.iter())
         .filter_map(|(name, w)| {
@@ -224,8 +235,7 @@ fn check_connections(
     let spans: Vec<_> = coordinator::buggify::connections()
         .into_iter()
         .map(|mut s| {
-            s.opened_ms -= epoch_ms;
-            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
+            since_epoch(epoch_ms, &mut s.opened_ms, &mut s.closed_ms);
             s
         })
         .collect();
@@ -258,7 +268,6 @@ fn check_connections(
 /// coordinator noted, for the workers that dial from a named client and
 /// share their key with no other worker.
 fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violation> {
-    let epoch_ms = world.transcript.epoch_ms();
     let dialled: Vec<sybils::Dialled> = (world.workers.values())
         .filter(|w| {
             let shared = (world.workers.values())
@@ -277,14 +286,7 @@ fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violat
     if dialled.is_empty() {
         return Ok(());
     }
-    let sessions: Vec<_> = coordinator::buggify::sessions()
-        .into_iter()
-        .map(|mut s| {
-            s.opened_ms -= epoch_ms;
-            s.closed_ms = s.closed_ms.map(|c| c - epoch_ms);
-            s
-        })
-        .collect();
+    let sessions = sessions_since_epoch(world);
     let caps = (scenario.instances.iter())
         .filter(|(_, i)| i.nodes <= 1)
         .map(|(name, spec)| {
