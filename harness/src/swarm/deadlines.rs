@@ -11,8 +11,9 @@
 //! Drawn from the seed's stream 17, after every other kind, so a seed
 //! without it keeps its world exactly.
 
+use super::edges::{running_workers, unpaid_commit};
 use super::held_polls::WAIT_MS_MAX;
-use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
+use super::spec::{Event, Kind, Timed, WorldSpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -54,20 +55,7 @@ pub fn draw(world: &mut WorldSpec) {
         .map(Event::StopWorker)
         .map(now)
         .collect();
-    inserted.push(now(Event::Commit(Commit {
-        instance,
-        tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
-        job_type: if rng.gen_bool(0.5) {
-            "LLM_INFER"
-        } else {
-            "TASK"
-        },
-        user: format!("u{}", rng.gen_range(0..4)),
-        private: false,
-        pay: None,
-        index: INDEX,
-        node: 0,
-    })));
+    inserted.push(now(Event::Commit(unpaid_commit(&mut rng, instance, INDEX))));
     inserted.push(now(Event::Poll {
         instance,
         node: 0,
@@ -104,23 +92,4 @@ fn outside_edge_polls(world: &WorldSpec, at: usize) -> usize {
         (Some(first), Some(last)) if (first..=last).contains(&at) => last + 1,
         _ => at,
     }
-}
-
-/// `instance`'s workers running at timeline position `at` (stopping one
-/// twice, or starting one that runs, is not a timeline the loader takes).
-fn running_workers(world: &WorldSpec, instance: &str, at: usize) -> Vec<String> {
-    let mut stopped: Vec<&String> = Vec::new();
-    for t in &world.events[..at] {
-        match &t.event {
-            Event::StopWorker(n) => stopped.push(n),
-            Event::StartWorker(n) => stopped.retain(|s| *s != n),
-            _ => {}
-        }
-    }
-    world
-        .workers
-        .iter()
-        .filter(|w| w.instance == instance && !stopped.contains(&&w.name))
-        .map(|w| w.name.clone())
-        .collect()
 }

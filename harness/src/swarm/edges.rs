@@ -44,22 +44,7 @@ pub fn draw(world: &mut WorldSpec) {
     };
     world.kinds.0.push(Kind::Edges);
     let at = rng.gen_range(0..=world.events.len());
-    // The instance's workers running at that point (stopping one twice,
-    // or starting one that runs, is not a timeline the loader takes).
-    let mut stopped: Vec<&String> = Vec::new();
-    for t in &world.events[..at] {
-        match &t.event {
-            Event::StopWorker(n) => stopped.push(n),
-            Event::StartWorker(n) => stopped.retain(|s| *s != n),
-            _ => {}
-        }
-    }
-    let workers: Vec<String> = world
-        .workers
-        .iter()
-        .filter(|w| w.instance == instance && !stopped.contains(&&w.name))
-        .map(|w| w.name.clone())
-        .collect();
+    let workers = running_workers(world, instance, at);
     let now = |event| Timed { after_ms: 0, event };
     let mut inserted: Vec<Timed> = workers
         .iter()
@@ -67,20 +52,7 @@ pub fn draw(world: &mut WorldSpec) {
         .map(Event::StopWorker)
         .map(now)
         .collect();
-    inserted.push(now(Event::Commit(Commit {
-        instance,
-        tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
-        job_type: if rng.gen_bool(0.5) {
-            "LLM_INFER"
-        } else {
-            "TASK"
-        },
-        user: format!("u{}", rng.gen_range(0..4)),
-        private: false,
-        pay: None,
-        index: INDEX,
-        node: 0,
-    })));
+    inserted.push(now(Event::Commit(unpaid_commit(&mut rng, instance, INDEX))));
     for edge_ms in EDGES_MS {
         inserted.push(now(Event::Poll {
             instance,
@@ -91,4 +63,42 @@ pub fn draw(world: &mut WorldSpec) {
     }
     inserted.extend(workers.into_iter().map(Event::StartWorker).map(now));
     world.events.splice(at..at, inserted);
+}
+
+/// An unpaid public commit of job `index` to node 0 of `instance`, its
+/// tier, type and user drawn from `rng` in that order.
+pub(super) fn unpaid_commit(rng: &mut ChaCha20Rng, instance: &'static str, index: u32) -> Commit {
+    Commit {
+        instance,
+        tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
+        job_type: if rng.gen_bool(0.5) {
+            "LLM_INFER"
+        } else {
+            "TASK"
+        },
+        user: format!("u{}", rng.gen_range(0..4)),
+        private: false,
+        pay: None,
+        index,
+        node: 0,
+    }
+}
+
+/// `instance`'s workers running at timeline position `at` (stopping one
+/// twice, or starting one that runs, is not a timeline the loader takes).
+pub(super) fn running_workers(world: &WorldSpec, instance: &str, at: usize) -> Vec<String> {
+    let mut stopped: Vec<&String> = Vec::new();
+    for t in &world.events[..at] {
+        match &t.event {
+            Event::StopWorker(n) => stopped.push(n),
+            Event::StartWorker(n) => stopped.retain(|s| *s != n),
+            _ => {}
+        }
+    }
+    world
+        .workers
+        .iter()
+        .filter(|w| w.instance == instance && !stopped.contains(&&w.name))
+        .map(|w| w.name.clone())
+        .collect()
 }
