@@ -426,6 +426,7 @@ pub const STATES: &[&str] = &[
     "a restart requeued a job a worker held",
     "settlement answer lost and retried",
     "settlement found its own lost settlement spent",
+    "settlement outcome unknown at its retry deadline",
 ];
 
 #[cfg(test)]

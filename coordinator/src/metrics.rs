@@ -309,7 +309,7 @@ impl Metrics {
         );
         registry.register(
             "payments_settlements",
-            "x402 settlement attempts, by outcome: settled or failed (at commit); settled, refused, lost (an answer lost, retried) or expired (given up at the settle deadline), on completion",
+            "x402 settlement attempts, by outcome: settled or failed (at commit); settled, refused, lost (an answer lost, retried), expired (none sent by the settle deadline) or unconfirmed (an outcome still unknown at the retry deadline: reconcile), on completion",
             m.payments_settled.clone(),
         );
         registry.register(

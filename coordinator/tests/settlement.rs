@@ -177,6 +177,63 @@ async fn a_paid_job_past_its_authorization_fails_unpaid() {
     assert_eq!(stub.settle_calls().len(), 0);
 }
 
+/// The money moved but its answer was lost, and every retry's answer was
+/// lost too until past the settlement deadline (`validBefore` less the
+/// 60 s margin: 240 s after the commit). Retries go on to the retry
+/// deadline, and the first answered one finds the authorization spent: the
+/// job completes. Before, the job failed `payment_expired` at the
+/// settlement deadline with its payer charged (swarm seeds 3551, 3559).
+#[tokio::test(start_paused = true)]
+async fn a_settlement_lost_past_the_settle_deadline_is_retried_until_it_is_found_landed() {
+    let stub = FacilitatorStub::new("eip155:84532");
+    let (c, app) = gated(config(), &stub).await;
+    let mut w = TestWorker::connect(Wire::channel(&c), 9, &["LLM_INFER"], 1).await;
+    let id = commit_paid(&app, 9).await;
+    let committed_ms = c.now_ms();
+    stub.lose_settled(1);
+    // Answers lost at 0.5, 1.5, 3.5, 7.5, 15.5 s, then every 15 s: the
+    // 20th lost retry is sent at 240.5 s, past the settlement deadline.
+    stub.lose_settles(20);
+    let a = w.expect_assign().await;
+    w.complete(&a).await;
+    let record = until_ended(&app, &id).await;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(stub.settled(), 1);
+    assert_eq!(
+        stub.settle_calls().len(),
+        22,
+        "one landed, 20 lost, one found it spent"
+    );
+    let ended_ms = c.now_ms() - committed_ms;
+    assert!(
+        ended_ms > 240_000 && ended_ms < 270_000,
+        "ended {ended_ms} ms after the commit"
+    );
+}
+
+/// No answer ever comes: the job fails `payment_expired` once the retry
+/// deadline (`validBefore` less the facilitator's 30 s timeout) has
+/// passed, before its authorization runs out, and nothing was charged.
+#[tokio::test(start_paused = true)]
+async fn a_settlement_never_answered_fails_the_job_at_its_retry_deadline() {
+    let stub = FacilitatorStub::new("eip155:84532");
+    let (c, app) = gated(config(), &stub).await;
+    let mut w = TestWorker::connect(Wire::channel(&c), 10, &["LLM_INFER"], 1).await;
+    let id = commit_paid(&app, 10).await;
+    let committed_ms = c.now_ms();
+    stub.lose_settles(u32::MAX);
+    let a = w.expect_assign().await;
+    w.complete(&a).await;
+    let record = until_ended(&app, &id).await;
+    assert_eq!(record["result"]["error"], "payment_expired", "{record}");
+    assert_eq!(stub.settled(), 0);
+    let ended_ms = c.now_ms() - committed_ms;
+    assert!(
+        (270_000..300_000).contains(&ended_ms),
+        "ended {ended_ms} ms after the commit"
+    );
+}
+
 /// A coordinator on `db` settling through `stub`, deterministic.
 async fn start_on(db: &str, clock: Arc<TokioClock>, stub: &FacilitatorStub) -> server::Server {
     let settings = Settings {

@@ -30,9 +30,14 @@ pub enum Settled {
     Paid { transaction: String },
     /// The facilitator refused: the job fails `payment_failed`.
     Refused,
-    /// No settlement could be confirmed before `validBefore` less the
-    /// margin: the job fails `payment_expired`.
+    /// No settlement was sent before `validBefore` less the margin: the
+    /// job fails `payment_expired`, and its payer was not charged.
     Expired,
+    /// A settlement may have reached the chain, but no answer said whether
+    /// it did before the last retry ([`Core::retry_deadline_ms`]): the job
+    /// fails `payment_expired`, and the operator reconciles the payment
+    /// against the facilitator's records (the one residual of decision 0021).
+    Unconfirmed,
 }
 
 /// Why [`Core::settled`] changed nothing.
@@ -148,7 +153,7 @@ impl Core {
                 self.finish_completed(id, now_ms);
             }
             Settled::Refused => self.fail(id, FailureReason::PaymentFailed),
-            Settled::Expired => self.fail(id, FailureReason::PaymentExpired),
+            Settled::Expired | Settled::Unconfirmed => self.fail(id, FailureReason::PaymentExpired),
         }
         Ok(())
     }
@@ -165,6 +170,20 @@ impl Core {
     pub fn settle_deadline_ms(&self, id: &Uuid) -> Option<i64> {
         let margin_ms = self.config.timing.settle_margin_ms;
         Some(self.valid_before_ms(id)?.saturating_sub(margin_ms))
+    }
+
+    /// The last moment a settlement that may already have reached the
+    /// chain is retried: `validBefore` less the facilitator's timeout, so
+    /// the last attempt is answered before the authorization (and the
+    /// job's backstop timer) runs out. Never before the settlement
+    /// deadline. A retry is never a second charge, and only a retry can
+    /// learn that an earlier send whose answer was lost (or whose process
+    /// died) landed: the chain then answers "already used".
+    pub fn retry_deadline_ms(&self, id: &Uuid) -> Option<i64> {
+        let timeout_ms = i64::try_from(x402::settle::DEFAULT_FACILITATOR_TIMEOUT.as_millis())
+            .expect("the facilitator timeout fits in i64 ms");
+        let last_ms = self.valid_before_ms(id)?.saturating_sub(timeout_ms);
+        Some(last_ms.max(self.settle_deadline_ms(id)?))
     }
 
     /// Whether a paid job's settlement deadline has come.

@@ -3,14 +3,18 @@
 //! each outcome (`Core::settled`). A thin adapter: the core decides what a
 //! job becomes, the facilitator whether money moves.
 //!
-//! A lost answer (transport error, timeout, 5xx) is retried with the same
-//! ticket, so the same `/settle` body, with backoff from
-//! [`BACKOFF_FIRST_MS`] doubling to [`BACKOFF_MAX_MS`], until the job's
-//! settlement deadline (`validBefore` less `timing.settle_margin_ms`); then
-//! the job fails `payment_expired`. A second send of one authorization is
-//! never a second charge: the chain spends it once. Nothing is sent before
-//! the job's awaiting record is durable, so a restart finds it and settles
-//! it again rather than running the job again.
+//! A first `/settle` is sent only before the job's settlement deadline
+//! (`validBefore` less `timing.settle_margin_ms`); past it the job fails
+//! `payment_expired`, its payer not charged. A lost answer (transport
+//! error, timeout, 5xx) is retried with the same ticket, so the same
+//! `/settle` body, with backoff from [`BACKOFF_FIRST_MS`] doubling to
+//! [`BACKOFF_MAX_MS`], until the retry deadline (`validBefore` less the
+//! facilitator's timeout): a retry that finds the authorization spent has
+//! found its own settlement, and the job completes. A second send of one
+//! authorization is never a second charge: the chain spends it once.
+//! Nothing is sent before the job's awaiting record is durable (marked as
+//! sent), so a restart, or a node taking over, finds it and retries rather
+//! than running the job again or failing a job that was paid.
 
 use super::Coordinator;
 use crate::buggify::{self, Site};
@@ -49,7 +53,7 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
     // The awaiting record, marked as sent, first: a crash after a
     // settlement must find the job awaiting (never run it again) and know
     // that an "already used" refusal may be its own settlement.
-    let Ok(mut sent) = c.with(|core, _| core.settle_sending(id)) else {
+    let Ok(sent) = c.with(|core, _| core.settle_sending(id)) else {
         return;
     };
     if let Err(e) = c.durable().await {
@@ -61,15 +65,37 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
         tracing::warn!(%job, "a job awaits settlement but payments are off");
         return;
     };
-    let deadline_ms = c.read(|core| core.settle_deadline_ms(&id)).unwrap_or(0);
+    let outcome = settle_until_known(&c, &gate, id, &ticket, sent).await;
+    report(&c, id, outcome);
+}
+
+/// Sends job `id`'s settlement until its outcome is known or its time is
+/// up. `sent`: an earlier attempt (of this process or an earlier one) may
+/// have reached the chain with its answer lost. A first send is bounded by
+/// the settlement deadline; once one may have landed, retries go on to the
+/// retry deadline, because only a retry can learn that it landed.
+async fn settle_until_known(
+    c: &Coordinator,
+    gate: &x402::PaymentGate,
+    id: Uuid,
+    ticket: &SettleTicket,
+    mut sent: bool,
+) -> Settled {
+    let job = super::job_ref(&id);
+    let deadlines = c.read(|core| (core.settle_deadline_ms(&id), core.retry_deadline_ms(&id)));
+    let (first_ms, retry_ms) = (deadlines.0.unwrap_or(0), deadlines.1.unwrap_or(0));
     let mut backoff_ms = BACKOFF_FIRST_MS;
-    let outcome = loop {
+    loop {
+        let deadline_ms = if sent { retry_ms } else { first_ms };
         if c.now_ms() >= deadline_ms {
-            break Settled::Expired;
+            return match sent {
+                true => unconfirmed(id),
+                false => Settled::Expired,
+            };
         }
-        match settle_once(&gate, &ticket).await {
+        match settle_once(gate, ticket).await {
             SettleOutcome::Settled(s) => {
-                break Settled::Paid {
+                return Settled::Paid {
                     transaction: s.response.transaction,
                 }
             }
@@ -78,26 +104,47 @@ async fn settle_job(c: Coordinator, id: Uuid, ticket: SettleTicket) {
             SettleOutcome::Refused(x402::Reason::NonceAlreadyUsed) if sent => {
                 buggify::sometimes("settlement found its own lost settlement spent");
                 tracing::warn!(%job, "the authorization was spent by an earlier settlement whose answer was lost; counted settled, transaction unknown");
-                break Settled::Paid {
+                return Settled::Paid {
                     transaction: ticket.payment_ref.clone(),
                 };
             }
+            SettleOutcome::Refused(reason) if sent && inconclusive(&reason) => {
+                tracing::warn!(%job, reason = reason.as_str(), "settlement refused in a way an earlier, landed settlement could explain; retrying");
+            }
             SettleOutcome::Refused(reason) => {
                 tracing::info!(%job, reason = reason.as_str(), "settlement refused");
-                break Settled::Refused;
+                return Settled::Refused;
             }
             SettleOutcome::Lost(e) => {
                 sent = true;
                 buggify::sometimes("settlement answer lost and retried");
                 c.metrics().settlement("lost");
                 tracing::warn!(%job, error = %e, "settlement answer lost; retrying the same payment");
-                let left_ms = u64::try_from(deadline_ms - c.now_ms()).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(backoff_ms.min(left_ms))).await;
-                backoff_ms = (backoff_ms * 2).min(BACKOFF_MAX_MS);
             }
         }
-    };
-    report(&c, id, outcome);
+        let left_ms = u64::try_from(retry_ms - c.now_ms()).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(backoff_ms.min(left_ms))).await;
+        backoff_ms = (backoff_ms * 2).min(BACKOFF_MAX_MS);
+    }
+}
+
+/// Whether a refusal of a retry leaves open that an earlier attempt of
+/// the same authorization landed: the payer's balance may be short because
+/// our own transfer moved it, and a late retry is refused for the time
+/// whatever the chain holds. Every other refusal would have refused the
+/// earlier attempt too.
+fn inconclusive(reason: &x402::Reason) -> bool {
+    matches!(
+        reason,
+        x402::Reason::InsufficientFunds | x402::Reason::ValidBefore
+    )
+}
+
+/// The retry deadline passed with a settlement's outcome unknown.
+fn unconfirmed(id: Uuid) -> Settled {
+    buggify::sometimes("settlement outcome unknown at its retry deadline");
+    tracing::error!(job = %super::job_ref(&id), "no answer said whether this job's settlement landed before its authorization ran out; the job fails payment_expired; reconcile its payment against the facilitator's records");
+    Settled::Unconfirmed
 }
 
 /// One `/settle` call, with its fault points: a facilitator that answers
@@ -119,6 +166,7 @@ fn report(c: &Coordinator, id: Uuid, outcome: Settled) {
         Settled::Paid { .. } => "settled",
         Settled::Refused => "refused",
         Settled::Expired => "expired",
+        Settled::Unconfirmed => "unconfirmed",
     };
     c.metrics().settlement(label);
     let paid = matches!(outcome, Settled::Paid { .. });

@@ -212,6 +212,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 finished_jobs_cached_max: None,
                 retention_kept_bytes_max: None,
                 kept_share_percent: None,
+                payment_window_s: None,
                 http_bounds: None,
                 sybils: None,
                 queued_bytes: None,

@@ -162,7 +162,10 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
         i.lease_ms, i.pending_timeout_ms, i.attempts_max
     );
     if let Some(script) = i.payment {
-        let _ = writeln!(w, "payment = {{ facilitator = {script:?} }}");
+        let window = i
+            .payment_window_s
+            .map_or(String::new(), |s| format!(", max_timeout_seconds = {s}"));
+        let _ = writeln!(w, "payment = {{ facilitator = {script:?}{window} }}");
     }
     let mut limits = Vec::new();
     if let Some(n) = i.finished_jobs_cached_max {

@@ -11,6 +11,14 @@
 //! awaiting settlement exists, and so the one in which showing it early
 //! (`output_before_settlement`) can be seen.
 //!
+//! In half of its worlds the paid instances' payment window is short
+//! ([`WINDOWS_S`], against the coordinator's 60 s settle margin): a paid
+//! job then has 10 to 30 s to be settled, so a job that waits for a worker
+//! or a settlement that is slow runs into its payment's expiry, the states
+//! `sometimes` names "a paid job's payment expired while it waited" and "a
+//! payment expired before its settlement ended" (never reached with the
+//! default 300 s window, which outlasts every pending timeout drawn).
+//!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after the
 //! rest of the world is drawn, so a seed without it keeps its world exactly.
 
@@ -28,6 +36,8 @@ pub const FAULTS_MAX: usize = 3;
 pub const POLLS_MAX: usize = 3;
 /// The facilitator scripts it draws.
 pub const SCRIPTS: [&str; 3] = ["refuse_settle", "slow_settle", "lose_settle"];
+/// The short payment windows (`max_timeout_seconds`) it draws.
+pub const WINDOWS_S: [u64; 2] = [70, 90];
 
 /// Draws the kind for `world` (already drawn): whether it is on, and its
 /// facilitator events in the timeline.
@@ -58,6 +68,15 @@ pub fn draw(world: &mut WorldSpec) {
         world.events.insert(at, Timed { after_ms, event });
     }
     draw_polls(world, &mut rng);
+    // Last from the stream, so the faults and polls stay as they were.
+    if rng.gen_bool(0.5) {
+        let window_s = *WINDOWS_S.choose(&mut rng).expect("windows");
+        for instance in &mut world.instances {
+            if instance.payment.is_some() {
+                instance.payment_window_s = Some(window_s);
+            }
+        }
+    }
 }
 
 /// Inserts the polls, each right after a random paid commit that follows

@@ -247,6 +247,9 @@ pub struct InstanceSpec {
     /// `limits.kept_share_per_client_percent`, when drawn (by
     /// [`super::floods`]); `None` renders nothing (the default, 12).
     pub kept_share_percent: Option<usize>,
+    /// The payment's `max_timeout_seconds`, when drawn short (by
+    /// [`super::settlement`]); `None` renders nothing (the default, 300).
+    pub payment_window_s: Option<u64>,
     /// Serves with the binary's connection bounds (`http_bounds = true`)
     /// at these values; `None` renders nothing (bounds off). Drawn by
     /// [`super::slow_heads`].

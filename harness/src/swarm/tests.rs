@@ -566,6 +566,51 @@ fn edge_polls_follow_a_commit_no_worker_can_take() {
     assert!((20..=80).contains(&on), "{on} of 200 worlds have edges");
 }
 
+/// Short payment windows come only with `settlement_faults`, on every paid
+/// instance of such a world, one node or several, and render as the payment's
+/// `max_timeout_seconds` in a scenario the checks accept.
+#[test]
+fn short_payment_windows_ride_with_settlement_faults() {
+    let mut short = 0;
+    for seed in 0..300 {
+        let world = WorldSpec::generate(seed);
+        let windows: Vec<_> = world
+            .instances
+            .iter()
+            .filter_map(|i| i.payment_window_s)
+            .collect();
+        if !world.kinds.has(spec::Kind::SettlementFaults) {
+            assert!(windows.is_empty(), "seed {seed}");
+            continue;
+        }
+        if windows.is_empty() {
+            continue;
+        }
+        short += 1;
+        let paid = world
+            .instances
+            .iter()
+            .filter(|i| i.payment.is_some())
+            .count();
+        assert_eq!(windows.len(), paid, "seed {seed}");
+        assert!(
+            windows.iter().all(|w| settlement::WINDOWS_S.contains(w)),
+            "seed {seed}"
+        );
+        let text = render::render(&world, "w", "test");
+        assert_eq!(
+            text.matches("max_timeout_seconds = ").count(),
+            paid,
+            "seed {seed}"
+        );
+        assert!(checked(&world).is_empty(), "seed {seed}");
+    }
+    assert!(
+        short >= 5,
+        "{short} of 300 worlds have short payment windows"
+    );
+}
+
 /// `slow_heads` turns the connection bounds on for one instance of one
 /// node and renders each burst as a `slow_heads` step from the attacker;
 /// only in worlds with the kind, whose other parts it leaves as drawn.

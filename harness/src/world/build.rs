@@ -90,7 +90,7 @@ async fn sim_instance(
             transcript: peers.transcript.clone(),
         });
         let crashed = Arc::new(AtomicBool::new(false));
-        let settler = recording(&settler, &settlements, &crashed);
+        let settler = recording(&settler, &settlements, &crashed, peers.clock);
         let mut settings = settings.clone();
         // Each node is published under its own host name.
         settings.config.public_urls = vec![format!("http://{}", node_host(name, i))];
@@ -129,6 +129,7 @@ fn recording(
     settler: &Option<Arc<dyn x402::Settler>>,
     settlements: &Option<SettleLedger>,
     crashed: &Arc<AtomicBool>,
+    clock: &Arc<TokioClock>,
 ) -> Option<Arc<dyn x402::Settler>> {
     let inner = settler.clone()?;
     let ledger = settlements.clone().unwrap_or_default();
@@ -137,6 +138,7 @@ fn recording(
         inner,
         ledger,
         crashed,
+        clock: clock.clone(),
     };
     Some(Arc::new(recorder))
 }

@@ -7,8 +7,13 @@
 //! It also plays the chain's part, which neither local settlement nor the
 //! scripted facilitator does: an authorization settles once, and sending it
 //! again is refused `invalid_exact_evm_nonce_already_used` (as after a crash
-//! between a settlement and its record), moving nothing.
+//! between a settlement and its record), moving nothing; and from the
+//! authorization's `validBefore` on, every settlement of it is refused
+//! `invalid_exact_evm_payload_authorization_valid_before` whether or not it
+//! was spent, as a facilitator checks the time before the chain (so the
+//! simulation never tells a late retry more than a real facilitator would).
 
+use coordinator::clock::{Clock, TokioClock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,11 +82,20 @@ pub struct RecordingSettler {
     pub inner: Arc<dyn Settler>,
     pub ledger: SettleLedger,
     pub crashed: Arc<AtomicBool>,
+    /// The simulated wall clock, for `validBefore`.
+    pub clock: Arc<TokioClock>,
 }
 
 impl RecordingSettler {
     fn dead(&self) -> bool {
         self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the ticket's authorization has run out.
+    fn lapsed(&self, ticket: &SettleTicket) -> bool {
+        let valid_before_ms =
+            i64::try_from(ticket.valid_before_seconds).map_or(i64::MAX, |s| s.saturating_mul(1000));
+        self.clock.now_ms() >= valid_before_ms
     }
 }
 
@@ -117,6 +131,9 @@ impl Settler for RecordingSettler {
             let nonce = body_nonce(&ticket.body);
             if self.dead() {
                 return SettleOutcome::Lost("the process crashed".into());
+            }
+            if self.lapsed(ticket) {
+                return SettleOutcome::Refused(Reason::ValidBefore);
             }
             if self.ledger.spent(nonce.as_ref()) {
                 return SettleOutcome::Refused(Reason::NonceAlreadyUsed);
