@@ -1,8 +1,9 @@
 //! The edge poll (`poll` with `edge_ms = d`): a poll of a job at exactly
-//! its pending deadline plus `d` ms (issue 33, item 2: times drawn at the
-//! edges of every timeout, not only inside them). The deadline of a job no
-//! worker took is `created_at + pending_timeout_ms`; the safety key
-//! `expiry_off_edge` judges what the poll shows there.
+//! its deadline plus `d` ms (issue 33, item 2: times drawn at the edges of
+//! every timeout, not only inside them). The deadline of a job no worker
+//! took is `created_at + pending_timeout_ms`, or its payment's deadline
+//! (`validBefore` less the settle margin) where that comes first; the
+//! safety key `expiry_off_edge` judges what the poll shows there.
 
 use super::http::{latest_job, run_http, LATEST};
 use super::steps::Answer;
@@ -21,7 +22,7 @@ use std::time::Duration;
 /// world has far fewer tasks due in one instant.
 const YIELDS: usize = 64;
 
-/// Sleeps until the job's pending deadline plus `edge_ms`, then polls it.
+/// Sleeps until the job's deadline plus `edge_ms`, then polls it.
 /// A deadline already past (the step came late, or the job is not the one
 /// the step meant) is noted and the job polled at once.
 pub(super) async fn run_edge_poll(
@@ -48,14 +49,17 @@ pub(super) async fn run_edge_poll(
     let created_ms = body["created_at"]
         .as_str()
         .and_then(protocol::time::parse_ms);
-    let timeout_ms = world
-        .nodes(&poll.instance)
-        .first()
-        .map(|node| node.timing().pending_timeout_ms);
+    let nodes = world.nodes(&poll.instance);
+    let node = nodes.first();
+    let timeout_ms = node.map(|node| node.timing().pending_timeout_ms);
+    let payment_ms = node.and_then(|n| payment_deadline_ms(n, &job));
     let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
-    let at_ms = match (created_ms, timeout_ms) {
-        (Some(created), Some(timeout)) => created + timeout + edge_ms,
-        _ => now_ms,
+    let (at_ms, which) = match (created_ms, timeout_ms, payment_ms) {
+        (Some(created), Some(timeout), Some(paid)) if paid < created + timeout => {
+            (paid + edge_ms, "payment")
+        }
+        (Some(created), Some(timeout), _) => (created + timeout + edge_ms, "pending"),
+        _ => (now_ms, "pending"),
     };
     let (actor, sign) = ("harness", if edge_ms < 0 { "-" } else { "+" });
     if at_ms < now_ms {
@@ -71,10 +75,20 @@ pub(super) async fn run_edge_poll(
             tokio::task::yield_now().await;
         }
         let text = format!(
-            "{EDGE_POLL}{job} at its pending deadline {sign}{} ms",
+            "{EDGE_POLL}{job} at its {which} deadline {sign}{} ms",
             edge_ms.abs()
         );
         world.transcript.log(actor, text);
     }
     run_http(&call, world, vars).await
+}
+
+/// A paid job's payment deadline (`validBefore` less the settle margin),
+/// read from the node's core: it caps the pending deadline (decision
+/// 0021). Only when to poll is read there; `expiry_off_edge` judges the
+/// answer from the job's own ticket.
+fn payment_deadline_ms(node: &crate::world::SimInstance, job: &str) -> Option<i64> {
+    let id = uuid::Uuid::parse_str(job).ok()?;
+    node.coordinator()?
+        .read(|core| core.settle_deadline_ms(&id))
 }

@@ -1,10 +1,14 @@
 //! The `edges` kind (issue 33, item 2): times at the exact edges of a
 //! timeout, not only inside it. At a random point of the timeline every
-//! worker of an unpaid one-node instance stops, a job is committed that no
-//! worker can take, and it is polled at its pending deadline −1 ms, at it
-//! and +1 ms (edge polls, `poll` with `edge_ms`); then the workers start
-//! again. The safety key `expiry_off_edge` judges the answers: pending
-//! before, failed at and after.
+//! worker of a one-node instance stops, a job is committed that no worker
+//! can take, and it is polled at its deadline −1 ms, at it and +1 ms (edge
+//! polls, `poll` with `edge_ms`); then the workers start again. The
+//! deadline is the pending timeout's, or for a paid job whichever comes
+//! first of it and its payment's (`validBefore` less the settle margin,
+//! decision 0021; the short payment windows of `settlement_faults` put the
+//! payment's first). An unpaid edge and a paid edge are drawn apart. The
+//! safety key `expiry_off_edge` judges the answers: pending before, failed
+//! (`no_eligible_worker` or `payment_expired`) at and after.
 //!
 //! Drawn from the seed's stream 9 (shared with [`super::held_polls`]) at a
 //! word position of its own ([`WORD_POS`]), so the held polls keep theirs
@@ -14,6 +18,7 @@ use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use std::ops::Range;
 
 /// The seed's ChaCha stream this kind draws from (the world's is 0).
 const STREAM: u64 = 9;
@@ -23,28 +28,64 @@ const WORD_POS: u128 = 1 << 32;
 pub const EDGES_MS: [i64; 3] = [-1, 0, 1];
 /// The commit's index (its body's `input`), apart from the timeline's.
 const INDEX: u32 = 9_000;
+/// Where in the stream the paid edge is drawn: past the unpaid one's words.
+const PAID_WORD_POS: u128 = (1 << 32) + (1 << 16);
+/// The paid commit's index.
+const PAID_INDEX: u32 = 9_001;
 
 /// Draws the kind for `world` (already drawn): whether it is on, and where
-/// its events go in the timeline.
+/// its events go in the timeline. The unpaid edge comes first; the paid
+/// one is drawn from its own word position ([`PAID_WORD_POS`]), so the
+/// unpaid draws stayed as they were when it was added.
 pub fn draw(world: &mut WorldSpec) {
     let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
     rng.set_stream(STREAM);
     rng.set_word_pos(WORD_POS);
-    if !rng.gen_bool(0.25) {
-        return;
+    let mut unpaid = 0..0;
+    if rng.gen_bool(0.25) {
+        if let Some(instance) = one_node(world, false).choose(&mut rng).copied() {
+            unpaid = insert_edges(world, &mut rng, instance, None, 0..0);
+        }
     }
-    let unpaid: Vec<&'static str> = world
-        .instances
-        .iter()
-        .filter(|i| i.payment.is_none() && i.nodes == 1)
-        .map(|i| i.name)
-        .collect();
-    let Some(&instance) = unpaid.choose(&mut rng) else {
-        return;
-    };
-    world.kinds.0.push(Kind::Edges);
-    let at = rng.gen_range(0..=world.events.len());
+    rng.set_word_pos(PAID_WORD_POS);
+    if rng.gen_bool(0.25) {
+        if let Some(instance) = one_node(world, true).choose(&mut rng).copied() {
+            insert_edges(world, &mut rng, instance, Some("none"), unpaid);
+        }
+    }
+}
+
+/// The one-node instances of `world` with (or without) payments.
+fn one_node(world: &WorldSpec, paid: bool) -> Vec<&'static str> {
+    let instances = world.instances.iter();
+    let fit = instances.filter(|i| i.payment.is_some() == paid && i.nodes == 1);
+    fit.map(|i| i.name).collect()
+}
+
+/// At a drawn point (never inside the events of `within`) every running
+/// worker of `instance` stops, a public commit (paid with `pay`, or
+/// unpaid) is made, polled at its deadline −1, 0 and +1 ms, and the
+/// workers start again. Returns where the events went.
+fn insert_edges(
+    world: &mut WorldSpec,
+    rng: &mut ChaCha20Rng,
+    instance: &'static str,
+    pay: Option<&'static str>,
+    within: Range<usize>,
+) -> Range<usize> {
+    if !world.kinds.has(Kind::Edges) {
+        world.kinds.0.push(Kind::Edges);
+    }
+    let mut at = rng.gen_range(0..=world.events.len());
+    if within.start < at && at < within.end {
+        at = within.end;
+    }
     let workers = running_workers(world, instance, at);
+    let index = if pay.is_some() { PAID_INDEX } else { INDEX };
+    let commit = Commit {
+        pay,
+        ..unpaid_commit(rng, instance, index)
+    };
     let now = |event| Timed { after_ms: 0, event };
     let mut inserted: Vec<Timed> = workers
         .iter()
@@ -52,7 +93,7 @@ pub fn draw(world: &mut WorldSpec) {
         .map(Event::StopWorker)
         .map(now)
         .collect();
-    inserted.push(now(Event::Commit(unpaid_commit(&mut rng, instance, INDEX))));
+    inserted.push(now(Event::Commit(commit)));
     for edge_ms in EDGES_MS {
         inserted.push(now(Event::Poll {
             instance,
@@ -62,7 +103,9 @@ pub fn draw(world: &mut WorldSpec) {
         }));
     }
     inserted.extend(workers.into_iter().map(Event::StartWorker).map(now));
+    let end = at + inserted.len();
     world.events.splice(at..at, inserted);
+    at..end
 }
 
 /// An unpaid public commit of job `index` to node 0 of `instance`, its

@@ -1,6 +1,6 @@
 //! `expiry_off_edge`: a job no worker ever took fails by its pending
-//! timeout at exactly `created_at + pending_timeout_ms`, not a millisecond
-//! before or after (docs/scenarios.md and scenarios/README.md, "Safety";
+//! timeout at exactly `created_at + pending_timeout_ms` (or its payment's
+//! deadline, below), not a millisecond before or after (docs/scenarios.md and scenarios/README.md, "Safety";
 //! the pending timeout is the instance's `timing.pending_timeout_ms`).
 //!
 //! Every answer that showed such a job is judged by its time `t` against
@@ -11,8 +11,9 @@
 //! harness made sure came after the instant's timers (an edge poll, `poll`
 //! with `edge_ms`, logged `edge poll of JOB`) is judged there.
 //!
-//! Judged where `D` is exact: a simulated one-node instance without
-//! payments (a payment's `validBefore` caps the deadline) and without
+//! A paid job's deadline is its payment's (`validBefore` less the settle
+//! margin, failing `payment_expired`) where that comes first (decision
+//! 0021). Judged where `D` is exact: a simulated one-node instance without
 //! fault points (`timer.late` fires timers late on purpose), for jobs with
 //! no attempt and no recovery (a requeue starts a new pending timeout at a
 //! time the store does not keep), and only answers given before anything
@@ -84,8 +85,8 @@ pub fn check(
                 invariant: SafetyKey::ExpiryOffEdge,
                 message: format!(
                     "{instance}: job {id}, which no worker took, {off} (created + pending \
-                     timeout {} ms)",
-                    bound.timing.pending_timeout_ms
+                     timeout {} ms, or validBefore less the settle margin of {} ms if earlier)",
+                    bound.timing.pending_timeout_ms, bound.timing.settle_margin_ms
                 ),
                 line: Some(n),
             });
@@ -99,16 +100,30 @@ pub fn check(
 fn never_taken(jobs: &[Job], bound: &EndBound) -> BTreeMap<String, (i64, i64)> {
     jobs.iter()
         .filter(|j| j.attempts == 0 && j.recoveries == 0)
-        .filter(|j| {
-            j.status == JobStatus::Pending
-                || (j.status == JobStatus::Failed
-                    && j.error == Some(FailureReason::NoEligibleWorker))
-        })
-        .map(|j| {
-            let deadline_ms = j.created_at_ms + bound.timing.pending_timeout_ms;
-            (j.id.to_string(), (j.created_at_ms, deadline_ms))
+        .filter_map(|j| {
+            let (deadline_ms, reason) = deadline(j, bound);
+            let ended = j.status == JobStatus::Failed && j.error == Some(reason);
+            let judged = j.status == JobStatus::Pending || ended;
+            judged.then(|| (j.id.to_string(), (j.created_at_ms, deadline_ms)))
         })
         .collect()
+}
+
+/// When a job no worker takes fails, and why: at its pending deadline
+/// (`no_eligible_worker`), or, for a paid job, at its payment's deadline
+/// (`validBefore` less the settle margin, `payment_expired`) where that
+/// comes first (decision 0021: a pending wait never outlives the payment).
+fn deadline(job: &Job, bound: &EndBound) -> (i64, FailureReason) {
+    let pending_ms = job.created_at_ms + bound.timing.pending_timeout_ms;
+    let payment_ms = job.settle_ticket().map(|t| {
+        let valid_before_ms =
+            i64::try_from(t.valid_before_seconds).map_or(i64::MAX / 2, |s| s * 1000);
+        valid_before_ms - bound.timing.settle_margin_ms
+    });
+    match payment_ms {
+        Some(paid_ms) if paid_ms <= pending_ms => (paid_ms, FailureReason::PaymentExpired),
+        _ => (pending_ms, FailureReason::NoEligibleWorker),
+    }
 }
 
 /// Whether a line (after its stamp) stops, crashes or restarts `instance`
@@ -134,14 +149,14 @@ fn off_edge(body: &Value, at_ms: i64, deadline_ms: i64, edge: bool) -> Option<St
     let late = at_ms > deadline_ms || (edge && at_ms == deadline_ms);
     match body["status"].as_str() {
         Some("pending") if late && at_ms == deadline_ms => {
-            Some("was still pending at its pending deadline, after the instant's timers ran".into())
+            Some("was still pending at its deadline, after the instant's timers ran".into())
         }
         Some("pending") if late => Some(format!(
-            "was still pending {} ms after its pending deadline",
+            "was still pending {} ms after its deadline",
             at_ms - deadline_ms
         )),
         Some("failed") if at_ms < deadline_ms => Some(format!(
-            "had failed {} ms before its pending deadline",
+            "had failed {} ms before its deadline",
             deadline_ms - at_ms
         )),
         _ => None,

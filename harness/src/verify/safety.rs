@@ -298,7 +298,7 @@ pub fn check(
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
             found.extend(super::polls::check(&state.held_polls, name, bound.timers_exact).err());
-            if bound.timers_exact && !state.paid {
+            if bound.timers_exact {
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
