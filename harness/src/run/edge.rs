@@ -2,8 +2,9 @@
 //! its deadline plus `d` ms (issue 33, item 2: times drawn at the edges of
 //! every timeout, not only inside them). The deadline of a job no worker
 //! took is `created_at + pending_timeout_ms`, or its payment's deadline
-//! (`validBefore` less the settle margin) where that comes first; the
-//! safety key `expiry_off_edge` judges what the poll shows there.
+//! (`validBefore` less the settle margin) where that comes first; a job a
+//! worker holds is polled at the end of its lease. The safety key
+//! `expiry_off_edge` judges what the poll shows there.
 
 use super::http::{latest_job, run_http, LATEST};
 use super::steps::Answer;
@@ -11,6 +12,7 @@ use crate::expr::matcher::{self, Vars};
 use crate::spec::PollCall;
 use crate::verify::edges::EDGE_POLL;
 use crate::world::World;
+use protocol::api::JobStatus;
 use router::HttpRequest;
 use serde_json::Value;
 use std::time::Duration;
@@ -37,30 +39,18 @@ pub(super) async fn run_edge_poll(
     }
     let path = matcher::render_str(&call.path, vars)?;
     let job = path.trim_start_matches("/v1/jobs/").to_owned();
-    let base = world.node_url(&poll.instance, poll.node.unwrap_or(0))?;
-    // Its creation time, read without a transcript line (the poll after
-    // the wait is the one logged); an instance that does not answer now
-    // (down, restarting) is polled at once, as a plain poll.
-    let answer = world.http.send(HttpRequest::get(format!("{base}{path}")));
-    let body: Value = match answer.await {
-        Ok(answer) => serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
-        Err(_) => Value::Null,
-    };
-    let created_ms = body["created_at"]
-        .as_str()
-        .and_then(protocol::time::parse_ms);
-    let nodes = world.nodes(&poll.instance);
-    let node = nodes.first();
-    let timeout_ms = node.map(|node| node.timing().pending_timeout_ms);
-    let payment_ms = node.and_then(|n| payment_deadline_ms(n, &job));
     let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
-    let (at_ms, which) = match (created_ms, timeout_ms, payment_ms) {
-        (Some(created), Some(timeout), Some(paid)) if paid < created + timeout => {
-            (paid + edge_ms, "payment")
+    let (deadline_ms, which) = match world.edge_deadlines.get(&job) {
+        Some(&aimed) => aimed,
+        None => {
+            let aimed = deadline_of(poll, &path, &job, world).await;
+            if let Some(aimed) = aimed {
+                world.edge_deadlines.insert(job.clone(), aimed);
+            }
+            aimed.unwrap_or((now_ms - edge_ms, "pending"))
         }
-        (Some(created), Some(timeout), _) => (created + timeout + edge_ms, "pending"),
-        _ => (now_ms, "pending"),
     };
+    let at_ms = deadline_ms + edge_ms;
     let (actor, sign) = ("harness", if edge_ms < 0 { "-" } else { "+" });
     if at_ms < now_ms {
         let text = format!(
@@ -91,4 +81,48 @@ fn payment_deadline_ms(node: &crate::world::SimInstance, job: &str) -> Option<i6
     let id = uuid::Uuid::parse_str(job).ok()?;
     node.coordinator()?
         .read(|core| core.settle_deadline_ms(&id))
+}
+
+/// A held job's lease end, read from the node's core: a job a worker
+/// holds is polled at the edge of its lease. Only when to poll is read
+/// there; `expiry_off_edge` judges the answer from the assignment's time.
+fn lease_end_ms(node: &crate::world::SimInstance, job: &str) -> Option<i64> {
+    let id = uuid::Uuid::parse_str(job).ok()?;
+    node.coordinator()?.read(|core| {
+        let job = core.job(&id)?;
+        let held = matches!(job.status, JobStatus::Assigned | JobStatus::Running);
+        held.then_some(job.deadline_ms).flatten()
+    })
+}
+
+/// The job's deadline now, and whose: its lease's end while a worker holds
+/// it; else its pending deadline (`created_at + pending_timeout_ms`), or
+/// its payment's (`validBefore` less the settle margin) where that comes
+/// first. `None` when the instance does not answer (down, restarting).
+async fn deadline_of(
+    poll: &PollCall,
+    path: &str,
+    job: &str,
+    world: &World,
+) -> Option<(i64, &'static str)> {
+    let base = world
+        .node_url(&poll.instance, poll.node.unwrap_or(0))
+        .ok()?;
+    // Its creation time, read without a transcript line (the poll after
+    // the wait is the one logged).
+    let answer = world.http.send(HttpRequest::get(format!("{base}{path}")));
+    let body: Value = serde_json::from_slice(&answer.await.ok()?.body).ok()?;
+    let created_ms = body["created_at"]
+        .as_str()
+        .and_then(protocol::time::parse_ms)?;
+    let nodes = world.nodes(&poll.instance);
+    let node = nodes.first()?;
+    if let Some(lease_ms) = lease_end_ms(node, job) {
+        return Some((lease_ms, "lease"));
+    }
+    let pending_ms = created_ms + node.timing().pending_timeout_ms;
+    match payment_deadline_ms(node, job) {
+        Some(paid_ms) if paid_ms < pending_ms => Some((paid_ms, "payment")),
+        _ => Some((pending_ms, "pending")),
+    }
 }

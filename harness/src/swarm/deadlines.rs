@@ -49,12 +49,7 @@ pub fn draw(world: &mut WorldSpec) {
     // the deadline rarely meets a timer of the coordinator's.
     let wait_ms = rng.gen_range(1..pending_timeout_ms.min(WAIT_MS_MAX)) | 1;
     let now = |event| Timed { after_ms: 0, event };
-    let mut inserted: Vec<Timed> = workers
-        .iter()
-        .cloned()
-        .map(Event::StopWorker)
-        .map(now)
-        .collect();
+    let mut inserted = super::edges::stop_now(&workers);
     inserted.push(now(Event::Commit(unpaid_commit(&mut rng, instance, INDEX))));
     inserted.push(now(Event::Poll {
         instance,

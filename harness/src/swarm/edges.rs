@@ -8,13 +8,14 @@
 //! decision 0021; the short payment windows of `settlement_faults` put the
 //! payment's first). An unpaid edge and a paid edge are drawn apart. The
 //! safety key `expiry_off_edge` judges the answers: pending before, failed
-//! (`no_eligible_worker` or `payment_expired`) at and after.
+//! (`no_eligible_worker` or `payment_expired`) at and after. A third draw
+//! puts a job at the edge of its lease (see [`draw_lease_edge`]).
 //!
 //! Drawn from the seed's stream 9 (shared with [`super::held_polls`]) at a
 //! word position of its own ([`WORD_POS`]), so the held polls keep theirs
 //! and a seed without the kind keeps its world exactly.
 
-use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
+use super::spec::{Commit, Event, JobFaultSpec, Kind, Timed, WorkerSpec, WorldSpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -32,6 +33,14 @@ const INDEX: u32 = 9_000;
 const PAID_WORD_POS: u128 = (1 << 32) + (1 << 16);
 /// The paid commit's index.
 const PAID_INDEX: u32 = 9_001;
+/// Where in the stream the lease edge is drawn.
+const LEASE_WORD_POS: u128 = (1 << 32) + (2 << 16);
+/// The lease edge's commit's index.
+const LEASE_INDEX: u32 = 9_002;
+/// The worker that holds the lease edge's job without answering.
+pub use crate::verify::edges::LEASE_WORKER;
+/// How long the lease edge's worker is given to connect, ms.
+const CONNECT_MS: u64 = 500;
 
 /// Draws the kind for `world` (already drawn): whether it is on, and where
 /// its events go in the timeline. The unpaid edge comes first; the paid
@@ -48,11 +57,86 @@ pub fn draw(world: &mut WorldSpec) {
         }
     }
     rng.set_word_pos(PAID_WORD_POS);
+    let mut paid = 0..0;
     if rng.gen_bool(0.25) {
         if let Some(instance) = one_node(world, true).choose(&mut rng).copied() {
-            insert_edges(world, &mut rng, instance, Some("none"), unpaid);
+            paid = insert_edges(world, &mut rng, instance, Some("none"), unpaid.clone());
         }
     }
+    rng.set_word_pos(LEASE_WORD_POS);
+    if rng.gen_bool(0.25) {
+        draw_lease_edge(world, &mut rng, [unpaid, paid]);
+    }
+}
+
+/// The lease edge: on an unpaid one-node instance whose jobs get one
+/// attempt, a worker of its own that accepts every job and never answers
+/// ([`LEASE_WORKER`], stopped from the start) is started while every
+/// other worker of the instance is stopped; a job is committed, which it
+/// takes, and polled at its lease's end −1, 0 and +1 ms: held before,
+/// failed `worker_timeout` at and after (`expiry_off_edge`).
+fn draw_lease_edge(world: &mut WorldSpec, rng: &mut ChaCha20Rng, within: [Range<usize>; 2]) {
+    let single = (world.instances.iter())
+        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.attempts_max == 1)
+        .map(|i| i.name);
+    let Some(instance) = single.collect::<Vec<_>>().choose(rng).copied() else {
+        return;
+    };
+    world.workers.push(WorkerSpec {
+        name: LEASE_WORKER.into(),
+        instance,
+        capabilities: vec![],
+        slots: 1,
+        latency: "50".into(),
+        faults: vec![JobFaultSpec {
+            toml: "kind = \"silent\"".into(),
+            percent: 100,
+        }],
+        heartbeat: None,
+        key_of: None,
+        node: None,
+        stream: false,
+    });
+    let stop = Timed {
+        after_ms: 0,
+        event: Event::StopWorker(LEASE_WORKER.into()),
+    };
+    world.events.insert(0, stop);
+    let shifted = within.map(|r| r.start + 1..r.end + 1);
+    let at = rng.gen_range(1..=world.events.len());
+    let at = shifted
+        .iter()
+        .fold(at, |at, r| match r.contains(&at) && at != r.start {
+            true => r.end,
+            false => at,
+        });
+    let block = lease_block(world, rng, instance, at);
+    world.events.splice(at..at, block);
+    if !world.kinds.has(Kind::Edges) {
+        world.kinds.0.push(Kind::Edges);
+    }
+}
+
+/// The lease edge's events at timeline position `at`.
+fn lease_block(
+    world: &WorldSpec,
+    rng: &mut ChaCha20Rng,
+    instance: &'static str,
+    at: usize,
+) -> Vec<Timed> {
+    let others = running_workers(world, instance, at);
+    let now = |event| Timed { after_ms: 0, event };
+    let mut block = stop_now(&others);
+    block.push(now(Event::StartWorker(LEASE_WORKER.into())));
+    // Time for it to connect and prove its key before the commit.
+    block.push(Timed {
+        after_ms: CONNECT_MS,
+        event: Event::Commit(unpaid_commit(rng, instance, LEASE_INDEX)),
+    });
+    block.extend(edge_polls(instance));
+    block.push(now(Event::StopWorker(LEASE_WORKER.into())));
+    block.extend(others.into_iter().map(Event::StartWorker).map(now));
+    block
 }
 
 /// The one-node instances of `world` with (or without) payments.
@@ -87,21 +171,9 @@ fn insert_edges(
         ..unpaid_commit(rng, instance, index)
     };
     let now = |event| Timed { after_ms: 0, event };
-    let mut inserted: Vec<Timed> = workers
-        .iter()
-        .cloned()
-        .map(Event::StopWorker)
-        .map(now)
-        .collect();
+    let mut inserted = stop_now(&workers);
     inserted.push(now(Event::Commit(commit)));
-    for edge_ms in EDGES_MS {
-        inserted.push(now(Event::Poll {
-            instance,
-            node: 0,
-            hold_ms: None,
-            edge_ms: Some(edge_ms),
-        }));
-    }
+    inserted.extend(edge_polls(instance));
     inserted.extend(workers.into_iter().map(Event::StartWorker).map(now));
     let end = at + inserted.len();
     world.events.splice(at..at, inserted);
@@ -125,6 +197,29 @@ pub(super) fn unpaid_commit(rng: &mut ChaCha20Rng, instance: &'static str, index
         index,
         node: 0,
     }
+}
+
+/// The edge polls of `instance`'s latest job, at once: each waits for
+/// its edge of the job's deadline.
+fn edge_polls(instance: &'static str) -> impl Iterator<Item = Timed> {
+    EDGES_MS.into_iter().map(move |edge_ms| Timed {
+        after_ms: 0,
+        event: Event::Poll {
+            instance,
+            node: 0,
+            hold_ms: None,
+            edge_ms: Some(edge_ms),
+        },
+    })
+}
+
+/// Events that stop `workers` at once, in their order.
+pub(super) fn stop_now(workers: &[String]) -> Vec<Timed> {
+    let stop = |name: &String| Timed {
+        after_ms: 0,
+        event: Event::StopWorker(name.clone()),
+    };
+    workers.iter().map(stop).collect()
 }
 
 /// `instance`'s workers running at timeline position `at` (stopping one

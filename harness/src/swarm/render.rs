@@ -227,7 +227,10 @@ fn render_worker(w: &mut String, spec: &WorkerSpec) {
         let random: Vec<String> = spec
             .faults
             .iter()
-            .map(|f| format!("{{ probability = 0.{:02}, {} }}", f.percent, f.toml))
+            .map(|f| {
+                let (whole, hundredths) = (f.percent / 100, f.percent % 100);
+                format!("{{ probability = {whole}.{hundredths:02}, {} }}", f.toml)
+            })
             .collect();
         faults.push(format!("random = [{}]", random.join(", ")));
     }

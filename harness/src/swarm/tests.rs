@@ -544,7 +544,7 @@ fn edge_polls_follow_a_commit_no_worker_can_take() {
         on += 1;
         let per_edge = super::edges::EDGES_MS.len();
         assert!(
-            [per_edge, 2 * per_edge].contains(&edges.len()),
+            [per_edge, 2 * per_edge, 3 * per_edge].contains(&edges.len()),
             "seed {seed}"
         );
         for first in edges.iter().step_by(per_edge) {
@@ -577,7 +577,13 @@ fn edge_follows_a_commit_no_worker_can_take(world: &WorldSpec, first: usize, see
             _ => {}
         }
     }
-    assert!(running.is_empty(), "seed {seed}: {running:?} still run");
+    // But for the lease edge's own worker, which takes the job and never
+    // answers.
+    let lease_edge = [super::edges::LEASE_WORKER];
+    assert!(
+        running.is_empty() || running == lease_edge,
+        "seed {seed}: {running:?} still run"
+    );
 }
 
 /// Short payment windows come only with `settlement_faults`, on every paid

@@ -11,6 +11,10 @@
 //! harness made sure came after the instant's timers (an edge poll, `poll`
 //! with `edge_ms`, logged `edge poll of JOB`) is judged there.
 //!
+//! A job [`LEASE_WORKER`] held (its only attempt, on an instance whose
+//! jobs get one) fails `worker_timeout` at exactly its assign's time plus
+//! `lease_ms`: held before, failed at and after.
+//!
 //! A paid job's deadline is its payment's (`validBefore` less the settle
 //! margin, failing `payment_expired`) where that comes first (decision
 //! 0021). Judged where `D` is exact: a simulated one-node instance without
@@ -31,14 +35,23 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The marker an edge poll logs (as `harness`) before its request.
 pub const EDGE_POLL: &str = "edge poll of ";
 
-/// Checks the answers that showed `instance`'s never-taken jobs.
+/// The worker whose assignments `expiry_off_edge` judges at their lease's
+/// end: one that accepts every job and never answers, and has no fault of
+/// the network between it and its instance, so the time its transcript
+/// shows an assign is the time the coordinator sent it (the swarm's
+/// `edges` kind adds it; a scenario opts in by naming a worker so).
+pub const LEASE_WORKER: &str = "edge_lease";
+
+/// Checks the answers that showed `instance`'s never-taken jobs, and the
+/// jobs [`LEASE_WORKER`] held.
 pub fn check(
     lines: &[String],
     instance: &str,
     jobs: &[Job],
     bound: &EndBound,
 ) -> Result<(), Violation> {
-    let deadlines = never_taken(jobs, bound);
+    let mut deadlines = never_taken(jobs, bound);
+    deadlines.extend(leased(lines, jobs, bound));
     if deadlines.is_empty() {
         return Ok(());
     }
@@ -84,9 +97,12 @@ pub fn check(
             return Err(Violation {
                 invariant: SafetyKey::ExpiryOffEdge,
                 message: format!(
-                    "{instance}: job {id}, which no worker took, {off} (created + pending \
-                     timeout {} ms, or validBefore less the settle margin of {} ms if earlier)",
-                    bound.timing.pending_timeout_ms, bound.timing.settle_margin_ms
+                    "{instance}: job {id} {off} (no worker took it: created + pending timeout \
+                     {} ms, or validBefore less the settle margin of {} ms if earlier; \
+                     {LEASE_WORKER} held it: its assign + lease {} ms)",
+                    bound.timing.pending_timeout_ms,
+                    bound.timing.settle_margin_ms,
+                    bound.timing.lease_ms
                 ),
                 line: Some(n),
             });
@@ -107,6 +123,36 @@ fn never_taken(jobs: &[Job], bound: &EndBound) -> BTreeMap<String, (i64, i64)> {
             judged.then(|| (j.id.to_string(), (j.created_at_ms, deadline_ms)))
         })
         .collect()
+}
+
+/// The jobs [`LEASE_WORKER`] held on an instance whose jobs get one
+/// attempt, and that failed `worker_timeout` there, by id: when each was
+/// created, and when its lease ended (the assign's time plus `lease_ms`).
+fn leased(lines: &[String], jobs: &[Job], bound: &EndBound) -> BTreeMap<String, (i64, i64)> {
+    if bound.timing.attempts_max != 1 {
+        return BTreeMap::new();
+    }
+    let timed_out: BTreeMap<String, i64> = (jobs.iter())
+        .filter(|j| j.attempts == 1 && j.recoveries == 0 && j.status == JobStatus::Failed)
+        .filter(|j| j.error == Some(FailureReason::WorkerTimeout) && j.settle_ticket().is_none())
+        .map(|j| (j.id.to_string(), j.created_at_ms))
+        .collect();
+    let assigns = format!("{LEASE_WORKER} <- {{\"type\":\"assign\",\"job_id\":\"");
+    let mut leased = BTreeMap::new();
+    for line in lines {
+        let Some((stamp, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        let Some(id) = rest.strip_prefix(&assigns).and_then(|r| r.get(..36)) else {
+            continue;
+        };
+        if let Some(&created_ms) = timed_out.get(id) {
+            let assigned_ms = bound.epoch_ms + stamp_ms(stamp);
+            let end_ms = assigned_ms + bound.timing.lease_ms;
+            leased.entry(id.to_owned()).or_insert((created_ms, end_ms));
+        }
+    }
+    leased
 }
 
 /// When a job no worker takes fails, and why: at its pending deadline
@@ -148,11 +194,13 @@ fn disturbs(rest: &str, instance: &str) -> bool {
 fn off_edge(body: &Value, at_ms: i64, deadline_ms: i64, edge: bool) -> Option<String> {
     let late = at_ms > deadline_ms || (edge && at_ms == deadline_ms);
     match body["status"].as_str() {
-        Some("pending") if late && at_ms == deadline_ms => {
-            Some("was still pending at its deadline, after the instant's timers ran".into())
+        Some(status @ ("pending" | "assigned" | "running")) if late && at_ms == deadline_ms => {
+            Some(format!(
+                "was still {status} at its deadline, after the instant's timers ran"
+            ))
         }
-        Some("pending") if late => Some(format!(
-            "was still pending {} ms after its deadline",
+        Some(status @ ("pending" | "assigned" | "running")) if late => Some(format!(
+            "was still {status} {} ms after its deadline",
             at_ms - deadline_ms
         )),
         Some("failed") if at_ms < deadline_ms => Some(format!(

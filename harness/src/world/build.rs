@@ -347,6 +347,7 @@ pub(super) fn assemble(
         acknowledged: Default::default(),
         streams: Default::default(),
         held_polls: Default::default(),
+        edge_deadlines: BTreeMap::new(),
         http,
         net: None,
         idle_sockets: Vec::new(),

@@ -120,6 +120,10 @@ pub struct World {
     pub streams: streams::StreamLog,
     /// Every held poll's answer (`poll_not_woken` judges them).
     pub held_polls: held_polls::HeldPollLog,
+    /// The deadline each job's first edge poll aimed at, and whose it is
+    /// (`pending`, `payment`, `lease`): the job's later edge polls aim at
+    /// the same one, though the job has ended since.
+    pub edge_deadlines: BTreeMap<String, (i64, &'static str)>,
     pub http: Arc<dyn HttpTransport>,
     /// The simulated network (`None` in live runs).
     net: Option<simnet::Net>,
