@@ -11,6 +11,8 @@
 //! | queued job bytes (non-terminal jobs) | `queued_bytes_max`, plus one largest job (`body_bytes_max + 1 KiB`) per paid commit between its admission and its creation |
 //! | kept result bytes | `kept_bytes_max + Q + (Q / 1 KiB) × output_bytes_max`, Q the queued bound: admission counts only finished results, so the jobs queued when the ledger passes its budget may all end there with an output of their own |
 //! | kept failure bytes | `failed_kept_bytes_max + Q` |
+//! | open handshakes; of one client address | `handshakes_max`; `handshakes_per_client_max` |
+//! | worker sessions and slots of one client address | `worker_sessions_per_client_max`; `worker_slots_per_client_max` |
 //!
 //! The shell enforces the outbox's bound (a frame that would pass it closes
 //! the session instead: its jobs go back to the queue), the core the

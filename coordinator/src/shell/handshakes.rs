@@ -5,6 +5,7 @@
 //! the bound on one address's fake workers is the address's).
 
 use super::Coordinator;
+use crate::resources::Figure;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -62,6 +63,53 @@ impl Drop for WorkerPlace {
 }
 
 impl Coordinator {
+    /// The places taken now, as accounted figures ([`Resources`]): open
+    /// handshakes in all and of the busiest client address, and the worker
+    /// sessions and slots of the busiest address, each against its cap.
+    /// Bounded by construction (a place past a cap is refused); counted so
+    /// the simulation's `resource_bound_exceeded` watches them as well.
+    ///
+    /// [`Resources`]: crate::resources::Resources
+    pub(super) fn place_figures(&self) -> [Figure; 4] {
+        let limits = &self.inner.config.limits;
+        let open =
+            (limits.handshakes_max).saturating_sub(self.inner.handshakes.available_permits());
+        let by_client = lock_counts(&self.inner.handshakes_by_client);
+        let busiest_handshakes = by_client.values().copied().max().unwrap_or(0);
+        drop(by_client);
+        let workers = self.inner.workers_by_client.lock();
+        let workers = workers.unwrap_or_else(|p| p.into_inner());
+        let busiest_sessions = workers.values().map(|(s, _)| *s).max().unwrap_or(0);
+        let busiest_slots = workers
+            .values()
+            .map(|(_, s)| *s as usize)
+            .max()
+            .unwrap_or(0);
+        let figure = |what: &str, value, bound| Figure {
+            what: what.to_owned(),
+            value,
+            bound,
+        };
+        [
+            figure("open handshakes", open, limits.handshakes_max),
+            figure(
+                "open handshakes of one client address",
+                busiest_handshakes,
+                limits.handshakes_per_client_max,
+            ),
+            figure(
+                "worker sessions of one client address",
+                busiest_sessions,
+                limits.worker_sessions_per_client_max,
+            ),
+            figure(
+                "worker slots of one client address",
+                busiest_slots,
+                limits.worker_slots_per_client_max as usize,
+            ),
+        ]
+    }
+
     /// A place for one more worker session of `slots` from `client`, or
     /// why there is none.
     pub fn worker_place(&self, client: &str, slots: u32) -> Result<WorkerPlace, String> {
@@ -106,5 +154,49 @@ impl Coordinator {
             client: client.to_owned(),
             counts: self.inner.handshakes_by_client.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::core::Core;
+    use crate::Coordinator;
+    use protocol::clock::ManualClock;
+    use rand::SeedableRng;
+    use std::sync::Arc;
+
+    /// The places a client takes show in the accounted figures, and are
+    /// given back when dropped.
+    #[test]
+    fn handshakes_and_worker_places_are_accounted_and_given_back() {
+        let mut config = Config::default();
+        config.limits.handshakes_per_client_max = 2;
+        let c = Coordinator::new(
+            Core::new(config, rand_chacha::ChaCha20Rng::seed_from_u64(1)),
+            Arc::new(ManualClock::new(0)),
+            Arc::new(crate::store::MemoryStore::default()),
+        );
+        let value = |what: &str| {
+            let resources = c.resources();
+            let figure = resources.figures.iter().find(|f| f.what == what);
+            figure.map(|f| (f.value, f.bound)).expect("figure listed")
+        };
+        let a = c.handshake_permit("10.0.0.1").expect("a place");
+        let b = c.handshake_permit("10.0.0.1").expect("a second place");
+        assert!(c.handshake_permit("10.0.0.1").is_none(), "its cap is 2");
+        let other = c
+            .handshake_permit("10.0.0.2")
+            .expect("another client's place");
+        assert_eq!(value("open handshakes").0, 3);
+        assert_eq!(value("open handshakes of one client address"), (2, 2));
+        let place = c.worker_place("10.0.0.1", 8).expect("a session's place");
+        assert_eq!(value("worker sessions of one client address").0, 1);
+        assert_eq!(value("worker slots of one client address").0, 8);
+        drop((a, b, other, place));
+        assert_eq!(value("open handshakes").0, 0);
+        assert_eq!(value("open handshakes of one client address").0, 0);
+        assert_eq!(value("worker slots of one client address").0, 0);
+        assert!(c.resources().exceeded().is_none());
     }
 }

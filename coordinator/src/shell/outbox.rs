@@ -163,6 +163,7 @@ impl Coordinator {
                 limits.held_polls_per_client_max,
             ),
         ];
+        figures.extend(self.place_figures());
         let outboxes = state.outboxes.iter();
         figures.extend(outboxes.map(|(session, out)| out.figure(*session)));
         Resources { figures }
