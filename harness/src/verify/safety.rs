@@ -1020,6 +1020,25 @@ mod tests {
         .expect("a job")
     }
 
+    /// An instance's state with `jobs` and nothing else: no trust, no
+    /// payments, no retention, no records of the run.
+    fn plain_state(jobs: &[Job]) -> InstanceState<'_> {
+        InstanceState {
+            jobs,
+            trust: &[],
+            paid: false,
+            retention: false,
+            kept_promise: None,
+            results_kept: None,
+            results_deleted: None,
+            proven: None,
+            settled: None,
+            end_bound: None,
+            held_polls: Vec::new(),
+            refused_payments: None,
+        }
+    }
+
     #[test]
     fn a_fence_needs_a_partition_of_that_node() {
         let lines = |partition: &str| -> Vec<String> {
@@ -1065,18 +1084,10 @@ mod tests {
     ) -> Option<&'static str> {
         let lines: Vec<String> = lines.iter().map(|l| format!("[+0.001s] {l}")).collect();
         let state = InstanceState {
-            jobs,
             trust,
             paid,
             retention,
-            kept_promise: None,
-            results_kept: None,
-            results_deleted: None,
-            proven: None,
-            settled: None,
-            end_bound: None,
-            held_polls: Vec::new(),
-            refused_payments: None,
+            ..plain_state(jobs)
         };
         let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
         let workers = BTreeMap::from([
@@ -1219,18 +1230,7 @@ mod tests {
             &BTreeMap::from([(
                 "chain_a".to_owned(),
                 InstanceState {
-                    jobs: &[completed.clone()],
-                    trust: &[],
-                    paid: false,
-                    retention: false,
-                    kept_promise: None,
-                    results_kept: None,
-                    results_deleted: None,
-                    proven: None,
-                    settled: None,
-                    end_bound: None,
-                    held_polls: Vec::new(),
-                    refused_payments: None,
+                    ..plain_state(&[completed.clone()])
                 },
             )]),
             &BTreeMap::new(),
@@ -1245,18 +1245,7 @@ mod tests {
             &BTreeMap::from([(
                 "chain_a".to_owned(),
                 InstanceState {
-                    jobs: &[completed.clone()],
-                    trust: &[],
-                    paid: false,
-                    retention: false,
-                    kept_promise: None,
-                    results_kept: None,
-                    results_deleted: None,
-                    proven: None,
-                    settled: None,
-                    end_bound: None,
-                    held_polls: Vec::new(),
-                    refused_payments: None,
+                    ..plain_state(&[completed.clone()])
                 }
             )]),
             &BTreeMap::new(),
@@ -1273,18 +1262,9 @@ mod tests {
         let user = "0x1111111111111111111111111111111111111111";
         let proven = BTreeSet::from([(user.to_owned(), KEY_W.to_ascii_lowercase())]);
         let state = |trust, proven| InstanceState {
-            jobs: &[],
             trust,
-            paid: false,
-            retention: false,
-            kept_promise: None,
-            results_kept: None,
-            results_deleted: None,
             proven,
-            settled: None,
-            end_bound: None,
-            held_polls: Vec::new(),
-            refused_payments: None,
+            ..plain_state(&[])
         };
         let kept = [trust(user, KEY_W)];
         let lost = check_pairings_kept("chain_a", &state(&[], Some(&proven)));
@@ -1358,18 +1338,8 @@ mod tests {
         )]);
         let judge = |proven: Option<&BTreeSet<(String, String)>>| {
             let state = InstanceState {
-                jobs: &jobs,
-                trust: &[],
-                paid: false,
-                retention: false,
-                kept_promise: None,
-                results_kept: None,
-                results_deleted: None,
                 proven,
-                settled: None,
-                end_bound: None,
-                held_polls: Vec::new(),
-                refused_payments: None,
+                ..plain_state(&jobs)
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             check_proven(&frames, &instances, &workers, &index)
@@ -1476,18 +1446,8 @@ mod tests {
     /// An instance that runs retention, holding no job.
     fn retained_state<'a>() -> InstanceState<'a> {
         InstanceState {
-            jobs: &[],
-            trust: &[],
-            paid: false,
             retention: true,
-            kept_promise: None,
-            results_kept: None,
-            results_deleted: None,
-            proven: None,
-            settled: None,
-            end_bound: None,
-            held_polls: Vec::new(),
-            refused_payments: None,
+            ..plain_state(&[])
         }
     }
 
@@ -1514,10 +1474,6 @@ mod tests {
                 .collect();
             let budget_bytes = 1_000;
             let state = InstanceState {
-                jobs: &[],
-                trust: &[],
-                paid: false,
-                retention: true,
                 kept_promise: Some(KeptPromise {
                     lifetime_ms: None,
                     results_mark_bytes: 900,
@@ -1528,11 +1484,7 @@ mod tests {
                     budget_bytes,
                 }),
                 results_deleted: Some(&deleted),
-                proven: None,
-                settled: None,
-                end_bound: None,
-                held_polls: Vec::new(),
-                refused_payments: None,
+                ..retained_state()
             };
             let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
             let lines = [committed.clone(), end.clone()];
