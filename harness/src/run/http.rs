@@ -3,6 +3,7 @@
 
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
+use crate::spec::calls::HELD_POLLS_PER_STEP_MAX;
 use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec};
 use crate::world::held_polls::HeldAnswer;
 use crate::world::users::{normal, SentProof};
@@ -94,33 +95,50 @@ pub(super) async fn run_poll(
     };
     let path = matcher::render_str(&call.path, vars)?;
     let base = world.node_url(&poll.instance, poll.node.unwrap_or(0))?;
-    let request = HttpRequest::get(format!("{base}{path}?wait_ms={wait_ms}"));
+    let count = poll.count.unwrap_or(1);
+    if !(1..=HELD_POLLS_PER_STEP_MAX).contains(&count) {
+        return Err(format!(
+            "poll count {count}: 1 to {HELD_POLLS_PER_STEP_MAX} held polls a step"
+        ));
+    }
     let transport = match poll.client.as_deref() {
         Some(name) => world.client(name),
         None => world.http.clone(),
     };
+    let shown = match count {
+        1 => String::new(),
+        n => format!(" ×{n}"),
+    };
     world.transcript.log(
         &poll.instance,
-        format!("held poll (wait {wait_ms} ms) > GET {path}"),
+        format!("held poll{shown} (wait {wait_ms} ms) > GET {path}"),
     );
     // Its answer goes to the held-poll log, not the transcript (see
     // `world::held_polls`); the line above says where it was sent.
-    let (log, instance) = (world.held_polls.clone(), poll.instance.clone());
-    let line = world.transcript.len() - 1;
-    let sent_at = tokio::time::Instant::now();
-    background.hold(tokio::spawn(async move {
-        let answer = transport.send(request).await.ok().map(|answer| {
-            let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-            let held_ms = u64::try_from(sent_at.elapsed().as_millis()).unwrap_or(u64::MAX);
-            (held_ms, body)
-        });
-        log.record(HeldAnswer {
-            instance,
-            wait_ms,
-            line,
-            answer,
-        });
-    }));
+    let sent = HeldAnswer {
+        instance: poll.instance.clone(),
+        wait_ms,
+        line: world.transcript.len() - 1,
+        client: poll.client.clone(),
+        sent_ms: world.transcript.elapsed_ms(),
+        status: 0,
+        answer: None,
+    };
+    for _ in 0..count {
+        let request = HttpRequest::get(format!("{base}{path}?wait_ms={wait_ms}"));
+        let (log, transport, mut held) =
+            (world.held_polls.clone(), transport.clone(), sent.clone());
+        let sent_at = tokio::time::Instant::now();
+        background.hold(tokio::spawn(async move {
+            if let Ok(answer) = transport.send(request).await {
+                let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+                let held_ms = u64::try_from(sent_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+                held.status = answer.status;
+                held.answer = Some((held_ms, body));
+            }
+            log.record(held);
+        }));
+    }
     Ok(Answer::body(Value::Null))
 }
 

@@ -92,6 +92,11 @@ pub struct PollCall {
     /// checks.
     #[serde(default)]
     pub hold_ms: Option<u64>,
+    /// With `hold_ms`: this many such polls at once from the step's client
+    /// (1 to [`HELD_POLLS_PER_STEP_MAX`]; a hoarder of held polls, the
+    /// swarm's `poll_hoards` kind). Each is logged and judged as one.
+    #[serde(default)]
+    pub count: Option<u32>,
     /// An edge poll: sleeps until the job's pending deadline
     /// (`created_at + pending_timeout_ms`) plus this many ms (negative:
     /// before it), lets the instant's timers run, then polls
@@ -99,6 +104,9 @@ pub struct PollCall {
     #[serde(default)]
     pub edge_ms: Option<i64>,
 }
+
+/// The most held polls one `poll` step sends (`count`).
+pub const HELD_POLLS_PER_STEP_MAX: u32 = 1_000;
 
 impl PollCall {
     /// The `http` call the poll is.

@@ -302,6 +302,9 @@ pub struct LimitOverrides {
     pub handshakes_per_client_max: Option<usize>,
     /// Job polls held at once (`wait_ms`); beyond it a poll is answered at once.
     pub held_polls_max: Option<usize>,
+    /// Of those, by one client address (beyond it that client's poll is
+    /// answered at once).
+    pub held_polls_per_client_max: Option<usize>,
     /// Finished jobs the coordinator keeps in memory; older ones it reads
     /// from its store when polled.
     pub finished_jobs_cached_max: Option<usize>,

@@ -71,7 +71,7 @@ pub fn draw(world: &mut WorldSpec) {
 /// `at`, or the place right after the `edges` kind's polls if `at` falls
 /// between them or between them and their commit: they must follow that
 /// commit at once, while no worker runs (`super::edges`).
-fn outside_edge_polls(world: &WorldSpec, at: usize) -> usize {
+pub(super) fn outside_edge_polls(world: &WorldSpec, at: usize) -> usize {
     let is_edge = |t: &Timed| {
         matches!(
             t.event,

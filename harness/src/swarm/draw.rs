@@ -77,6 +77,7 @@ impl WorldSpec {
         super::lease_stalls::draw(&mut world);
         super::share_floods::draw(&mut world);
         super::deadlines::draw(&mut world);
+        super::poll_hoards::draw(&mut world);
         world
     }
 }
@@ -216,6 +217,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 http_bounds: None,
                 sybils: None,
                 queued_bytes: None,
+                held_polls: None,
             }
         })
         .collect()

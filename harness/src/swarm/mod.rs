@@ -28,6 +28,7 @@ pub mod held_polls;
 pub mod lease_stalls;
 pub mod nodes;
 pub mod pairings;
+pub mod poll_hoards;
 pub mod render;
 pub mod settlement;
 pub mod share_floods;

@@ -107,6 +107,7 @@ fn schema_version(world: &WorldSpec) -> u32 {
         && !world.kinds.has(Kind::Buggify)
         && !world.kinds.has(Kind::SlowHeads)
         && !world.kinds.has(Kind::Sybils)
+        && !world.kinds.has(Kind::PollHoards)
         && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
     if plain {
         1
@@ -189,6 +190,11 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
         limits.push(format!(
             "worker_sessions_per_client_max = {}",
             s.per_client_max
+        ));
+    }
+    if let Some((all, per_client)) = i.held_polls {
+        limits.push(format!(
+            "held_polls_max = {all}, held_polls_per_client_max = {per_client}"
         ));
     }
     if let Some((all, per_client)) = i.queued_bytes {
@@ -483,6 +489,7 @@ fn render_event(w: &mut String, event: &Event) {
             edge_ms.map_or(String::new(), |ms| format!(", edge_ms = {ms}"))
         ),
         Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
+        Event::Hoard(h) => write!(w, "{}", super::poll_hoards::render(h)),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -90,6 +90,10 @@ pub enum Kind {
     /// A long poll of a job that cannot change while it is held, answered
     /// exactly at its deadline (issue 33; drawn by [`super::deadlines`]).
     PollDeadlines,
+    // Issue 33, held-poll hoarding (branch `inputs`).
+    /// Hoarders from addresses of their own hold bursts of long polls
+    /// past the held-poll bounds (drawn by [`super::poll_hoards`]).
+    PollHoards,
 }
 
 impl Kind {
@@ -133,7 +137,7 @@ impl Kind {
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`] and [`Kind::PollDeadlines`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 16];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 17];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -151,6 +155,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 13] = Kind::LeaseStalls;
         all[Self::MAIN_STREAM.len() + 14] = Kind::ShareFloods;
         all[Self::MAIN_STREAM.len() + 15] = Kind::PollDeadlines;
+        // Issue 33, held-poll hoarding (branch `inputs`).
+        all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -202,6 +208,7 @@ impl Kind {
             Kind::LeaseStalls => "lease_stalls",
             Kind::ShareFloods => "share_floods",
             Kind::PollDeadlines => "poll_deadlines",
+            Kind::PollHoards => "poll_hoards",
         }
     }
 }
@@ -260,6 +267,9 @@ pub struct InstanceSpec {
     /// `limits.queued_bytes_max` and `limits.queued_bytes_per_client_max`,
     /// when drawn (by [`super::share_floods`]); `None` renders neither.
     pub queued_bytes: Option<(usize, usize)>,
+    /// `limits.held_polls_max` and `limits.held_polls_per_client_max`,
+    /// when drawn (by [`super::poll_hoards`]); `None` renders neither.
+    pub held_polls: Option<(usize, usize)>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -436,6 +446,8 @@ pub enum Event {
     },
     /// A burst of slowloris connections (drawn by [`super::slow_heads`]).
     SlowHeads(super::slow_heads::SlowHeadsEvent),
+    /// A burst of a hoarder's held polls (drawn by [`super::poll_hoards`]).
+    Hoard(super::poll_hoards::HoardEvent),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -605,6 +617,7 @@ impl WorldSpec {
                 Event::Read(r) => instances.contains(&r.instance),
                 Event::Flood(f) => instances.contains(&f.instance),
                 Event::SlowHeads(s) => instances.contains(&s.instance),
+                Event::Hoard(h) => instances.contains(&h.instance),
                 Event::Freeze { worker, .. } => workers.contains(worker),
                 Event::Pair { .. } | Event::Attack(_) => {
                     self.keeps_user_event(&t.event, instances, workers)

@@ -708,3 +708,52 @@ fn sybils_outnumber_their_instances_cap_and_leave_in_the_heal() {
     }
     assert!((30..=90).contains(&on), "{on} of 200 worlds have Sybils");
 }
+
+/// `poll_hoards` bounds the held polls of one instance of one node, and
+/// its hoarders, more than one, each hold more than a client may, and
+/// together more than the total: the render carries the bounds and one
+/// `poll` step with `count` per hoarder and burst; only in worlds with
+/// the kind.
+#[test]
+fn poll_hoards_hold_past_the_bounds_of_one_instance() {
+    let mut on = 0;
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let hoards: Vec<&super::poll_hoards::HoardEvent> = (world.events.iter())
+            .filter_map(|t| match &t.event {
+                Event::Hoard(h) => Some(h),
+                _ => None,
+            })
+            .collect();
+        let bounded: Vec<_> = (world.instances.iter())
+            .filter(|i| i.held_polls.is_some())
+            .collect();
+        if !world.kinds.has(spec::Kind::PollHoards) {
+            assert!(hoards.is_empty() && bounded.is_empty(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        let [instance] = bounded[..] else {
+            panic!("seed {seed}: {} bounded instances", bounded.len());
+        };
+        assert_eq!(instance.nodes, 1, "seed {seed}");
+        let (total, per_client) = instance.held_polls.expect("drawn");
+        assert!(hoards.iter().all(|h| h.instance == instance.name));
+        assert!(hoards.iter().all(|h| h.count as usize > per_client / 2));
+        let clients: std::collections::BTreeSet<_> = hoards.iter().map(|h| h.client).collect();
+        assert!(clients.len() >= 2, "seed {seed}");
+        assert!(clients.len() * per_client >= total, "seed {seed}");
+        let text = render::render(&world, "w", "test");
+        let steps = text
+            .lines()
+            .filter(|l| l.starts_with("poll = ") && l.contains("count = "))
+            .count();
+        assert_eq!(steps, hoards.len(), "seed {seed}");
+        assert!(
+            text.contains(&format!("held_polls_per_client_max = {per_client}")),
+            "seed {seed}"
+        );
+        assert!(checked(&world).is_empty(), "seed {seed}");
+    }
+    assert!((30..=90).contains(&on), "{on} of 200 worlds hoard polls");
+}

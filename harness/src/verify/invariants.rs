@@ -308,6 +308,10 @@ fn end_bound(world: &World, name: &str, buggify: bool) -> Option<crate::verify::
         epoch_ms,
         end_ms: epoch_ms + world.transcript.elapsed_ms(),
         timers_exact: !buggify,
+        held_caps: (
+            node.limits().held_polls_max,
+            node.limits().held_polls_per_client_max,
+        ),
     })
 }
 

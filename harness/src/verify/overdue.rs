@@ -41,6 +41,10 @@ pub struct EndBound {
     /// Timers fire on time: the run's fault points are off (`timer.late`
     /// fires them late on purpose).
     pub timers_exact: bool,
+    /// Its held-poll bounds, in all and of one client
+    /// (`limits.held_polls_max`, `limits.held_polls_per_client_max`),
+    /// which `held_polls_over_cap` judges.
+    pub held_caps: (usize, usize),
 }
 
 impl EndBound {
@@ -184,6 +188,7 @@ mod tests {
             epoch_ms: 0,
             end_ms,
             timers_exact: true,
+            held_caps: (10_000, 1_000),
         }
     }
 

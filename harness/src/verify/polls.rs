@@ -59,6 +59,90 @@ pub fn check(answers: &[HeldAnswer], instance: &str, timers_exact: bool) -> Resu
     Ok(())
 }
 
+/// `held_polls_over_cap`: the held-poll bounds hold as a client sees
+/// them (docs/security.md, "Accounted memory"; the `poll_hoards` kind).
+/// A poll beyond the bounds is answered at once, never refused: every
+/// answer of a held poll is a 200 with the job, or the spec's 404 (an
+/// unknown job) with its JSON error. And at no instant are more polls held
+/// than `held_polls_max`, nor more of one client than
+/// `held_polls_per_client_max`: a poll is held from its sending until its
+/// answer, both on the harness's clock (the simulated network delivers in
+/// no time). This judges what clients see, apart from the shell's own
+/// accounting (which `resource_bound_exceeded` judges), so a cap counted
+/// wrong in both places is still seen. Judged only where the run's fault
+/// points are off: a failing store flush answers a poll 500 by design, and
+/// a slow one delays an evicted poll's answer past its successor's arrival.
+pub fn check_caps(
+    answers: &[HeldAnswer],
+    instance: &str,
+    (total_max, client_max): (usize, usize),
+) -> Result<(), Violation> {
+    let ours: Vec<&HeldAnswer> = answers.iter().filter(|a| a.instance == instance).collect();
+    if let Some(v) = ours.iter().find_map(|held| misanswered(held, instance)) {
+        return Err(v);
+    }
+    // Each held interval's start (+1) and end (-1); at one instant the ends
+    // go first (an evicted poll is answered as its successor is held).
+    let mut edges: Vec<(i64, i8, &HeldAnswer)> = Vec::new();
+    for held in &ours {
+        let Some((held_ms, _)) = &held.answer else {
+            continue;
+        };
+        let held_ms = i64::try_from(*held_ms).unwrap_or(i64::MAX / 2);
+        if held_ms > 0 {
+            edges.push((held.sent_ms, 1, held));
+            edges.push((held.sent_ms + held_ms, -1, held));
+        }
+    }
+    edges.sort_by_key(|(at, delta, held)| (*at, *delta, held.line));
+    let mut total = 0usize;
+    let mut per_client: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (at, delta, held) in edges {
+        let client = held.client.as_deref().unwrap_or("(scenario client)");
+        let count = per_client.entry(client).or_default();
+        if delta < 0 {
+            total -= 1;
+            *count -= 1;
+            continue;
+        }
+        total += 1;
+        *count += 1;
+        let over = match (*count > client_max, total > total_max) {
+            (true, _) => format!(
+                "{count} polls of client {client} held at once, over its cap of {client_max}"
+            ),
+            (_, true) => format!("{total} polls held at once, over the cap of {total_max}"),
+            _ => continue,
+        };
+        return Err(Violation {
+            invariant: SafetyKey::HeldPollsOverCap,
+            message: format!("{instance}: at +{at} ms {over}"),
+            line: Some(held.line),
+        });
+    }
+    Ok(())
+}
+
+/// A held poll's answer other than the job or the spec's 404.
+fn misanswered(held: &HeldAnswer, instance: &str) -> Option<Violation> {
+    let (_, body) = held.answer.as_ref()?;
+    let fine = match held.status {
+        200 => body["status"].is_string() && body["id"].is_string(),
+        404 => body.get("error").is_some(),
+        _ => false,
+    };
+    let client = held.client.as_deref().unwrap_or("the scenario client");
+    (!fine).then(|| Violation {
+        invariant: SafetyKey::HeldPollsOverCap,
+        message: format!(
+            "{instance}: a held poll of {client} was answered {} {}, not the job (a poll beyond the bounds is answered at once, never refused)",
+            held.status,
+            String::from_utf8_lossy(&protocol::canonical::to_vec(body))
+        ),
+        line: Some(held.line),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,8 +157,69 @@ mod tests {
             instance: "chain_a".into(),
             wait_ms: 5001,
             line: 7,
+            client: None,
+            sent_ms: 0,
+            status: 200,
             answer: Some((after, json!({"id": "j", "status": status}))),
         }
+    }
+
+    /// A poll of `client` sent at `sent_ms`, held `held_ms`.
+    fn hoarded(client: &str, sent_ms: i64, held_ms: u64, line: usize) -> HeldAnswer {
+        HeldAnswer {
+            client: Some(client.into()),
+            sent_ms,
+            line,
+            ..held(held_ms, "pending")
+        }
+    }
+
+    fn caps(answers: &[HeldAnswer]) -> Option<SafetyKey> {
+        check_caps(answers, "chain_a", (3, 2))
+            .err()
+            .map(|v| v.invariant)
+    }
+
+    #[test]
+    fn held_polls_over_a_cap_as_a_client_sees_them() {
+        // Two of one client held at once, a third answered at once, and
+        // one evicted at the instant a lighter client's is held: as promised.
+        let within = [
+            hoarded("h", 0, 5001, 1),
+            hoarded("h", 0, 100, 2),
+            hoarded("h", 0, 0, 3),
+            hoarded("g", 50, 5000, 4),
+            hoarded("k", 100, 5000, 5),
+        ];
+        assert_eq!(caps(&within), None);
+        // A third of one client held beside its two.
+        let client_over = [
+            hoarded("h", 0, 5001, 1),
+            hoarded("h", 0, 5001, 2),
+            hoarded("h", 10, 5001, 3),
+        ];
+        assert_eq!(caps(&client_over), Some(SafetyKey::HeldPollsOverCap));
+        // A fourth in all.
+        let total_over = [
+            hoarded("h", 0, 5001, 1),
+            hoarded("g", 0, 5001, 2),
+            hoarded("k", 0, 5001, 3),
+            hoarded("l", 1, 5001, 4),
+        ];
+        assert_eq!(caps(&total_over), Some(SafetyKey::HeldPollsOverCap));
+        // Refused instead of answered with the job; the spec's 404 is fine.
+        let refused = HeldAnswer {
+            status: 503,
+            answer: Some((0, json!({"error": "unavailable"}))),
+            ..hoarded("h", 0, 0, 1)
+        };
+        assert_eq!(caps(&[refused]), Some(SafetyKey::HeldPollsOverCap));
+        let unknown = HeldAnswer {
+            status: 404,
+            answer: Some((0, json!({"error": "job_not_found"}))),
+            ..hoarded("h", 0, 0, 1)
+        };
+        assert_eq!(caps(&[unknown]), None);
     }
 
     #[test]

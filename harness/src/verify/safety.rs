@@ -70,11 +70,13 @@ pub enum SafetyKey {
     ResourceBoundExceeded,
     HonestStarved,
     UnfundedJobAccepted,
+    // Issue 33, held-poll hoarding (branch `inputs`).
+    HeldPollsOverCap,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 29] = [
+    pub const ALL: [SafetyKey; 30] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -107,6 +109,8 @@ impl SafetyKey {
         SafetyKey::ResourceBoundExceeded,
         SafetyKey::HonestStarved,
         SafetyKey::UnfundedJobAccepted,
+        // Issue 33, held-poll hoarding (branch `inputs`).
+        SafetyKey::HeldPollsOverCap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -140,6 +144,7 @@ impl SafetyKey {
             SafetyKey::ResourceBoundExceeded => "resource_bound_exceeded",
             SafetyKey::HonestStarved => "honest_starved",
             SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
+            SafetyKey::HeldPollsOverCap => "held_polls_over_cap",
         }
     }
 }
@@ -299,6 +304,9 @@ pub fn check(
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
             found.extend(super::polls::check(&state.held_polls, name, bound.timers_exact).err());
             if bound.timers_exact {
+                found.extend(
+                    super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
+                );
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }

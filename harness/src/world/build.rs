@@ -210,6 +210,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = instance.limits.held_polls_max {
         config.limits.held_polls_max = v;
     }
+    if let Some(v) = instance.limits.held_polls_per_client_max {
+        config.limits.held_polls_per_client_max = v;
+    }
     if let Some(v) = instance.limits.finished_jobs_cached_max {
         config.limits.finished_jobs_cached_max = v;
     }

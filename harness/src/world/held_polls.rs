@@ -20,6 +20,12 @@ pub struct HeldAnswer {
     pub wait_ms: u64,
     /// The transcript line (0-based) that logged it being sent.
     pub line: usize,
+    /// The client that sent it (`None`: the shared scenario client).
+    pub client: Option<String>,
+    /// When it was sent, ms since the transcript's `+0.000s`.
+    pub sent_ms: i64,
+    /// Its answer's HTTP status (0 when the exchange failed).
+    pub status: u16,
     /// Its answer: the time it was held, and the job as answered; `None`
     /// when the exchange failed (a cut connection).
     pub answer: Option<(u64, serde_json::Value)>,

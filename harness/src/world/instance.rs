@@ -138,6 +138,11 @@ impl SimInstance {
         &self.settings.config.timing
     }
 
+    /// The coordinator limits it runs with.
+    pub fn limits(&self) -> &coordinator::config::Limits {
+        &self.settings.config.limits
+    }
+
     /// A node's supervisor: once the shared store fences the generation,
     /// crashes it (a real node exits) and starts a new one as soon as it
     /// can join again.
