@@ -160,10 +160,7 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::core::Core;
-    use crate::Coordinator;
     use protocol::clock::ManualClock;
-    use rand::SeedableRng;
     use std::sync::Arc;
 
     /// The places a client takes show in the accounted figures, and are
@@ -172,11 +169,7 @@ mod tests {
     fn handshakes_and_worker_places_are_accounted_and_given_back() {
         let mut config = Config::default();
         config.limits.handshakes_per_client_max = 2;
-        let c = Coordinator::new(
-            Core::new(config, rand_chacha::ChaCha20Rng::seed_from_u64(1)),
-            Arc::new(ManualClock::new(0)),
-            Arc::new(crate::store::MemoryStore::default()),
-        );
+        let c = crate::shell::test_coordinator(config, Arc::new(ManualClock::new(0)));
         let value = |what: &str| {
             let resources = c.resources();
             let figure = resources.figures.iter().find(|f| f.what == what);

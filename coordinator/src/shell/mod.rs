@@ -557,10 +557,18 @@ impl Coordinator {
     }
 }
 
+/// A coordinator over `config` and `clock` for the shell's unit tests: a
+/// fresh core seeded with 1 and a store in memory.
+#[cfg(test)]
+pub(crate) fn test_coordinator(config: Config, clock: Arc<dyn Clock>) -> Coordinator {
+    use rand::SeedableRng;
+    let core = Core::new(config, ChaCha20Rng::seed_from_u64(1));
+    Coordinator::new(core, clock, Arc::new(crate::store::MemoryStore::default()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::sync::atomic::AtomicUsize;
 
@@ -569,11 +577,7 @@ mod tests {
     /// rather than leaving the process up to answer 500 to everything.
     #[test]
     fn a_poisoned_state_runs_the_hook_before_anything_else_happens() {
-        let c = Coordinator::new(
-            Core::new(Config::default(), ChaCha20Rng::seed_from_u64(1)),
-            Arc::new(protocol::clock::FixedClock(0)),
-            Arc::new(crate::store::MemoryStore::default()),
-        );
+        let c = test_coordinator(Config::default(), Arc::new(protocol::clock::FixedClock(0)));
         let called = Arc::new(AtomicUsize::new(0));
         let seen = called.clone();
         c.on_poisoned(move || {

@@ -189,10 +189,8 @@ impl Coordinator {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::core::Core;
     use protocol::api::{JobSubmission, JobType, Payload, PrivacyClass, TaskType, Tier};
     use protocol::clock::ManualClock;
-    use rand::SeedableRng;
 
     /// A worker that reads nothing while its leases lapse (shorter than its
     /// send deadline): each lapse frees its slot and the core assigns it a
@@ -206,11 +204,7 @@ mod tests {
         config.timing.lease_ms = 1_000;
         config.timing.attempts_max = 100;
         let clock = ManualClock::new(0);
-        let c = Coordinator::new(
-            Core::new(config.clone(), rand_chacha::ChaCha20Rng::seed_from_u64(1)),
-            Arc::new(clock.clone()),
-            Arc::new(crate::store::MemoryStore::default()),
-        );
+        let c = crate::shell::test_coordinator(config.clone(), Arc::new(clock.clone()));
         let (_session, mut rx) = c
             .register_worker(&format!("0x02{:064x}", 1), vec![JobType::Task], 2)
             .expect("registered");

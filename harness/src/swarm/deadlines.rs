@@ -11,7 +11,7 @@
 //! Drawn from the seed's stream 17, after every other kind, so a seed
 //! without it keeps its world exactly.
 
-use super::edges::{running_workers, unpaid_commit};
+use super::edges::{public_commit, running_workers};
 use super::held_polls::WAIT_MS_MAX;
 use super::spec::{Event, Kind, Timed, WorldSpec};
 use rand::seq::SliceRandom;
@@ -50,7 +50,9 @@ pub fn draw(world: &mut WorldSpec) {
     let wait_ms = rng.gen_range(1..pending_timeout_ms.min(WAIT_MS_MAX)) | 1;
     let now = |event| Timed { after_ms: 0, event };
     let mut inserted = super::edges::stop_now(&workers);
-    inserted.push(now(Event::Commit(unpaid_commit(&mut rng, instance, INDEX))));
+    inserted.push(now(Event::Commit(public_commit(
+        &mut rng, instance, INDEX, None,
+    ))));
     inserted.push(now(Event::Poll {
         instance,
         node: 0,

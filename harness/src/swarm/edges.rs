@@ -131,7 +131,7 @@ fn lease_block(
     // Time for it to connect and prove its key before the commit.
     block.push(Timed {
         after_ms: CONNECT_MS,
-        event: Event::Commit(unpaid_commit(rng, instance, LEASE_INDEX)),
+        event: Event::Commit(public_commit(rng, instance, LEASE_INDEX, None)),
     });
     block.extend(edge_polls(instance));
     block.push(now(Event::StopWorker(LEASE_WORKER.into())));
@@ -166,10 +166,7 @@ fn insert_edges(
     }
     let workers = running_workers(world, instance, at);
     let index = if pay.is_some() { PAID_INDEX } else { INDEX };
-    let commit = Commit {
-        pay,
-        ..unpaid_commit(rng, instance, index)
-    };
+    let commit = public_commit(rng, instance, index, pay);
     let now = |event| Timed { after_ms: 0, event };
     let mut inserted = stop_now(&workers);
     inserted.push(now(Event::Commit(commit)));
@@ -180,9 +177,15 @@ fn insert_edges(
     at..end
 }
 
-/// An unpaid public commit of job `index` to node 0 of `instance`, its
+/// A public commit of job `index` by an honest user (`u0`..`u3`) to node 0
+/// of `instance`, paid with `pay` (see [`Commit::pay`]) or unpaid; its
 /// tier, type and user drawn from `rng` in that order.
-pub(super) fn unpaid_commit(rng: &mut ChaCha20Rng, instance: &'static str, index: u32) -> Commit {
+pub(super) fn public_commit(
+    rng: &mut ChaCha20Rng,
+    instance: &'static str,
+    index: u32,
+    pay: Option<&'static str>,
+) -> Commit {
     Commit {
         instance,
         tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
@@ -193,7 +196,7 @@ pub(super) fn unpaid_commit(rng: &mut ChaCha20Rng, instance: &'static str, index
         },
         user: format!("u{}", rng.gen_range(0..4)),
         private: false,
-        pay: None,
+        pay,
         index,
         node: 0,
     }

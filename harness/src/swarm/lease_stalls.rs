@@ -17,7 +17,7 @@
 //! exactly.
 
 use super::floods::FloodEvent;
-use super::spec::{Event, Kind, Timed, WorkerSpec, WorldSpec};
+use super::spec::{Event, InstanceSpec, Kind, Timed, WorkerSpec, WorldSpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -46,15 +46,13 @@ pub fn draw(world: &mut WorldSpec) {
             matches!(t.event, Event::Poll { instance, edge_ms: Some(_), .. } if instance == name)
         })
     };
-    let eligible: Vec<&'static str> = (world.instances.iter())
-        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.retention_kept_bytes_max.is_none())
-        .filter(|i| !edged(i.name))
-        .map(|i| i.name)
-        .collect();
-    if eligible.is_empty() || !rng.gen_bool(0.25) {
-        return;
-    }
-    let Some(instance) = eligible.choose(&mut rng).copied() else {
+    let fit = |i: &InstanceSpec| {
+        i.payment.is_none()
+            && i.nodes == 1
+            && i.retention_kept_bytes_max.is_none()
+            && !edged(i.name)
+    };
+    let Some(instance) = world.pick_instance(&mut rng, 0.25, fit) else {
         return;
     };
     world.kinds.0.push(Kind::LeaseStalls);

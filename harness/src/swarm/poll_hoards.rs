@@ -21,9 +21,9 @@
 //! rest of the world is drawn, so a seed without it keeps its world
 //! exactly.
 
+use super::edges::public_commit;
 use super::held_polls::WAIT_MS_MAX;
-use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
-use rand::seq::SliceRandom;
+use super::spec::{Event, InstanceSpec, Kind, Timed, WorldSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -54,14 +54,8 @@ pub fn draw(world: &mut WorldSpec) {
     // One node (a poll of a job another node holds waits on the remote
     // watch, and `poll_not_woken` judges one-node instances); no
     // connection bounds (they would cut the hoarders before their polls).
-    let eligible: Vec<&'static str> = (world.instances.iter())
-        .filter(|i| i.nodes == 1 && i.http_bounds.is_none())
-        .map(|i| i.name)
-        .collect();
-    if eligible.is_empty() || !rng.gen_bool(0.3) {
-        return;
-    }
-    let Some(instance) = eligible.choose(&mut rng).copied() else {
+    let fit = |i: &InstanceSpec| i.nodes == 1 && i.http_bounds.is_none();
+    let Some(instance) = world.pick_instance(&mut rng, 0.3, fit) else {
         return;
     };
     world.kinds.0.push(Kind::PollHoards);
@@ -116,7 +110,12 @@ fn draw_burst(rng: &mut ChaCha20Rng, b: &Burst, index: u32) -> Vec<Event> {
     // at once): together more than a client's bound, each alone at times
     // more, at times less.
     for part in 0..2 {
-        events.push(Event::Commit(commit(rng, b.instance, index + part, b.paid)));
+        events.push(Event::Commit(public_commit(
+            rng,
+            b.instance,
+            index + part,
+            b.paid.then_some("none"),
+        )));
         for client in &HOARDERS[..b.hoarders] {
             let count = rng.gen_range(b.per_client / 2 + 1..=2 * b.per_client) as u32;
             let wait_ms = rng.gen_range(1..WAIT_MS_MAX) | 1;
@@ -140,25 +139,6 @@ fn draw_burst(rng: &mut ChaCha20Rng, b: &Burst, index: u32) -> Vec<Event> {
         edge_ms: None,
     });
     events
-}
-
-/// A commit of a job the hoarders poll (paid with a valid payment on a
-/// paid instance).
-fn commit(rng: &mut ChaCha20Rng, instance: &'static str, index: u32, paid: bool) -> Commit {
-    Commit {
-        instance,
-        tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
-        job_type: if rng.gen_bool(0.5) {
-            "LLM_INFER"
-        } else {
-            "TASK"
-        },
-        user: format!("u{}", rng.gen_range(0..4)),
-        private: false,
-        pay: paid.then_some("none"),
-        index,
-        node: 0,
-    }
 }
 
 /// The held polls of the scenario client the world already sends to

@@ -20,8 +20,9 @@
 //! rest of the world is drawn, so a seed without it keeps its world
 //! exactly.
 
+use super::edges::public_commit;
 use super::floods::FloodEvent;
-use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
+use super::spec::{Event, Kind, Timed, WorldSpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -45,24 +46,6 @@ pub fn draw(world: &mut WorldSpec) {
     let payments = draw_payments(world, &mut rng);
     if shares || payments {
         world.kinds.0.push(Kind::ShareFloods);
-    }
-}
-
-/// A commit of the honest user `u0`..`u3`, numbered `index`.
-fn honest(rng: &mut ChaCha20Rng, instance: &'static str, index: u32, paid: bool) -> Commit {
-    Commit {
-        instance,
-        tier: if rng.gen_bool(0.5) { "fast" } else { "cheap" },
-        job_type: if rng.gen_bool(0.5) {
-            "LLM_INFER"
-        } else {
-            "TASK"
-        },
-        user: format!("u{}", rng.gen_range(0..4)),
-        private: false,
-        pay: paid.then_some("none"),
-        index,
-        node: 0,
     }
 }
 
@@ -97,7 +80,7 @@ fn draw_shares(world: &mut WorldSpec, rng: &mut ChaCha20Rng) -> bool {
             input_bytes: rng.gen_range(4..=8) * 1024,
             index: 50_000 + n * 100,
         };
-        let commit = honest(rng, instance, 50_000 + n * 100 + 99, false);
+        let commit = public_commit(rng, instance, 50_000 + n * 100 + 99, None);
         let at = super::floods::insertion_point(world, rng.gen_range(0..=world.events.len()));
         let after_ms = rng.gen_range(0..2_000);
         let events = [
@@ -131,11 +114,11 @@ fn draw_payments(world: &mut WorldSpec, rng: &mut ChaCha20Rng) -> bool {
     let script = |script| Event::Facilitator { instance, script };
     let mut events = vec![(rng.gen_range(0..2_000), script("insufficient_funds"))];
     for k in 0..rng.gen_range(2..=PAID_FLOOD_MAX) {
-        let commit = honest(rng, instance, 60_000 + k, true);
+        let commit = public_commit(rng, instance, 60_000 + k, Some("none"));
         events.push((0, Event::Commit(commit)));
     }
     events.push((0, script("success")));
-    let commit = honest(rng, instance, 60_099, true);
+    let commit = public_commit(rng, instance, 60_099, Some("none"));
     events.push((0, Event::Commit(commit)));
     for k in 0..rng.gen_range(1..=PAID_FLOOD_MAX) {
         let node = rng.gen_range(0..nodes);

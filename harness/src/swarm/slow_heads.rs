@@ -53,14 +53,7 @@ pub struct SlowHeadsEvent {
 pub fn draw(world: &mut WorldSpec) {
     let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
     rng.set_stream(STREAM);
-    let eligible: Vec<&'static str> = (world.instances.iter())
-        .filter(|i| i.nodes == 1)
-        .map(|i| i.name)
-        .collect();
-    if eligible.is_empty() || !rng.gen_bool(0.3) {
-        return;
-    }
-    let Some(instance) = eligible.choose(&mut rng).copied() else {
+    let Some(instance) = world.pick_instance(&mut rng, 0.3, |i| i.nodes == 1) else {
         return;
     };
     world.kinds.0.push(Kind::SlowHeads);

@@ -7,6 +7,10 @@
 //! rare combinations (payments and restarts and PRIVATE jobs, nothing else)
 //! get room instead of drowning in an average of everything.
 
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rand_chacha::ChaCha20Rng;
+
 /// Fault and feature kinds a seed switches on or off as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -497,6 +501,27 @@ pub struct WorldSpec {
 }
 
 impl WorldSpec {
+    /// With probability `p`, one of the instances that `fit`, drawn from
+    /// `rng`: how an attacker kind picks its target. Draws nothing when no
+    /// instance fits, so such a seed's stream stays as it was.
+    pub fn pick_instance(
+        &self,
+        rng: &mut ChaCha20Rng,
+        p: f64,
+        fit: impl Fn(&InstanceSpec) -> bool,
+    ) -> Option<&'static str> {
+        let fitting: Vec<&'static str> = self
+            .instances
+            .iter()
+            .filter(|i| fit(i))
+            .map(|i| i.name)
+            .collect();
+        if fitting.is_empty() || !rng.gen_bool(p) {
+            return None;
+        }
+        fitting.choose(rng).copied()
+    }
+
     /// How many nodes instance `name` has (1 when it is not declared).
     pub fn nodes_of(&self, name: &str) -> u32 {
         self.instances

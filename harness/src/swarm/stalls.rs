@@ -16,8 +16,7 @@
 //! exactly.
 
 use super::floods::FloodEvent;
-use super::spec::{Event, Kind, Timed, WorkerSpec, WorldSpec};
-use rand::seq::SliceRandom;
+use super::spec::{Event, InstanceSpec, Kind, Timed, WorkerSpec, WorldSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -35,14 +34,10 @@ const HEARTBEAT_TIMEOUT_MS: u64 = 2_000;
 pub fn draw(world: &mut WorldSpec) {
     let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
     rng.set_stream(STREAM);
-    let eligible: Vec<&'static str> = (world.instances.iter())
-        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.retention_kept_bytes_max.is_none())
-        .map(|i| i.name)
-        .collect();
-    if eligible.is_empty() || !rng.gen_bool(0.3) {
-        return;
-    }
-    let Some(instance) = eligible.choose(&mut rng).copied() else {
+    let fit = |i: &InstanceSpec| {
+        i.payment.is_none() && i.nodes == 1 && i.retention_kept_bytes_max.is_none()
+    };
+    let Some(instance) = world.pick_instance(&mut rng, 0.3, fit) else {
         return;
     };
     world.kinds.0.push(Kind::Stalls);
