@@ -634,7 +634,7 @@ impl Server {
     /// connection: frames are small and latency matters, and without it an
     /// assign written right after a `result_accepted` waits for the
     /// worker's delayed ACK. Connections have a head deadline, a bounded
-    /// head buffer and budgets in all and per address (`connections.rs`).
+    /// head buffer and budgets in all and per address (`connections/mod.rs`).
     pub fn serve_tcp(&mut self, listener: tokio::net::TcpListener) {
         self.set_default_origins(listener.local_addr());
         let app = self.api_app();

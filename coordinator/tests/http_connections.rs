@@ -198,3 +198,53 @@ async fn one_address_holds_at_most_its_worker_sessions_and_slots() {
         }
     }
 }
+
+/// Sends `head` on a fresh connection and reads the whole answer.
+async fn answer_to(addr: std::net::SocketAddr, head: &[u8]) -> String {
+    let mut stream = connect_from([127, 0, 0, 1], addr).await;
+    let _ = stream.write_all(head).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The JSON body of an answer, if it has one.
+fn json_body(answer: &str) -> Option<serde_json::Value> {
+    let (_, body) = answer.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+/// Principle 4 and issue 33, item 1: a request head hyper cannot parse (a
+/// control character in a header value, a malformed request line, a head
+/// over the bound) is answered before any route runs; the answer still
+/// carries the spec's JSON error body, never an empty one.
+#[tokio::test]
+async fn an_unparseable_head_is_answered_with_a_json_error() {
+    let (_server, addr) = serve(Config::default()).await;
+    let cases: [(&[u8], &str); 4] = [
+        (
+            b"GET /v1/health HTTP/1.1\r\nhost: x\r\nx-user-proof: \x01abc\r\n\r\n",
+            "HTTP/1.1 400 ",
+        ),
+        (
+            b"GET /v1/jobs/\x01 HTTP/1.1\r\nhost: x\r\n\r\n",
+            "HTTP/1.1 400 ",
+        ),
+        (b"G\x00T / HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 400 "),
+        (b"GET / HTTP/9.9\r\nhost: x\r\n\r\n", "HTTP/1.1 400 "),
+    ];
+    for (head, status) in cases {
+        let answer = answer_to(addr, head).await;
+        assert!(answer.starts_with(status), "{head:?} -> {answer:?}");
+        let body = json_body(&answer).unwrap_or_else(|| panic!("{head:?} -> {answer:?}"));
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(!error.is_empty(), "{head:?} -> {answer:?}");
+    }
+    let big = format!(
+        "GET /v1/health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let answer = answer_to(addr, big.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer:?}");
+    assert!(json_body(&answer).is_some(), "{answer:?}");
+}

@@ -30,6 +30,18 @@ pub enum ApiError {
     /// 408: the body did not arrive within its deadline.
     #[error("the request body did not arrive within {timeout_ms} ms")]
     BodyTimeout { timeout_ms: u64 },
+    /// 400 before any route: hyper could not parse the request head (a
+    /// control character in a header or the request line, a malformed
+    /// request line or header). Given by `connections::head_errors`.
+    #[error("the request head is not valid HTTP/1.1 (a malformed request line or header, or a control character in one)")]
+    HeadMalformed,
+    /// 431 before any route: the request head outgrew its buffer
+    /// (`http_head_bytes_max` where it is enforced).
+    #[error("the request head is larger than {}", head_limit(*.limit_bytes))]
+    HeadTooLarge { limit_bytes: Option<usize> },
+    /// 414 before any route: the request target alone outgrew hyper's bound.
+    #[error("the request target is too long")]
+    UriTooLong,
     #[error("no_trusted_worker")]
     NoTrustedWorker(Uuid),
     #[error("{message}")]
@@ -60,6 +72,14 @@ pub enum ApiError {
     Internal(#[source] Option<Box<dyn std::error::Error + Send + Sync>>),
 }
 
+/// The bound a too-large head passed, as its error message names it.
+fn head_limit(limit_bytes: Option<usize>) -> String {
+    match limit_bytes {
+        Some(limit) => format!("{limit} bytes"),
+        None => "the server accepts".to_owned(),
+    }
+}
+
 impl ApiError {
     /// A 500 caused by `source`.
     pub fn internal(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
@@ -74,6 +94,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::HeadMalformed => StatusCode::BAD_REQUEST,
+            ApiError::HeadTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::NoTrustedWorker(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotCancellable(_) => StatusCode::CONFLICT,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -96,7 +119,10 @@ impl ApiError {
             ApiError::BadRequest(_)
             | ApiError::UnsupportedMediaType
             | ApiError::PayloadTooLarge { .. }
-            | ApiError::MethodNotAllowed => ("invalid_request_error", "invalid_request"),
+            | ApiError::MethodNotAllowed
+            | ApiError::HeadMalformed
+            | ApiError::HeadTooLarge { .. }
+            | ApiError::UriTooLong => ("invalid_request_error", "invalid_request"),
             ApiError::JobNotFound | ApiError::NoRoute { .. } => {
                 ("invalid_request_error", "not_found")
             }

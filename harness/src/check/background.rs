@@ -230,6 +230,7 @@ fn check_between(
             Action::Http(call) => call.client.clone(),
             Action::Sockets(s) => Some(s.client.clone()),
             Action::SlowHeads(s) => Some(s.client.clone()),
+            Action::RawRequest(r) => Some(r.client.clone()),
             _ => None,
         })
         .collect();

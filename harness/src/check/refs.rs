@@ -97,6 +97,7 @@ pub(crate) fn instance_of(action: &Action) -> Option<&str> {
         Action::Facilitator(c) => &c.instance,
         Action::Sockets(s) => &s.instance,
         Action::SlowHeads(s) => &s.instance,
+        Action::RawRequest(r) => &r.instance,
         Action::ExpectStore(s) => &s.instance,
         Action::Attack(a) => &a.instance,
         Action::Pair(p) => &p.instance,

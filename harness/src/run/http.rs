@@ -4,7 +4,7 @@
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
 use crate::spec::calls::HELD_POLLS_PER_STEP_MAX;
-use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec};
+use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec, RawRequest};
 use crate::world::held_polls::HeldAnswer;
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
@@ -439,6 +439,38 @@ pub(super) async fn exchange(
             Answer::body(json!({"transport_error": e.to_string()}))
         }
     }
+}
+
+/// `raw_request`: the bytes as they are, logged escaped; the answer as an
+/// `http` step's (a body that is not JSON is kept as `non_json_body`).
+pub(super) async fn run_raw(raw: &RawRequest, world: &mut World) -> Result<Answer, String> {
+    world.transcript.log(
+        &raw.instance,
+        format!("> raw request (from {}) {:?}", raw.client, raw.bytes),
+    );
+    let answer = (world.raw_exchange(&raw.instance, &raw.client, raw.bytes.as_bytes())).await;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            world.transcript.log(&raw.instance, format!("< {e}"));
+            return Ok(Answer::body(json!({"transport_error": e.to_string()})));
+        }
+    };
+    let body: Value = serde_json::from_slice(&answer.body)
+        .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&answer.body)}));
+    world.transcript.log(
+        &raw.instance,
+        format!(
+            "< {} {}",
+            answer.status,
+            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
+        ),
+    );
+    Ok(Answer {
+        status: Some(answer.status),
+        headers: answer.headers,
+        body,
+    })
 }
 
 /// Signs a payment for a 402 answer with the scenario payer, altered as asked.

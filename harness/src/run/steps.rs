@@ -73,6 +73,7 @@ pub(super) async fn run_step(
         }
         Action::Sockets(sockets) => Some(run_sockets(sockets, world).await?),
         Action::SlowHeads(heads) => Some(run_slow_heads(heads, world).await?),
+        Action::RawRequest(raw) => Some(super::http::run_raw(raw, world).await?),
         Action::ExpectStore(read) => Some(run_expect_store(read, world, vars)?),
         Action::ExpectFrames(expect) => {
             frames::run_expect_frames(expect, world, vars)?;

@@ -498,6 +498,25 @@ choice!(
     }
 );
 
+/// `raw_request`: `bytes` sent as they are on a new connection from
+/// `client` to node 0 of `instance`, for request heads no HTTP client
+/// sends (a control character in a header or the request line, a
+/// malformed request line); answered as an `http` step (status, JSON
+/// body). Live too: the bytes go to the target's address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRequest {
+    #[serde(default = "chain_a")]
+    pub instance: String,
+    pub bytes: String,
+    #[serde(default = "raw_client")]
+    pub client: String,
+}
+
+fn raw_client() -> String {
+    "raw".into()
+}
+
 fn slow_client() -> String {
     "slowloris".into()
 }

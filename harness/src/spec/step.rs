@@ -163,6 +163,10 @@ actions! {
     /// (`calls::SlowHeads`; issue 33, review hole (c)).
     SlowHeads(SlowHeads) => "slow_heads",
         answers: true, simulation_only: true, version: 2;
+    /// Bytes sent as they are, for request heads no HTTP client sends
+    /// (`calls::RawRequest`; issue 33, item 1).
+    RawRequest(RawRequest) => "raw_request",
+        answers: true, simulation_only: false, version: 2;
 }
 
 fn exactly_one_action(has: &str) -> String {

@@ -19,6 +19,7 @@ pub mod frames;
 pub mod held_polls;
 mod instance;
 mod live;
+mod raw;
 pub mod settlements;
 pub mod streams;
 
@@ -31,6 +32,7 @@ pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs
 pub use error::WorldError;
 pub use instance::{SimInstance, DOWN_WAIT_MS};
 pub use live::{LiveCluster, LiveTarget};
+pub use raw::RawAnswer;
 
 use crate::spec::{FacilitatorScript, Instance, Scenario, StoreKind, WorkerSpec};
 use coordinator::cluster::MemoryShared;

@@ -14,6 +14,11 @@
 //! connections for long virtual times, and a header timeout would change
 //! every transcript. Bounded, hyper's head deadline runs on `TokioTimer`,
 //! which reads tokio's clock: the simulation's paused, virtual time.
+//!
+//! A head hyper cannot parse is answered by hyper itself, before any route;
+//! [`head_errors`] gives that answer the API's JSON error body.
+
+mod head_errors;
 
 use crate::api::rate_limit_key;
 use crate::clock::SharedClock;
@@ -171,12 +176,15 @@ pub async fn serve<L>(
 }
 
 /// One connection under hyper, with the head deadline and buffer bound
-/// when they are enforced.
+/// when they are enforced, and JSON bodies on hyper's own head errors.
 fn connection<I, S>(
     bounds: &Bounds,
     io: I,
     service: S,
-) -> hyper::server::conn::http1::UpgradeableConnection<TokioIo<I>, TowerToHyperService<S>>
+) -> hyper::server::conn::http1::UpgradeableConnection<
+    TokioIo<head_errors::JsonHeadErrors<I>>,
+    TowerToHyperService<S>,
+>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<
@@ -189,6 +197,7 @@ where
     S::Future: Send + 'static,
 {
     let mut builder = hyper::server::conn::http1::Builder::new();
+    let mut head_bytes_max = None;
     if let Bounds::Enforced(config, _) = bounds {
         let head_timeout = Duration::from_millis(config.timing.http_head_timeout_ms);
         // hyper refuses a buffer under 8 KiB.
@@ -197,7 +206,9 @@ where
             .timer(TokioTimer::new())
             .header_read_timeout(head_timeout)
             .max_buf_size(head_bytes);
+        head_bytes_max = Some(head_bytes);
     }
+    let io = head_errors::JsonHeadErrors::new(io, head_bytes_max);
     builder
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .with_upgrades()
