@@ -22,6 +22,10 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// The longest automatic answer hyper writes: a status line, three short
+/// headers (about 120 bytes).
+const AUTOMATIC_ANSWER_BYTES_MAX: usize = 256;
+
 /// A connection's IO whose automatic head-error answers carry JSON bodies.
 pub struct JsonHeadErrors<I> {
     inner: I,
@@ -140,6 +144,10 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for JsonHeadErrors<I> {
 /// `connection: close`, `content-length: 0` and `date`, and nothing after
 /// the head.
 fn json_answer(bytes: &[u8], head_bytes_max: Option<usize>) -> Option<Vec<u8>> {
+    // Every write passes here: refuse the others before reading them.
+    if bytes.len() > AUTOMATIC_ANSWER_BYTES_MAX || !bytes.starts_with(b"HTTP/1.1 4") {
+        return None;
+    }
     let head = std::str::from_utf8(bytes).ok()?.strip_suffix("\r\n\r\n")?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next()?;
