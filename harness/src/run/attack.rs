@@ -115,9 +115,16 @@ fn attack_request(
             path_and_query: path,
             body: &request.body,
         };
+        // A proof signed by the attacker's key names the victim, or, for
+        // `create_with_own_proof`, the attacker's own account (valid, but
+        // of someone else than the request's user).
+        let named = match attack.kind {
+            AttackKind::CreateWithOwnProof => world.users.get(&attack.attacker)?.id.clone(),
+            _ => victim.to_owned(),
+        };
         let header = world
             .users
-            .sign(&attack.attacker, victim, &signed, now_ms)?;
+            .sign(&attack.attacker, &named, &signed, now_ms)?;
         request.headers.push((HEADER.to_ascii_lowercase(), header));
     }
     Ok((request, path.to_owned()))

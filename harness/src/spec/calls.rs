@@ -249,6 +249,10 @@ choice!(
         /// trust/create for the victim with a proof signed by the
         /// attacker's key, then a claim.
         CreateWithWrongKey => "create_with_wrong_key",
+        /// trust/create for the victim with a valid proof of the
+        /// attacker's own account (it names the attacker, not the
+        /// victim), then a claim.
+        CreateWithOwnProof => "create_with_own_proof",
         /// The victim's last trust/create sent again, proof and all, then
         /// a claim of the code it answers.
         ReplayCreate => "replay_create",
@@ -269,6 +273,7 @@ impl AttackKind {
             self,
             AttackKind::CreateWithoutProof
                 | AttackKind::CreateWithWrongKey
+                | AttackKind::CreateWithOwnProof
                 | AttackKind::ReplayCreate
                 | AttackKind::ClaimVictimCode
         )

@@ -3,7 +3,8 @@
 //! (codes bound to the worker's key) and sign their PRIVATE commits; an
 //! attacker, `mallory`, who knows their ids and holds none of their keys,
 //! tries to act for them (`attack` steps): pair a worker of its own to a
-//! victim (a create without a proof, with its own key's proof, a replay of
+//! victim (a create without a proof, with its own key's proof naming the
+//! victim or naming itself, a replay of
 //! the victim's create, a claim of the victim's bound code read over its
 //! shoulder), list a victim's workers, commit PRIVATE jobs as the victim.
 //! After a pairing attack the victim commits PRIVATE jobs with its key:
@@ -96,6 +97,7 @@ fn draw_attack(rng: &mut ChaCha20Rng, world: &WorldSpec, n: u32) -> Option<Attac
     let mut kinds = vec![
         "create_without_proof",
         "create_with_wrong_key",
+        "create_with_own_proof",
         "list_without_proof",
         "commit_as_victim",
     ];

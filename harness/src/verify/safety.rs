@@ -293,7 +293,12 @@ pub fn check(
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
-    found.extend(super::streams::check(&streams.all(), &streams.committers(), &jobs).err());
+    let settled_on_completion: BTreeSet<&str> = (instances.iter())
+        .filter(|(_, s)| s.paid && s.settled.is_some())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let (reads, committers) = (streams.all(), streams.committers());
+    found.extend(super::streams::check(&reads, &committers, &jobs, &settled_on_completion).err());
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());

@@ -10,18 +10,27 @@
 //!   as its committer, and no reader is shown text for an id no job has.
 //!   (That only the user's trusted workers make the text is
 //!   `private_to_untrusted`, over the `assign` frames.)
+//! - `output_before_settlement`, for streams: a paid job settled on
+//!   completion shows its readers no text before its payment settled
+//!   (decision 0021, `api/events.rs`: the whole output comes in one delta
+//!   at its end), so a reader of such a job is shown at most one text
+//!   event since its last `restart`, and only of a job that completed.
+//!   Judged on the instances whose settlements the harness sees (the
+//!   simulation settles on completion); a chat read is not judged (its
+//!   request paid already).
 
 use super::safety::{SafetyKey, Violation};
 use crate::world::streams::StreamRead;
 use coordinator::core::Job;
 use protocol::api::{JobStatus, PrivacyClass};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Checks every read; the violation seen earliest in the transcript.
 pub fn check(
     reads: &[StreamRead],
     committers: &BTreeMap<String, String>,
     jobs: &BTreeMap<(&str, String), &Job>,
+    settled_on_completion: &BTreeSet<&str>,
 ) -> Result<(), Violation> {
     let mut found: Vec<Violation> = Vec::new();
     for read in reads {
@@ -31,6 +40,9 @@ pub fn check(
             .and_then(|id| jobs.get(&(read.instance.as_str(), id.clone())).copied());
         found.extend(check_output(read, job).err());
         found.extend(check_leak(read, job, committers).err());
+        if settled_on_completion.contains(read.instance.as_str()) {
+            found.extend(check_paid(read, job).err());
+        }
     }
     match found
         .into_iter()
@@ -90,6 +102,48 @@ fn check_output(read: &StreamRead, job: Option<&Job>) -> Result<(), Violation> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// `output_before_settlement` for one read of a paid job.
+fn check_paid(read: &StreamRead, job: Option<&Job>) -> Result<(), Violation> {
+    let Some(job) = job.filter(|j| j.paid_with.is_some() && !read.chat) else {
+        return Ok(());
+    };
+    // A `restart` tells the reader to drop what it had (a resume across
+    // a coordinator's restart is shown the whole output again).
+    let since = (read.events.iter())
+        .rposition(|e| e.event == "restart")
+        .map_or(0, |i| i + 1);
+    let mut texts = read.events[since..]
+        .iter()
+        .filter(|e| e.text().is_some_and(|t| !t.is_empty()));
+    let Some(first) = texts.next() else {
+        return Ok(());
+    };
+    let name = read.job.as_deref().unwrap_or("?");
+    let shown = |what: &str| {
+        Err(Violation {
+            invariant: SafetyKey::OutputBeforeSettlement,
+            message: format!(
+                "a reader of paid job {name} ({}) was shown {what}",
+                read.client
+            ),
+            line: Some(first.line),
+        })
+    };
+    if job.status != JobStatus::Completed {
+        return shown(&format!(
+            "output text, and the job ended {}",
+            job.status.as_str()
+        ));
+    }
+    if let Some(second) = texts.next() {
+        let texts = [first, second].map(|e| e.text().unwrap_or_default().to_owned());
+        return shown(&format!(
+            "output text in more than one delta ({texts:?}, ...): text before its settlement"
+        ));
+    }
+    Ok(())
 }
 
 /// `private_delta_leak` for one read.
@@ -179,7 +233,51 @@ mod tests {
     fn verdict(reads: &[StreamRead], job: &Job, committer: &str) -> Option<SafetyKey> {
         let jobs = BTreeMap::from([(("chain_a", J1.to_owned()), job)]);
         let committers = BTreeMap::from([(J1.to_owned(), committer.to_owned())]);
-        check(reads, &committers, &jobs).err().map(|v| v.invariant)
+        let settled_on_completion = BTreeSet::from(["chain_a"]);
+        (check(reads, &committers, &jobs, &settled_on_completion).err()).map(|v| v.invariant)
+    }
+
+    fn paid(mut job: Job) -> Job {
+        job.paid_with = Some(Box::new(coordinator::core::PaidWith {
+            nonce: x402::NonceKey {
+                chain_id: 84532,
+                asset: x402::Address::default(),
+                from: x402::Address::default(),
+                nonce: Default::default(),
+            },
+            response_header: String::new(),
+            ticket: None,
+        }));
+        job
+    }
+
+    #[test]
+    fn a_paid_jobs_reader_is_shown_its_output_once_at_its_end_and_never_for_a_failed_job() {
+        let delta = |t: &str| ("delta", json!({ "text": t }));
+        let end = (
+            "job",
+            json!({"status": "completed", "result": {"output": "a b"}}),
+        );
+        let done = paid(job(false, "completed", "a b", 1));
+        let at_end = read("router", &[delta("a b"), end.clone()]);
+        assert_eq!(verdict(&[at_end], &done, "router"), None);
+        let streamed = read("router", &[delta("a "), delta("b"), end]);
+        assert_eq!(
+            verdict(&[streamed], &done, "router"),
+            Some(SafetyKey::OutputBeforeSettlement)
+        );
+        // Resumed across a coordinator's restart: told to drop what it had.
+        let resumed = read(
+            "router",
+            &[delta("a b"), ("restart", json!({})), delta("a b")],
+        );
+        assert_eq!(verdict(&[resumed], &done, "router"), None);
+        let refused = paid(job(false, "failed", "", 1));
+        let shown = read("router", &[delta("a ")]);
+        assert_eq!(
+            verdict(&[shown], &refused, "router"),
+            Some(SafetyKey::OutputBeforeSettlement)
+        );
     }
 
     #[test]
