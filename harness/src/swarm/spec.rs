@@ -143,7 +143,8 @@ impl Kind {
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
-    /// [`Kind::ShareFloods`] and [`Kind::PollDeadlines`].
+    /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
+    /// and [`Kind::Garbage`].
     pub const ALL: &'static [Kind] = &{
         let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 18];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
