@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::user_auth::{self, ProofContext};
 use crate::core::{cancellable, Job};
 use crate::shell::Coordinator;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use protocol::api::PrivacyClass;
@@ -53,11 +53,9 @@ impl Found {
     ))]
 pub(super) async fn cancel(
     State(c): State<Coordinator>,
-    Path(id): Path<String>,
+    super::extract::JobId(id): super::extract::JobId,
     proof: ProofContext,
 ) -> Result<Response, ApiError> {
-    // A malformed id names no job, so it is a 404 like an unknown one.
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
     let found = find(&c, id).await?.ok_or(ApiError::JobNotFound)?;
     let job = found.job();
     if job.submission.privacy_class == PrivacyClass::Private {

@@ -11,7 +11,7 @@
 use super::error::ApiError;
 use super::extract::ClientAddr;
 use crate::shell::{Coordinator, Cursor, StreamView, StreamWatch};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use protocol::api::{JobRecord, JobStatus};
@@ -306,10 +306,9 @@ fn event(item: &Item, id: String) -> Event {
 pub(super) async fn events(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
-    Path(id): Path<String>,
+    super::extract::JobId(id): super::extract::JobId,
     headers: HeaderMap,
 ) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
     let feed = Feed::open(&c, id, &client, resume_from(&headers), true)?;
     let stream = futures_util::stream::unfold(feed, |mut feed| async move {
         let item = feed.next().await?;

@@ -190,6 +190,25 @@ impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
     }
 }
 
+/// The job id of a `/v1/jobs/{id}...` path. A malformed id names no job,
+/// so it is a 404 like an unknown one: an id that is not a UUID, and one
+/// whose percent-encoding is not UTF-8 (`%ff`), which axum's own `Path`
+/// rejection answered 400 with a plain-text body (swarm kind `garbage`).
+pub struct JobId(pub uuid::Uuid);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| ApiError::JobNotFound)?;
+        let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
+        Ok(JobId(id))
+    }
+}
+
 /// Query parameters as a map; a malformed query string is a 400.
 pub struct QueryMap(pub BTreeMap<String, String>);
 
@@ -198,10 +217,43 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryMap {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
+        // serde_urlencoded decodes lossily: `user_id=%ff` would name the
+        // user U+FFFD, as would `%fe`.
+        if !percent_decodes_to_utf8(query) {
+            return Err(ApiError::BadRequest(
+                "malformed query string: not UTF-8 once percent-decoded".into(),
+            ));
+        }
         serde_urlencoded::from_str(query)
             .map(QueryMap)
             .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
     }
+}
+
+/// Whether `query`, percent-decoded as `application/x-www-form-urlencoded`
+/// is (a `%` without two hex digits after it stands for itself), is UTF-8.
+fn percent_decodes_to_utf8(query: &str) -> bool {
+    let bytes = query.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        let escaped = match bytes.get(i + 1..i + 3) {
+            Some(&[hi, lo]) if bytes[i] == b'%' => hex(hi).zip(hex(lo)),
+            _ => None,
+        };
+        match escaped {
+            Some((hi, lo)) => {
+                decoded.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
 }
 
 /// The caller's address for rate limiting: the peer's IP, or, when the peer

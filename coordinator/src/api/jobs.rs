@@ -2,13 +2,13 @@
 //! commits (with payments) and polls.
 
 use super::error::ApiError;
-use super::extract::{ClientAddr, CommitRequest, QueryMap};
+use super::extract::{ClientAddr, CommitRequest, JobId, QueryMap};
 use super::user_auth;
 use super::validate;
 use crate::config::Settlement;
 use crate::core::{CommitError, PaidWith, Payment};
 use crate::shell::{Coordinator, Watch};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -401,11 +401,9 @@ fn public_base_url(c: &Coordinator, headers: &HeaderMap) -> String {
 pub(super) async fn poll(
     State(c): State<Coordinator>,
     ClientAddr(client): ClientAddr,
-    Path(id): Path<String>,
+    JobId(id): JobId,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    // A malformed id names no job, so it is a 404 like an unknown one.
-    let id = uuid::Uuid::parse_str(&id).map_err(|_| ApiError::JobNotFound)?;
     let wait_ms = wait_ms(query.as_deref(), c.config().limits.poll_wait_ms_max)?;
     // The job is read under the state lock and shared; its record (copies
     // of the output and receipt) is built after the lock is let go.

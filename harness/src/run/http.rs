@@ -6,6 +6,7 @@ use crate::expr::matcher::{self, Vars};
 use crate::spec::calls::HELD_POLLS_PER_STEP_MAX;
 use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec, RawRequest};
 use crate::world::held_polls::HeldAnswer;
+use crate::world::malformed::MalformedAnswer;
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
 use protocol::user_proof::{ProofRequest, HEADER};
@@ -19,6 +20,19 @@ pub(super) async fn run_http(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
+    let latest;
+    let call = match call.path.contains(LATEST_IN_PATH) {
+        true => {
+            let job = latest_job(world, &call.instance);
+            let path = call.path.replace(LATEST_IN_PATH, &job);
+            latest = HttpCall {
+                path,
+                ..call.clone()
+            };
+            &latest
+        }
+        false => call,
+    };
     let (mut request, path, shown) = build_request(call, world, vars)?;
     let honest = match &call.user_proof {
         Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
@@ -28,6 +42,10 @@ pub(super) async fn run_http(
     let mut answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
     if let Some(suffix) = user_suffix(world, &call.instance) {
         unscope_user(&mut answer.body, &suffix);
+    }
+    if call.malformed {
+        let request = format!("{} {path}", request.method);
+        record_malformed(world, &call.instance, request, &answer);
     }
     record_trust(world, &call.instance, &request, &path, honest, &answer);
     let Some(pay) = &call.pay else {
@@ -68,6 +86,24 @@ pub(super) async fn run_http(
 /// The `job` of a `cancel` step that names the job of the latest 201 a
 /// step got from its instance.
 pub(super) const LATEST: &str = "latest";
+
+/// In an `http` step's path, the job of the latest 201 a step got from
+/// its instance (as `latest` names it in a `poll` or `cancel` step), so a
+/// malformed request can name a job that exists (a bad `wait_ms` of it).
+pub(super) const LATEST_IN_PATH: &str = "{latest}";
+
+/// Keeps a malformed request's answer for `bad_input_mishandled`
+/// (`world::malformed`); the answer is the transcript's last line.
+fn record_malformed(world: &mut World, instance: &str, request: String, answer: &Answer) {
+    let line = world.transcript.len().saturating_sub(1);
+    world.malformed.record(MalformedAnswer {
+        instance: instance.to_owned(),
+        request,
+        line,
+        status: answer.status,
+        body: answer.body.clone(),
+    });
+}
 
 /// The job of the latest 201 a step got from `instance`; none yet: the
 /// nil id, which no job has (404).
@@ -453,7 +489,11 @@ pub(super) async fn run_raw(raw: &RawRequest, world: &mut World) -> Result<Answe
         Ok(answer) => answer,
         Err(e) => {
             world.transcript.log(&raw.instance, format!("< {e}"));
-            return Ok(Answer::body(json!({"transport_error": e.to_string()})));
+            let answer = Answer::body(json!({"transport_error": e.to_string()}));
+            if raw.malformed {
+                record_malformed(world, &raw.instance, "raw".into(), &answer);
+            }
+            return Ok(answer);
         }
     };
     let body: Value = serde_json::from_slice(&answer.body)
@@ -466,11 +506,15 @@ pub(super) async fn run_raw(raw: &RawRequest, world: &mut World) -> Result<Answe
             String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
         ),
     );
-    Ok(Answer {
+    let answer = Answer {
         status: Some(answer.status),
         headers: answer.headers,
         body,
-    })
+    };
+    if raw.malformed {
+        record_malformed(world, &raw.instance, "raw".into(), &answer);
+    }
+    Ok(answer)
 }
 
 /// Signs a payment for a 402 answer with the scenario payer, altered as asked.

@@ -59,6 +59,7 @@ fn post(pair: &Pair, path: &str, node: Option<u32>) -> HttpCall {
         client: None,
         node,
         user_proof: None,
+        malformed: false,
     }
 }
 

@@ -33,6 +33,11 @@ pub struct HttpCall {
     /// Acts as a scenario user (`[users]`): sends an `X-User-Proof` over
     /// this request at the simulated clock.
     pub user_proof: Option<ProofSpec>,
+    /// The request is malformed on purpose: the safety key
+    /// `bad_input_mishandled` holds its answer to a 4xx with the API's JSON
+    /// error (`world::malformed`).
+    #[serde(default)]
+    pub malformed: bool,
 }
 
 /// `cancel`: `POST /v1/jobs/{job}/cancel` (decision 0022), answered like
@@ -69,6 +74,7 @@ impl CancelCall {
             client: self.client.clone(),
             node: self.node,
             user_proof: self.user_proof.clone(),
+            malformed: false,
         }
     }
 }
@@ -122,6 +128,7 @@ impl PollCall {
             client: self.client.clone(),
             node: self.node,
             user_proof: None,
+            malformed: false,
         }
     }
 }
@@ -516,6 +523,9 @@ pub struct RawRequest {
     pub bytes: String,
     #[serde(default = "raw_client")]
     pub client: String,
+    /// As an `http` step's: judged by `bad_input_mishandled`.
+    #[serde(default)]
+    pub malformed: bool,
 }
 
 fn raw_client() -> String {

@@ -78,6 +78,7 @@ impl WorldSpec {
         super::share_floods::draw(&mut world);
         super::deadlines::draw(&mut world);
         super::poll_hoards::draw(&mut world);
+        super::garbage::draw(&mut world);
         world
     }
 }

@@ -24,6 +24,8 @@ pub mod deadlines;
 pub mod draw;
 pub mod edges;
 pub mod floods;
+pub mod garbage;
+pub mod garbage_catalogue;
 pub mod held_polls;
 pub mod lease_stalls;
 pub mod nodes;

@@ -108,6 +108,7 @@ fn schema_version(world: &WorldSpec) -> u32 {
         && !world.kinds.has(Kind::SlowHeads)
         && !world.kinds.has(Kind::Sybils)
         && !world.kinds.has(Kind::PollHoards)
+        && !world.kinds.has(Kind::Garbage)
         && !(world.events.iter()).any(|t| matches!(t.event, Event::Poll { .. }));
     if plain {
         1
@@ -490,6 +491,7 @@ fn render_event(w: &mut String, event: &Event) {
         ),
         Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::Hoard(h) => write!(w, "{}", super::poll_hoards::render(h)),
+        Event::Garbage(g) => write!(w, "{}", super::garbage::render(g)),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -98,6 +98,10 @@ pub enum Kind {
     /// Hoarders from addresses of their own hold bursts of long polls
     /// past the held-poll bounds (drawn by [`super::poll_hoards`]).
     PollHoards,
+    // Issue 33, malformed input in every field (branch `garbage`).
+    /// An attacker sends bursts of malformed requests, every field of
+    /// every door (drawn by [`super::garbage`]).
+    Garbage,
 }
 
 impl Kind {
@@ -139,9 +143,10 @@ impl Kind {
     /// [`Kind::LatePairings`], [`Kind::Floods`], [`Kind::Stalls`],
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
-    /// [`Kind::ShareFloods`] and [`Kind::PollDeadlines`].
+    /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
+    /// and [`Kind::Garbage`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 17];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 18];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -161,6 +166,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 15] = Kind::PollDeadlines;
         // Issue 33, held-poll hoarding (branch `inputs`).
         all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
+        // Issue 33, malformed input in every field (branch `garbage`).
+        all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -213,6 +220,7 @@ impl Kind {
             Kind::ShareFloods => "share_floods",
             Kind::PollDeadlines => "poll_deadlines",
             Kind::PollHoards => "poll_hoards",
+            Kind::Garbage => "garbage",
         }
     }
 }
@@ -452,6 +460,8 @@ pub enum Event {
     SlowHeads(super::slow_heads::SlowHeadsEvent),
     /// A burst of a hoarder's held polls (drawn by [`super::poll_hoards`]).
     Hoard(super::poll_hoards::HoardEvent),
+    /// One malformed request (drawn by [`super::garbage`]).
+    Garbage(super::garbage::GarbageRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -643,6 +653,7 @@ impl WorldSpec {
                 Event::Flood(f) => instances.contains(&f.instance),
                 Event::SlowHeads(s) => instances.contains(&s.instance),
                 Event::Hoard(h) => instances.contains(&h.instance),
+                Event::Garbage(g) => super::garbage::keeps(self, g),
                 Event::Freeze { worker, .. } => workers.contains(worker),
                 Event::Pair { .. } | Event::Attack(_) => {
                     self.keeps_user_event(&t.event, instances, workers)

@@ -349,7 +349,9 @@ fn user_attacks_change_only_the_worlds_they_are_on_in() {
         let text = render::render(&world, "w", "test");
         assert!(text.contains("user_auth = \"on\"") && text.contains("[users.mallory]"));
         for line in text.lines() {
+            // The `garbage` kind's malformed requests act for nobody.
             let honest = line.starts_with("http = ")
+                && !line.contains("malformed = true")
                 && (line.contains("/v1/trust/create") || line.contains("\"PRIVATE\""));
             if honest {
                 assert!(
@@ -756,4 +758,60 @@ fn poll_hoards_hold_past_the_bounds_of_one_instance() {
         assert!(checked(&world).is_empty(), "seed {seed}");
     }
     assert!((30..=90).contains(&on), "{on} of 200 worlds hoard polls");
+}
+
+/// `garbage` sends bursts of malformed requests to one instance, each an
+/// `http` or `raw_request` step marked `malformed = true` from the
+/// attacker's own client, payment garbage only where payments are on and
+/// proof garbage only with user auth; only in worlds with the kind, about
+/// a quarter of them. Across the worlds, every family of the catalogue is
+/// drawn.
+#[test]
+fn garbage_sends_marked_malformed_requests_to_one_instance() {
+    let (mut on, mut text_all) = (0, String::new());
+    for seed in 0..200 {
+        let world = WorldSpec::generate(seed);
+        let sent: Vec<&super::garbage::GarbageRequest> = (world.events.iter())
+            .filter_map(|t| match &t.event {
+                Event::Garbage(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        if !world.kinds.has(spec::Kind::Garbage) {
+            assert!(sent.is_empty(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        assert!(sent.len() >= 3, "seed {seed}");
+        let instances: std::collections::BTreeSet<_> = sent.iter().map(|g| g.instance).collect();
+        assert_eq!(instances.len(), 1, "seed {seed}");
+        assert!(
+            sent.iter().all(|g| super::garbage::keeps(&world, g)),
+            "seed {seed}"
+        );
+        let text = render::render(&world, "w", "test");
+        let marked = (text.lines())
+            .filter(|l| l.contains("client = \"garbage\"") && l.ends_with("malformed = true }"))
+            .count();
+        assert_eq!(marked, sent.len(), "seed {seed}");
+        assert!(
+            checked(&world).is_empty(),
+            "seed {seed}: {:?}",
+            checked(&world)
+        );
+        text_all.push_str(&text);
+    }
+    assert!((25..=80).contains(&on), "{on} of 200 worlds send garbage");
+    for family in [
+        "raw_request = ",
+        "x-payment = ",
+        "x-user-proof = ",
+        "/v1/chat/completions",
+        "wait_ms=",
+        "/v1/trust/",
+        "\\\\u0000",
+        "\\\\ud800",
+    ] {
+        assert!(text_all.contains(family), "no world drew {family}");
+    }
 }

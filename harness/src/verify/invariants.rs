@@ -152,6 +152,10 @@ fn check_safety(
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
+            .and_then(|()| {
+                let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
+                super::bad_input::check(world.malformed.all(), jobs)
+            })
     });
     checked.map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),

@@ -72,11 +72,13 @@ pub enum SafetyKey {
     UnfundedJobAccepted,
     // Issue 33, held-poll hoarding (branch `inputs`).
     HeldPollsOverCap,
+    // Issue 33, malformed input in every field (branch `garbage`).
+    BadInputMishandled,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 30] = [
+    pub const ALL: [SafetyKey; 31] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -111,6 +113,8 @@ impl SafetyKey {
         SafetyKey::UnfundedJobAccepted,
         // Issue 33, held-poll hoarding (branch `inputs`).
         SafetyKey::HeldPollsOverCap,
+        // Issue 33, malformed input in every field (branch `garbage`).
+        SafetyKey::BadInputMishandled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -145,6 +149,7 @@ impl SafetyKey {
             SafetyKey::HonestStarved => "honest_starved",
             SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
             SafetyKey::HeldPollsOverCap => "held_polls_over_cap",
+            SafetyKey::BadInputMishandled => "bad_input_mishandled",
         }
     }
 }

@@ -350,6 +350,7 @@ pub(super) fn assemble(
         acknowledged: Default::default(),
         streams: Default::default(),
         held_polls: Default::default(),
+        malformed: Default::default(),
         edge_deadlines: BTreeMap::new(),
         http,
         net: None,

@@ -19,6 +19,7 @@ pub mod frames;
 pub mod held_polls;
 mod instance;
 mod live;
+pub mod malformed;
 mod raw;
 pub mod settlements;
 pub mod streams;
@@ -122,6 +123,9 @@ pub struct World {
     pub streams: streams::StreamLog,
     /// Every held poll's answer (`poll_not_woken` judges them).
     pub held_polls: held_polls::HeldPollLog,
+    /// The answers to requests sent malformed on purpose
+    /// (`bad_input_mishandled` judges them).
+    pub malformed: malformed::MalformedLog,
     /// The deadline each job's first edge poll aimed at, and whose it is
     /// (`pending`, `payment`, `lease`): the job's later edge polls aim at
     /// the same one, though the job has ended since.
