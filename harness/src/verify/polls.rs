@@ -23,10 +23,33 @@
 use super::safety::{SafetyKey, Violation};
 use crate::world::held_polls::HeldAnswer;
 
+/// When the instance's jobs ended (ms since the Unix epoch, by id) and the
+/// transcript's `+0.000s` on that clock: a poll of a job that had already
+/// ended when it was sent did not wait for a change, so a late answer of it
+/// is a deadline matter, not a missed wake (swarm seed 8887: polls sent in
+/// the instant a BUGGIFY crash restarted the instance, answered after its
+/// recovery).
+#[derive(Debug, Default)]
+pub struct JobEnds {
+    pub epoch_ms: i64,
+    pub ended_at_ms: std::collections::BTreeMap<String, i64>,
+}
+
+impl JobEnds {
+    fn ended_before(&self, id: &str, sent_ms: i64) -> bool {
+        (self.ended_at_ms.get(id)).is_some_and(|end| *end < self.epoch_ms + sent_ms)
+    }
+}
+
 /// Checks the held polls of `instance` (its answers, in sending order);
 /// their deadlines to the millisecond only with `timers_exact` (no fault
 /// points in the run).
-pub fn check(answers: &[HeldAnswer], instance: &str, timers_exact: bool) -> Result<(), Violation> {
+pub fn check(
+    answers: &[HeldAnswer],
+    instance: &str,
+    timers_exact: bool,
+    ends: &JobEnds,
+) -> Result<(), Violation> {
     for held in answers.iter().filter(|a| a.instance == instance) {
         let Some((held_ms, body)) = &held.answer else {
             continue;
@@ -44,7 +67,8 @@ pub fn check(answers: &[HeldAnswer], instance: &str, timers_exact: bool) -> Resu
                 line: Some(held.line),
             });
         }
-        if *held_ms >= held.wait_ms && matches!(status, "completed" | "failed") {
+        let finished = matches!(status, "completed" | "failed");
+        if *held_ms >= held.wait_ms && finished && !ends.ended_before(id, held.sent_ms) {
             return Err(Violation {
                 invariant: SafetyKey::PollNotWoken,
                 message: format!(
@@ -149,7 +173,9 @@ mod tests {
     use serde_json::json;
 
     fn key(held: HeldAnswer) -> Option<SafetyKey> {
-        check(&[held], "chain_a", true).err().map(|v| v.invariant)
+        check(&[held], "chain_a", true, &JobEnds::default())
+            .err()
+            .map(|v| v.invariant)
     }
 
     fn held(after: u64, status: &str) -> HeldAnswer {
@@ -234,9 +260,31 @@ mod tests {
         assert_eq!(key(held(5002, "running")), Some(SafetyKey::PollNotWoken));
         // With fault points on, the durability wait may stretch it (seed
         // 4396); a finished job after the whole wait is still not woken.
-        let faulty = |h: HeldAnswer| check(&[h], "chain_a", false).err().map(|v| v.invariant);
-        assert_eq!(faulty(held(5006, "pending")), None);
-        assert_eq!(faulty(held(5006, "failed")), Some(SafetyKey::PollNotWoken));
+        let none = JobEnds::default();
+        let faulty = |h: HeldAnswer, ends: &JobEnds| {
+            check(&[h], "chain_a", false, ends)
+                .err()
+                .map(|v| v.invariant)
+        };
+        assert_eq!(faulty(held(5006, "pending"), &none), None);
+        assert_eq!(
+            faulty(held(5006, "failed"), &none),
+            Some(SafetyKey::PollNotWoken)
+        );
+        // A job that had ended before the poll was sent did not change
+        // while it was held: its late answer is the stretch above (seed 8887).
+        let mut late = held(5006, "failed");
+        late.sent_ms = 100;
+        let id = late
+            .answer
+            .as_ref()
+            .map(|(_, b)| b["id"].as_str().unwrap_or_default().to_owned());
+        let ended = |at_ms| JobEnds {
+            epoch_ms: 1_000,
+            ended_at_ms: [(id.clone().unwrap_or_default(), at_ms)].into(),
+        };
+        assert_eq!(faulty(late.clone(), &ended(1_099)), None);
+        assert_eq!(faulty(late, &ended(1_100)), Some(SafetyKey::PollNotWoken));
         // Another instance's poll, or one whose connection was cut.
         let other = HeldAnswer {
             instance: "chain_b".into(),
