@@ -21,17 +21,16 @@ pub(super) async fn run_http(
     vars: &mut Vars,
 ) -> Result<Answer, String> {
     let latest;
-    let call = match call.path.contains(LATEST_IN_PATH) {
-        true => {
-            let job = latest_job(world, &call.instance);
-            let path = call.path.replace(LATEST_IN_PATH, &job);
-            latest = HttpCall {
-                path,
-                ..call.clone()
-            };
-            &latest
-        }
-        false => call,
+    let call = if call.path.contains(LATEST_IN_PATH) {
+        let job = latest_job(world, &call.instance);
+        let path = call.path.replace(LATEST_IN_PATH, &job);
+        latest = HttpCall {
+            path,
+            ..call.clone()
+        };
+        &latest
+    } else {
+        call
     };
     let (mut request, path, shown) = build_request(call, world, vars)?;
     let honest = match &call.user_proof {
@@ -449,16 +448,7 @@ pub(super) async fn exchange(
     };
     match transport.send(request).await {
         Ok(r) => {
-            let body: Value = serde_json::from_slice(&r.body)
-                .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&r.body)}));
-            world.transcript.log(
-                instance,
-                format!(
-                    "< {} {}",
-                    r.status,
-                    String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-                ),
-            );
+            let body = logged_body(world, instance, r.status, &r.body);
             world.acknowledged.record(r.status, body["job_id"].as_str());
             (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
             (world.streams).record_committer(r.status, body["job_id"].as_str(), client);
@@ -477,39 +467,38 @@ pub(super) async fn exchange(
     }
 }
 
+/// An answer's body as JSON (one that is not JSON is kept as
+/// `non_json_body`), logged with its status.
+fn logged_body(world: &World, instance: &str, status: u16, bytes: &[u8]) -> Value {
+    let body: Value = serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(bytes)}));
+    let shown = String::from_utf8_lossy(&protocol::canonical::to_vec(&body)).into_owned();
+    world
+        .transcript
+        .log(instance, format!("< {status} {shown}"));
+    body
+}
+
 /// `raw_request`: the bytes as they are, logged escaped; the answer as an
-/// `http` step's (a body that is not JSON is kept as `non_json_body`).
+/// `http` step's.
 pub(super) async fn run_raw(raw: &RawRequest, world: &mut World) -> Result<Answer, String> {
     world.transcript.log(
         &raw.instance,
         format!("> raw request (from {}) {:?}", raw.client, raw.bytes),
     );
-    let answer = (world.raw_exchange(&raw.instance, &raw.client, raw.bytes.as_bytes())).await;
-    let answer = match answer {
-        Ok(answer) => answer,
+    let answer = match world
+        .raw_exchange(&raw.instance, &raw.client, raw.bytes.as_bytes())
+        .await
+    {
+        Ok(r) => Answer {
+            status: Some(r.status),
+            body: logged_body(world, &raw.instance, r.status, &r.body),
+            headers: r.headers,
+        },
         Err(e) => {
             world.transcript.log(&raw.instance, format!("< {e}"));
-            let answer = Answer::body(json!({"transport_error": e.to_string()}));
-            if raw.malformed {
-                record_malformed(world, &raw.instance, "raw".into(), &answer);
-            }
-            return Ok(answer);
+            Answer::body(json!({"transport_error": e.to_string()}))
         }
-    };
-    let body: Value = serde_json::from_slice(&answer.body)
-        .unwrap_or_else(|_| json!({"non_json_body": String::from_utf8_lossy(&answer.body)}));
-    world.transcript.log(
-        &raw.instance,
-        format!(
-            "< {} {}",
-            answer.status,
-            String::from_utf8_lossy(&protocol::canonical::to_vec(&body))
-        ),
-    );
-    let answer = Answer {
-        status: Some(answer.status),
-        headers: answer.headers,
-        body,
     };
     if raw.malformed {
         record_malformed(world, &raw.instance, "raw".into(), &answer);
