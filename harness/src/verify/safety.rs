@@ -312,15 +312,14 @@ pub fn check(
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
-            let ends = super::polls::JobEnds {
-                epoch_ms: bound.epoch_ms,
-                ended_at_ms: (state.jobs.iter())
-                    .filter_map(|j| Some((j.id.to_string(), j.completed_at_ms?)))
-                    .collect(),
-            };
-            let exact = bound.timers_exact;
-            found.extend(super::polls::check(&state.held_polls, name, exact, &ends).err());
             if bound.timers_exact {
+                let ends = super::polls::JobEnds {
+                    epoch_ms: bound.epoch_ms,
+                    ended_at_ms: (state.jobs.iter())
+                        .filter_map(|j| Some((j.id.to_string(), j.completed_at_ms?)))
+                        .collect(),
+                };
+                found.extend(super::polls::check(&state.held_polls, name, &ends).err());
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
