@@ -84,12 +84,11 @@ impl WorldSpec {
 }
 
 /// The kinds drawn last, in this order: `garbage`, then held-out
-/// proposals 1, 6 and 2 (branch `propa`), each on a stream of its own, so a
+/// proposals 1 and 2 (branch `propa`), each on a stream of its own, so a
 /// seed without them keeps its world exactly.
 fn draw_last_kinds(world: &mut WorldSpec) {
     super::garbage::draw(world);
     super::overclaims::draw(world);
-    super::long_retention::draw(world);
     super::other_receipts::draw(world);
 }
 
@@ -229,7 +228,6 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 sybils: None,
                 queued_bytes: None,
                 held_polls: None,
-                retention_hours: None,
             }
         })
         .collect()

@@ -28,7 +28,6 @@ pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
 pub mod lease_stalls;
-pub mod long_retention;
 pub mod nodes;
 pub mod other_receipts;
 pub mod overclaims;

@@ -102,15 +102,11 @@ pub enum Kind {
     /// An attacker sends bursts of malformed requests, every field of
     /// every door (drawn by [`super::garbage`]).
     Garbage,
-    // Issue 33, held-out proposals 1 and 6 (branch `propa`).
+    // Issue 33, held-out proposal 1 (branch `propa`).
     /// On an instance with user auth off, an attacker claims an honest
     /// plain pairing code again after its owner did (drawn by
     /// [`super::overclaims`]).
     Overclaims,
-    /// An instance keeps finished results one hour and the world lives
-    /// one to two hours past its workload (drawn by
-    /// [`super::long_retention`]).
-    LongRetention,
 }
 
 impl Kind {
@@ -153,10 +149,9 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and
-    /// [`Kind::LongRetention`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 20];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 19];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -178,9 +173,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
         // Issue 33, malformed input in every field (branch `garbage`).
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
-        // Issue 33, held-out proposals 1 and 6 (branch `propa`).
+        // Issue 33, held-out proposal 1 (branch `propa`).
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
-        all[Self::MAIN_STREAM.len() + 19] = Kind::LongRetention;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -235,7 +229,6 @@ impl Kind {
             Kind::PollHoards => "poll_hoards",
             Kind::Garbage => "garbage",
             Kind::Overclaims => "overclaims",
-            Kind::LongRetention => "long_retention",
         }
     }
 }
@@ -297,9 +290,6 @@ pub struct InstanceSpec {
     /// `limits.held_polls_max` and `limits.held_polls_per_client_max`,
     /// when drawn (by [`super::poll_hoards`]); `None` renders neither.
     pub held_polls: Option<(usize, usize)>,
-    /// `retention_hours` when drawn short (by [`super::long_retention`]);
-    /// `None` renders 24 where a kept budget turns retention on.
-    pub retention_hours: Option<u64>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
