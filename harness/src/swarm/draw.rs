@@ -78,9 +78,18 @@ impl WorldSpec {
         super::share_floods::draw(&mut world);
         super::deadlines::draw(&mut world);
         super::poll_hoards::draw(&mut world);
-        super::garbage::draw(&mut world);
+        draw_last_kinds(&mut world);
         world
     }
+}
+
+/// The kinds drawn last, in this order: `garbage`, then held-out
+/// proposals 1 and 2 (branch `propa`), each on a stream of its own, so a
+/// seed without them keeps its world exactly.
+fn draw_last_kinds(world: &mut WorldSpec) {
+    super::garbage::draw(world);
+    super::overclaims::draw(world);
+    super::other_receipts::draw(world);
 }
 
 /// Second sessions with the keys of some workers: each replaces the other
@@ -400,6 +409,7 @@ fn draw_pairings(rng: &mut ChaCha20Rng, kinds: &Kinds, workers: &[WorkerSpec]) -
                 worker: w.name.clone(),
                 claim_node: 0,
                 intercept: None,
+                overclaim: None,
             });
         }
     }

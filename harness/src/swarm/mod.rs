@@ -29,6 +29,8 @@ pub mod garbage_catalogue;
 pub mod held_polls;
 pub mod lease_stalls;
 pub mod nodes;
+pub mod other_receipts;
+pub mod overclaims;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod render;

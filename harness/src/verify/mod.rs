@@ -4,6 +4,7 @@
 //! from where it broke to the swarm, the shrinker and the report.
 
 pub mod bad_input;
+pub mod claims;
 pub mod connections;
 pub mod edges;
 pub mod invariants;
