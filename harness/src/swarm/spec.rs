@@ -102,6 +102,10 @@ pub enum Kind {
     /// An attacker sends bursts of malformed requests, every field of
     /// every door (drawn by [`super::garbage`]).
     Garbage,
+    // Held-out proposal 7 (branch `propb`).
+    /// A worker stops reading while its leases lapse, then reads again
+    /// before its heartbeat timeout (drawn by [`super::lease_thaws`]).
+    LeaseThaws,
 }
 
 impl Kind {
@@ -144,9 +148,9 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`].
+    /// and [`Kind::Garbage`], then [`Kind::LeaseThaws`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 18];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 19];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -168,6 +172,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
         // Issue 33, malformed input in every field (branch `garbage`).
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
+        // Held-out proposal 7 (branch `propb`).
+        all[Self::MAIN_STREAM.len() + 18] = Kind::LeaseThaws;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -221,6 +227,8 @@ impl Kind {
             Kind::PollDeadlines => "poll_deadlines",
             Kind::PollHoards => "poll_hoards",
             Kind::Garbage => "garbage",
+            // Held-out proposal 7 (branch `propb`).
+            Kind::LeaseThaws => "lease_thaws",
         }
     }
 }

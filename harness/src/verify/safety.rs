@@ -74,11 +74,13 @@ pub enum SafetyKey {
     HeldPollsOverCap,
     // Issue 33, malformed input in every field (branch `garbage`).
     BadInputMishandled,
+    // Held-out proposal 7 (branch `propb`).
+    AssignLost,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 31] = [
+    pub const ALL: [SafetyKey; 32] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -115,6 +117,8 @@ impl SafetyKey {
         SafetyKey::HeldPollsOverCap,
         // Issue 33, malformed input in every field (branch `garbage`).
         SafetyKey::BadInputMishandled,
+        // Held-out proposal 7 (branch `propb`).
+        SafetyKey::AssignLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -150,6 +154,8 @@ impl SafetyKey {
             SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
             SafetyKey::HeldPollsOverCap => "held_polls_over_cap",
             SafetyKey::BadInputMishandled => "bad_input_mishandled",
+            // Held-out proposal 7 (branch `propb`).
+            SafetyKey::AssignLost => "assign_lost",
         }
     }
 }
@@ -298,6 +304,8 @@ pub fn check(
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
+    // Held-out proposal 7 (branch `propb`).
+    found.extend(super::assigns::check(frames).err());
     let settled_on_completion: BTreeSet<&str> = (instances.iter())
         .filter(|(_, s)| s.paid && s.settled.is_some())
         .map(|(name, _)| name.as_str())
