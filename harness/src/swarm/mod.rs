@@ -28,6 +28,7 @@ pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
 pub mod lease_stalls;
+pub mod lease_thaws;
 pub mod nodes;
 pub mod other_receipts;
 pub mod overclaims;

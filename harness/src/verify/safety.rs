@@ -74,13 +74,13 @@ pub enum SafetyKey {
     HeldPollsOverCap,
     // Issue 33, malformed input in every field (branch `garbage`).
     BadInputMishandled,
-    // Held-out proposal 1 (branch `propa`).
     PairingClaimedTwice,
+    AssignLost,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 32] = [
+    pub const ALL: [SafetyKey; 33] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -117,8 +117,8 @@ impl SafetyKey {
         SafetyKey::HeldPollsOverCap,
         // Issue 33, malformed input in every field (branch `garbage`).
         SafetyKey::BadInputMishandled,
-        // Held-out proposal 1 (branch `propa`).
         SafetyKey::PairingClaimedTwice,
+        SafetyKey::AssignLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -155,6 +155,7 @@ impl SafetyKey {
             SafetyKey::HeldPollsOverCap => "held_polls_over_cap",
             SafetyKey::BadInputMishandled => "bad_input_mishandled",
             SafetyKey::PairingClaimedTwice => "pairing_claimed_twice",
+            SafetyKey::AssignLost => "assign_lost",
         }
     }
 }
@@ -305,6 +306,8 @@ pub fn check(
     // Held-out proposal 1 (branch `propa`).
     found.extend(super::claims::check(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
+    // Held-out proposal 7 (branch `propb`).
+    found.extend(super::assigns::check(frames).err());
     let settled_on_completion: BTreeSet<&str> = (instances.iter())
         .filter(|(_, s)| s.paid && s.settled.is_some())
         .map(|(name, _)| name.as_str())
