@@ -591,6 +591,9 @@ impl WorldSpec {
             if p.intercept.as_ref().is_some_and(|w| !workers.contains(w)) {
                 p.intercept = None;
             }
+            if p.overclaim.as_ref().is_some_and(|w| !workers.contains(w)) {
+                p.overclaim = None;
+            }
         }
         let paid: Vec<&'static str> = self
             .instances
