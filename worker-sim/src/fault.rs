@@ -55,6 +55,11 @@ pub enum JobFault {
     WrongOutputHash,
     /// An output of the wrong shape for the job type, with a valid receipt.
     InvalidOutput,
+    /// Answer with the output and the (correctly signed) receipt of this
+    /// worker's previous result of the same shape: another job's receipt,
+    /// which must be refused (`receipt.job_id` names the other job). With
+    /// no such previous result, the job is answered honestly.
+    OtherJobReceipt,
     /// Send the (valid) `result` frame twice: the second must draw an
     /// error, never a second `result_accepted`.
     DuplicateResult,
@@ -82,6 +87,7 @@ impl JobFault {
             JobFault::BadSignature => "bad_signature",
             JobFault::WrongOutputHash => "wrong_output_hash",
             JobFault::InvalidOutput => "invalid_output",
+            JobFault::OtherJobReceipt => "other_job_receipt",
             JobFault::DuplicateResult => "duplicate_result",
             JobFault::Malformed { .. } => "malformed",
         }

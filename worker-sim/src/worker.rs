@@ -32,7 +32,7 @@ use crate::fault::{HandshakeFault, HeartbeatFault, JobFault, MalformedKind};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use protocol::connection::{ConnectError, Connector, FrameConnection, Incoming};
 use protocol::origin::{worker_origin, OriginError};
-use protocol::receipt::ReceiptBody;
+use protocol::receipt::{Receipt, ReceiptBody};
 use protocol::signing::Keypair;
 use protocol::worker::{
     challenge_message, Assignment, CoordinatorFrame, ErrorCode, WorkerFrame, FEATURE_DELTAS,
@@ -129,6 +129,9 @@ pub struct Worker {
     /// Frames a driver asks this worker to send as they are, whatever the
     /// protocol says (see [`Worker::with_outbox`]).
     outbox: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+    /// The output and receipt of the last result answered honestly: what
+    /// an `other_job_receipt` fault sends for another job.
+    last_result: Option<(Value, Receipt)>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -180,6 +183,7 @@ impl Worker {
             jobs_seen: 0,
             sessions: 0,
             outbox: None,
+            last_result: None,
             config,
         })
     }
@@ -739,7 +743,7 @@ impl Worker {
     }
 
     /// The `result` frame, with the job's receipt fault applied.
-    fn result_frame(&self, job: &InFlight, output: Value) -> WorkerFrame {
+    fn result_frame(&mut self, job: &InFlight, output: Value) -> WorkerFrame {
         let a = &job.assignment;
         let completed_at = protocol::time::format_ms(self.clock.now_ms());
         let body = |output: &Value| {
@@ -765,11 +769,21 @@ impl Worker {
                 let receipt = body(&wrong).sign(&self.key);
                 (wrong, receipt)
             }
+            Some(JobFault::OtherJobReceipt) => match &self.last_result {
+                // The same shape, so only the receipt's job id tells.
+                Some((other, receipt)) if other.is_string() == output.is_string() => {
+                    (other.clone(), receipt.clone())
+                }
+                _ => (output.clone(), body(&output).sign(&self.key)),
+            },
             _ => {
                 let receipt = body(&output).sign(&self.key);
                 (output, receipt)
             }
         };
+        if job.fault.is_none() {
+            self.last_result = Some((output.clone(), receipt.clone()));
+        }
         WorkerFrame::Result {
             job_id: a.job_id,
             output,

@@ -180,6 +180,24 @@ async fn wrong_output_hash_gets_invalid_receipt() {
     requeued_then_completed(JobFault::WrongOutputHash, Some("invalid_receipt")).await;
 }
 
+/// Held-out proposal 2: job 1 answered with job 0's output and its
+/// correctly signed receipt is refused (`receipt.job_id` is not this job),
+/// requeued and completed with its own output.
+#[tokio::test(start_paused = true)]
+async fn another_jobs_receipt_gets_invalid_receipt() {
+    let s = start(FaultPlan::none().on_job(1, JobFault::OtherJobReceipt)).await;
+    wait_online(&s.app, 1).await;
+    let first = commit_llm(&s.app, "first").await;
+    assert_completed_by(&wait_done(&s.app, &first).await, &s.pubkey, "first");
+    let second = commit_llm(&s.app, "second").await;
+    let record = wait_done(&s.app, &second).await;
+    assert_completed_by(&record, &s.pubkey, "second");
+    assert!(
+        got_error(&s.log, "invalid_receipt"),
+        "no invalid_receipt error frame"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_output_gets_invalid_output() {
     requeued_then_completed(JobFault::InvalidOutput, Some("invalid_output")).await;

@@ -59,28 +59,37 @@ impl WorldSpec {
             heal: true,
             user_auth: false,
         };
-        super::nodes::draw(&mut world);
-        draw_caches(&mut world);
-        draw_retention(&mut world);
-        super::attacks::draw(&mut world);
-        super::cancels::draw(&mut world);
-        super::settlement::draw(&mut world);
-        super::streams::draw(&mut world);
-        super::buggify::draw(&mut world);
-        super::pairings::draw(&mut world);
-        super::floods::draw(&mut world);
-        super::stalls::draw(&mut world);
-        super::held_polls::draw(&mut world);
-        super::edges::draw(&mut world);
-        super::slow_heads::draw(&mut world);
-        super::sybils::draw(&mut world);
-        super::lease_stalls::draw(&mut world);
-        super::share_floods::draw(&mut world);
-        super::deadlines::draw(&mut world);
-        super::poll_hoards::draw(&mut world);
-        super::garbage::draw(&mut world);
+        draw_own_streams(&mut world);
         world
     }
+}
+
+/// The kinds drawn after the main stream's world, each from a stream of
+/// its own, in this order.
+fn draw_own_streams(world: &mut WorldSpec) {
+    super::nodes::draw(world);
+    draw_caches(world);
+    draw_retention(world);
+    super::attacks::draw(world);
+    super::cancels::draw(world);
+    super::settlement::draw(world);
+    super::streams::draw(world);
+    super::buggify::draw(world);
+    super::pairings::draw(world);
+    super::floods::draw(world);
+    super::stalls::draw(world);
+    super::held_polls::draw(world);
+    super::edges::draw(world);
+    super::slow_heads::draw(world);
+    super::sybils::draw(world);
+    super::lease_stalls::draw(world);
+    super::share_floods::draw(world);
+    super::deadlines::draw(world);
+    super::poll_hoards::draw(world);
+    super::garbage::draw(world);
+    super::overclaims::draw(world);
+    super::other_receipts::draw(world);
+    super::lease_thaws::draw(world);
 }
 
 /// Second sessions with the keys of some workers: each replaces the other
@@ -400,6 +409,7 @@ fn draw_pairings(rng: &mut ChaCha20Rng, kinds: &Kinds, workers: &[WorkerSpec]) -
                 worker: w.name.clone(),
                 claim_node: 0,
                 intercept: None,
+                overclaim: None,
             });
         }
     }

@@ -299,6 +299,16 @@ fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
         node = node_key(p.claim_node),
         worker = p.worker,
     );
+    if let Some(attacker) = &p.overclaim {
+        // Read over the owner's shoulder: the code again, for the
+        // attacker's worker; `pairing_claimed_twice` judges the answer.
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"claim {user}'s code again for {attacker}\"\nhttp = {{ instance = {instance:?}, method = \"POST\", path = \"/v1/trust/claim\", body = {{ pairing_code = \"{{{{code{k}}}}}\", provider_pubkey = \"{{{{pubkey.{attacker}}}}}\" }} }}",
+            user = p.user,
+            instance = p.instance,
+        );
+    }
 }
 
 /// A pairing with user auth on: the user creates the code with its proof,

@@ -102,6 +102,13 @@ pub enum Kind {
     /// An attacker sends bursts of malformed requests, every field of
     /// every door (drawn by [`super::garbage`]).
     Garbage,
+    /// On an instance with user auth off, an attacker claims an honest
+    /// plain pairing code again after its owner did (drawn by
+    /// [`super::overclaims`]).
+    Overclaims,
+    /// A worker stops reading while its leases lapse, then reads again
+    /// before its heartbeat timeout (drawn by [`super::lease_thaws`]).
+    LeaseThaws,
 }
 
 impl Kind {
@@ -144,9 +151,9 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and [`Kind::LeaseThaws`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 18];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 20];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -168,6 +175,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
         // Issue 33, malformed input in every field (branch `garbage`).
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
+        all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
+        all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -221,6 +230,8 @@ impl Kind {
             Kind::PollDeadlines => "poll_deadlines",
             Kind::PollHoards => "poll_hoards",
             Kind::Garbage => "garbage",
+            Kind::Overclaims => "overclaims",
+            Kind::LeaseThaws => "lease_thaws",
         }
     }
 }
@@ -367,6 +378,9 @@ pub struct Pairing {
     /// With user auth on: an attacker claims the code for this worker of
     /// its own between the create and the worker's claim.
     pub intercept: Option<String>,
+    /// With user auth off: an attacker claims the code again for this
+    /// worker of its own after the owner's claim ([`super::overclaims`]).
+    pub overclaim: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

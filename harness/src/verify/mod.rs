@@ -3,7 +3,9 @@
 //! properties over its frames. A broken one is named by [`Broken`], typed
 //! from where it broke to the swarm, the shrinker and the report.
 
+pub mod assigns;
 pub mod bad_input;
+pub mod claims;
 pub mod connections;
 pub mod edges;
 pub mod invariants;

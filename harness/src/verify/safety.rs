@@ -74,11 +74,13 @@ pub enum SafetyKey {
     HeldPollsOverCap,
     // Issue 33, malformed input in every field (branch `garbage`).
     BadInputMishandled,
+    PairingClaimedTwice,
+    AssignLost,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 31] = [
+    pub const ALL: [SafetyKey; 33] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -115,6 +117,8 @@ impl SafetyKey {
         SafetyKey::HeldPollsOverCap,
         // Issue 33, malformed input in every field (branch `garbage`).
         SafetyKey::BadInputMishandled,
+        SafetyKey::PairingClaimedTwice,
+        SafetyKey::AssignLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -150,6 +154,8 @@ impl SafetyKey {
             SafetyKey::UnfundedJobAccepted => "unfunded_job_accepted",
             SafetyKey::HeldPollsOverCap => "held_polls_over_cap",
             SafetyKey::BadInputMishandled => "bad_input_mishandled",
+            SafetyKey::PairingClaimedTwice => "pairing_claimed_twice",
+            SafetyKey::AssignLost => "assign_lost",
         }
     }
 }
@@ -297,7 +303,11 @@ pub fn check(
     let mut found = Vec::new();
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
+    // Held-out proposal 1 (branch `propa`).
+    found.extend(super::claims::check(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
+    // Held-out proposal 7 (branch `propb`).
+    found.extend(super::assigns::check(frames).err());
     let settled_on_completion: BTreeSet<&str> = (instances.iter())
         .filter(|(_, s)| s.paid && s.settled.is_some())
         .map(|(name, _)| name.as_str())
@@ -312,15 +322,14 @@ pub fn check(
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
-            let ends = super::polls::JobEnds {
-                epoch_ms: bound.epoch_ms,
-                ended_at_ms: (state.jobs.iter())
-                    .filter_map(|j| Some((j.id.to_string(), j.completed_at_ms?)))
-                    .collect(),
-            };
-            let exact = bound.timers_exact;
-            found.extend(super::polls::check(&state.held_polls, name, exact, &ends).err());
             if bound.timers_exact {
+                let ends = super::polls::JobEnds {
+                    epoch_ms: bound.epoch_ms,
+                    ended_at_ms: (state.jobs.iter())
+                        .filter_map(|j| Some((j.id.to_string(), j.completed_at_ms?)))
+                        .collect(),
+                };
+                found.extend(super::polls::check(&state.held_polls, name, &ends).err());
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
@@ -995,6 +1004,17 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
                 format!("{instance}: job {} receipt: {e}", job.id),
             )
         })?;
+        // Held-out proposal 2 (branch `propa`): a receipt signs its job id,
+        // so another job's valid receipt proves nothing about this one.
+        if receipt.job_id != job.id {
+            return Err(violation(
+                SafetyKey::ReceiptInvalid,
+                format!(
+                    "{instance}: job {} holds the receipt of job {}",
+                    job.id, receipt.job_id
+                ),
+            ));
+        }
         if job.submission.privacy_class == PrivacyClass::Private
             && !user_trusts(
                 state.trust,
@@ -1534,5 +1554,33 @@ mod tests {
         assert_eq!(judge(None, Some(1), 1_000), None);
         // Overfilled by queued jobs that ended: the owner is over its share.
         assert_eq!(judge(keep, Some(1), 1_001), None);
+    }
+
+    /// Held-out proposal 2: a completed job holding another job's receipt
+    /// (correctly signed, of the same output) is `receipt_invalid`; its
+    /// own receipt is not.
+    #[test]
+    fn a_receipt_of_another_job_is_invalid() {
+        let key = protocol::signing::Keypair::from_secret_hex(&"11".repeat(32)).expect("key");
+        let output = json!({"label": "x"});
+        let receipt_of = |id: &str| {
+            protocol::receipt::ReceiptBody::new(
+                id.parse().expect("uuid"),
+                key.public_key_hex(),
+                &output,
+                "2026-11-21T10:00:00.001Z".into(),
+                None,
+            )
+            .sign(&key)
+        };
+        let mut done = job(J1, "u", false, None);
+        done.status = JobStatus::Completed;
+        done.output = Some(output.clone());
+        done.receipt = Some(Box::new(receipt_of(J1)));
+        assert!(check_store("chain_a", &plain_state(std::slice::from_ref(&done))).is_ok());
+        done.receipt = Some(Box::new(receipt_of(J2)));
+        let v = check_store("chain_a", &plain_state(std::slice::from_ref(&done)))
+            .expect_err("another job's receipt");
+        assert_eq!(v.invariant, SafetyKey::ReceiptInvalid);
     }
 }
