@@ -9,7 +9,10 @@
 //! its assign was dropped while the session was kept.
 //!
 //! A session is told from the worker's frames: it begins with the
-//! worker's `hello`. A `not_assigned` refusal is not judged: it answers a
+//! `welcome` the worker reads once its key is proven. Not with the
+//! worker's `hello`: a worker with the `malformed` fault sends a second
+//! `hello` mid-session, which the coordinator answers `unexpected_frame`
+//! and the session goes on (swarm seed 1824). A `not_assigned` refusal is not judged: it answers a
 //! frame the worker sent, for a job whose assign an honest worker did
 //! read, and it also follows a cancel that crossed the worker's result.
 
@@ -27,7 +30,7 @@ pub fn check(frames: &[FrameRecord]) -> Result<(), Violation> {
         let job = frame["job_id"].as_str().unwrap_or_default();
         let on_session = assigned.entry(record.worker.as_str()).or_default();
         match (record.direction, kind) {
-            (Direction::Sent, "hello") => on_session.clear(),
+            (Direction::Received, "welcome") => on_session.clear(),
             (Direction::Received, "assign") => {
                 on_session.insert(job);
             }
@@ -64,8 +67,9 @@ mod tests {
         }
     }
 
-    fn hello(w: &str) -> FrameRecord {
-        record(w, Direction::Sent, json!({"type":"hello"}))
+    /// The start of a session: the worker reads its `welcome`.
+    fn welcome(w: &str) -> FrameRecord {
+        record(w, Direction::Received, json!({"type":"welcome"}))
     }
 
     fn assign(w: &str, job: &str) -> FrameRecord {
@@ -89,9 +93,9 @@ mod tests {
     /// session, is kept; a cancel of one it never read is `assign_lost`.
     #[test]
     fn a_cancel_needs_the_assign_on_its_session() {
-        let kept = [hello("w1"), assign("w1", "j1"), cancel("w1", "j1")];
+        let kept = [welcome("w1"), assign("w1", "j1"), cancel("w1", "j1")];
         assert_eq!(judge(&kept), None);
-        let lost = [hello("w1"), assign("w1", "j1"), cancel("w1", "j2")];
+        let lost = [welcome("w1"), assign("w1", "j1"), cancel("w1", "j2")];
         assert_eq!(judge(&lost), Some("assign_lost"));
     }
 
@@ -100,19 +104,28 @@ mod tests {
     #[test]
     fn an_assign_of_another_session_or_worker_does_not_count() {
         let earlier = [
-            hello("w1"),
+            welcome("w1"),
             assign("w1", "j1"),
-            hello("w1"),
+            welcome("w1"),
             cancel("w1", "j1"),
         ];
         assert_eq!(judge(&earlier), Some("assign_lost"));
         let other = [
-            hello("w1"),
-            hello("w2"),
+            welcome("w1"),
+            welcome("w2"),
             assign("w2", "j1"),
             cancel("w1", "j1"),
         ];
         assert_eq!(judge(&other), Some("assign_lost"));
+    }
+
+    /// A `hello` sent mid-session (the `malformed` fault) starts no
+    /// session: the assign read before it still counts (seed 1824).
+    #[test]
+    fn a_malformed_hello_mid_session_keeps_the_session() {
+        let hello = record("w1", Direction::Sent, json!({"type":"hello"}));
+        let frames = [welcome("w1"), assign("w1", "j1"), hello, cancel("w1", "j1")];
+        assert_eq!(judge(&frames), None);
     }
 
     /// Only a lease's lapse is judged: a cancel for another reason (a
@@ -120,7 +133,7 @@ mod tests {
     #[test]
     fn only_lease_expired_cancels_are_judged() {
         let user = json!({"type":"cancel","job_id":"j9","reason":"cancelled"});
-        let frames = [hello("w1"), record("w1", Direction::Received, user)];
+        let frames = [welcome("w1"), record("w1", Direction::Received, user)];
         assert_eq!(judge(&frames), None);
     }
 }
