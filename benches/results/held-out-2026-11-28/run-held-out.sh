@@ -8,12 +8,15 @@
 # main build (run.sh rebuilds main after every caught patch).
 #
 #   benches/results/held-out-2026-11-28/run-held-out.sh SEEDS PATCH...
+#
+# OUT and ROWS override the output folder and the rows file (the second
+# held-out set's runner sets them); SCENARIOS=0 skips the scenario suite.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seeds=$1; shift
-out=target/sabotage
+out=${OUT:-target/sabotage}
 mkdir -p "$out"
-rows=benches/results/held-out-2026-11-28/rows.md
+rows=${ROWS:-benches/results/held-out-2026-11-28/rows.md}
 for patch in "$@"; do
   name=$(basename "$patch" .patch)
   dir="$out/$name"
@@ -35,7 +38,8 @@ for patch in "$@"; do
     ran=$(grep -m1 '^FAILED seed' "$dir/swarm.txt" | sed -E 's/^FAILED seed ([0-9]+):.*/\1/')
     lines=$(grep -cv '^\s*$' "$shrunk")
     target/release/harness "$shrunk" > "$dir/replay-sabotaged.txt" 2>&1 && fails=no || fails=yes
-  else
+  elif [ "${SCENARIOS:-1}" = 1 ]; then
+    # SCENARIOS=0 skips this (re-runs on two busy cores).
     set +e
     target/release/harness scenarios/*.toml > "$dir/scenarios.txt" 2>&1
     echo "scenarios exit $?" >> "$dir/scenarios.txt"
