@@ -33,7 +33,12 @@
 //! And [`connection_opened`] and [`connection_closed`]: each plain HTTP
 //! connection a bounded server admitted, with its client's count, so the
 //! harness judges the head deadline and the per-address cap (decision
-//! 0019) from the accept loop's own accounting. Recorded only when armed.
+//! 0019) from the accept loop's own accounting. And [`ownership_noted`]:
+//! in a several-node world, each change of a job's owner in the shared
+//! store, each `assign` a node queues and each node's fence and join, in
+//! the order they happened, so the harness sees a node act for a job
+//! another node owns (docs/cluster.md: a node that may have lost its lease
+//! fences itself before anyone can take its jobs). Recorded only when armed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -130,6 +135,7 @@ struct Armed {
     deleted: Vec<DeletedResult>,
     sessions: Vec<SessionSpan>,
     connections: Vec<ConnectionSpan>,
+    ownership: Vec<Ownership>,
 }
 
 /// A worker session as its task ran it (see [`session_opened`]).
@@ -207,6 +213,7 @@ pub fn arm(seed: u64, buggify: bool) -> Guard {
         deleted: Vec::new(),
         sessions: Vec::new(),
         connections: Vec::new(),
+        ownership: Vec::new(),
     };
     ARMED.with(|a| *a.borrow_mut() = Some(armed));
     Guard(())
@@ -413,6 +420,54 @@ pub fn connections() -> Vec<ConnectionSpan> {
         a.borrow()
             .as_ref()
             .map_or(Vec::new(), |a| a.connections.clone())
+    })
+}
+
+/// At most this many ownership facts are noted per world (far more than a
+/// simulated world makes); the harness judges the record up to its cut.
+const OWNERSHIP_MAX: usize = 200_000;
+
+/// A fact of a several-node world about who acts for a job (see
+/// [`ownership_noted`]). Node ids are the cluster's (`--node-id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// The shared store now names `owner` as the job's owner (`None`: the
+    /// job is in the pool).
+    Owned {
+        job: uuid::Uuid,
+        owner: Option<String>,
+    },
+    /// Node `node` queued an `assign` of the job for one of its workers.
+    Assigned {
+        node: String,
+        job: uuid::Uuid,
+        at_ms: i64,
+    },
+    /// Node `node` fenced itself: it acts no more until it joins again.
+    Fenced { node: String },
+    /// Node `node` joined the cluster (at its start, or again after a
+    /// fence or crash).
+    Joined { node: String },
+}
+
+/// Notes an ownership fact (see the module's doc). Free when unarmed.
+pub fn ownership_noted(fact: Ownership) {
+    ARMED.with(|a| {
+        if let Some(armed) = a.borrow_mut().as_mut() {
+            if armed.ownership.len() < OWNERSHIP_MAX {
+                armed.ownership.push(fact);
+            }
+        }
+    });
+}
+
+/// The ownership facts this thread's armed world noted so far, in order
+/// (the first [`OWNERSHIP_MAX`]); empty when unarmed.
+pub fn ownership() -> Vec<Ownership> {
+    ARMED.with(|a| {
+        a.borrow()
+            .as_ref()
+            .map_or(Vec::new(), |a| a.ownership.clone())
     })
 }
 

@@ -4,6 +4,7 @@
 use super::{
     owner_after_write, tier_rank, Call, ClusterError, NodeId, SharedStore, Want, BUDGET_WINDOW_MS,
 };
+use crate::buggify::{self, Ownership};
 use crate::core::trust::{Pairing, TrustEntry};
 use crate::core::{Change, Job, Snapshot};
 use protocol::api::{JobStatus, JobType};
@@ -188,6 +189,10 @@ impl Tables {
             Change::Job(job) => {
                 let owner = owner_after_write(job, node);
                 pooled |= owner.is_none();
+                buggify::ownership_noted(Ownership::Owned {
+                    job: job.id,
+                    owner: owner.clone(),
+                });
                 let cseq = match self.jobs.get(&job.id) {
                     Some(row) => row.cseq,
                     None => {
@@ -258,6 +263,9 @@ impl SharedStore for MemoryShared {
                 return Err(ClusterError::NodeIdInUse(node.to_owned()));
             }
             t.nodes.insert(node.to_owned(), now_ms + lease_ms);
+            buggify::ownership_noted(Ownership::Joined {
+                node: node.to_owned(),
+            });
             t.last_batch.remove(node);
             t.release_reserved_by(node);
             Ok(Snapshot {
@@ -324,6 +332,10 @@ impl SharedStore for MemoryShared {
             for (_, _, id) in order {
                 let row = t.jobs.get_mut(&id).expect("claimed row exists");
                 row.owner = Some(node.to_owned());
+                buggify::ownership_noted(Ownership::Owned {
+                    job: id,
+                    owner: row.owner.clone(),
+                });
                 claimed.push((*row.job).clone());
             }
             Ok(claimed)
@@ -351,6 +363,10 @@ impl SharedStore for MemoryShared {
                     if row.owner.as_deref() == Some(dead.as_str()) && !row.job.status.is_terminal()
                     {
                         row.owner = Some(node.to_owned());
+                        buggify::ownership_noted(Ownership::Owned {
+                            job: row.job.id,
+                            owner: row.owner.clone(),
+                        });
                         theirs.push((row.cseq, (*row.job).clone()));
                     }
                 }

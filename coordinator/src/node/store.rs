@@ -123,6 +123,9 @@ impl NodeStore {
     pub fn fence(&self, why: &ClusterError) {
         if !self.fenced.swap(true, Ordering::SeqCst) {
             tracing::error!(node = %self.node, error = %why, "node fenced: stopping");
+            crate::buggify::ownership_noted(crate::buggify::Ownership::Fenced {
+                node: self.node.clone(),
+            });
             self.answer_waiters();
             (self.fence)(why);
         }

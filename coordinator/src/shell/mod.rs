@@ -15,6 +15,7 @@ use crate::core::{Change, Core, FailureReason, Job, Outbound, SessionId};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
+use protocol::worker::CoordinatorFrame;
 use rand_chacha::ChaCha20Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -386,6 +387,7 @@ impl Coordinator {
             let Some(tx) = state.outboxes.get(&session) else {
                 continue;
             };
+            self.note_assign(&out);
             // A closed outbox means the session is ending; it unregisters
             // itself. One past its bound is closed here: the session's task
             // sees its end once it has sent what was queued before.
@@ -399,6 +401,22 @@ impl Coordinator {
         }
         state.core.reuse_buffers(changes, outbox);
         self.check_resources(state);
+    }
+
+    /// In a simulated cluster, notes an `assign` this node queues (the
+    /// harness judges it against the job's owner in the shared store at
+    /// this moment: `buggify::ownership_noted`). Free otherwise.
+    fn note_assign(&self, out: &Outbound) {
+        let (Some(link), Outbound::Frame(CoordinatorFrame::Assign(a))) =
+            (self.inner.cluster.get(), out)
+        else {
+            return;
+        };
+        crate::buggify::ownership_noted(crate::buggify::Ownership::Assigned {
+            node: link.node.clone(),
+            job: a.job_id,
+            at_ms: self.inner.clock.now_ms(),
+        });
     }
 
     /// Counts every job change in the metrics, and logs one info line per

@@ -152,6 +152,7 @@ fn check_safety(
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
+            .and_then(|()| check_ownership())
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
                 super::bad_input::check(world.malformed.all(), jobs)
@@ -161,6 +162,13 @@ fn check_safety(
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })
+}
+
+/// `node_acted_unowned` (`crate::verify::ownership`), over what the
+/// coordinator noted in this thread's watched world; a record cut at its
+/// bound is judged up to the cut.
+fn check_ownership() -> Result<(), safety::Violation> {
+    super::ownership::check(&coordinator::buggify::ownership())
 }
 
 /// `resource_bound_exceeded` and `honest_starved` (`crate::verify::resources`),

@@ -10,6 +10,7 @@ pub mod connections;
 pub mod edges;
 pub mod invariants;
 pub mod overdue;
+pub mod ownership;
 pub mod polls;
 pub mod resources;
 pub mod safety;

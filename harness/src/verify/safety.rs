@@ -76,11 +76,13 @@ pub enum SafetyKey {
     BadInputMishandled,
     PairingClaimedTwice,
     AssignLost,
+    // Held-out proposal 5: a node acting for a job it does not own.
+    NodeActedUnowned,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 33] = [
+    pub const ALL: [SafetyKey; 34] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -119,6 +121,8 @@ impl SafetyKey {
         SafetyKey::BadInputMishandled,
         SafetyKey::PairingClaimedTwice,
         SafetyKey::AssignLost,
+        // Held-out proposal 5.
+        SafetyKey::NodeActedUnowned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -156,6 +160,7 @@ impl SafetyKey {
             SafetyKey::BadInputMishandled => "bad_input_mishandled",
             SafetyKey::PairingClaimedTwice => "pairing_claimed_twice",
             SafetyKey::AssignLost => "assign_lost",
+            SafetyKey::NodeActedUnowned => "node_acted_unowned",
         }
     }
 }
