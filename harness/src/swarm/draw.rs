@@ -90,6 +90,7 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::overclaims::draw(world);
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
+    super::idle_cuts::draw(world);
 }
 
 /// Second sessions with the keys of some workers: each replaces the other

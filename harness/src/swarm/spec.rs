@@ -109,6 +109,9 @@ pub enum Kind {
     /// A worker stops reading while its leases lapse, then reads again
     /// before its heartbeat timeout (drawn by [`super::lease_thaws`]).
     LeaseThaws,
+    /// A cluster node with no workload loses the shared store while its
+    /// only worker holds a job (drawn by [`super::idle_cuts`]).
+    IdleCuts,
 }
 
 impl Kind {
@@ -151,9 +154,10 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and [`Kind::LeaseThaws`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`]
+    /// and [`Kind::IdleCuts`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 20];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 21];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -177,6 +181,7 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
+        all[Self::MAIN_STREAM.len() + 20] = Kind::IdleCuts;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -232,6 +237,7 @@ impl Kind {
             Kind::Garbage => "garbage",
             Kind::Overclaims => "overclaims",
             Kind::LeaseThaws => "lease_thaws",
+            Kind::IdleCuts => "idle_cuts",
         }
     }
 }

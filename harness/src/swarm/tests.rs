@@ -179,8 +179,10 @@ fn some_worlds_have_several_nodes_with_crashes_store_cuts_and_lost_answers_and_t
             continue;
         }
         assert!(clusters > 0, "seed {seed}");
+        // The `idle_cuts` kind adds one store cut of its own.
+        let own = usize::from(w.kinds.has(Kind::IdleCuts));
         assert!(
-            (1..=nodes::NODE_EVENTS_MAX as usize).contains(&node_events(&w)),
+            (1..=nodes::NODE_EVENTS_MAX as usize).contains(&(node_events(&w) - own)),
             "seed {seed}"
         );
         for i in w.instances.iter().filter(|i| i.nodes > 1) {
@@ -813,5 +815,43 @@ fn garbage_sends_marked_malformed_requests_to_one_instance() {
         "\\\\ud800",
     ] {
         assert!(text_all.contains(family), "no world drew {family}");
+    }
+}
+
+#[test]
+fn an_idle_cut_adds_a_node_whose_only_worker_holds_a_job_whose_lease_lapses_inside_its_cut() {
+    let worlds: Vec<WorldSpec> = (0..300)
+        .map(WorldSpec::generate)
+        .filter(|w| w.kinds.has(Kind::IdleCuts))
+        .collect();
+    assert!(!worlds.is_empty(), "some of 300 seeds draw idle_cuts");
+    for w in &worlds {
+        let idler = (w.workers.iter())
+            .find(|x| x.name == super::idle_cuts::IDLER)
+            .expect("the idler");
+        let i = (w.instances.iter())
+            .find(|i| i.name == idler.instance)
+            .expect("its instance");
+        let node = idler.node.expect("on a node");
+        assert_eq!(node + 1, i.nodes, "seed {}: a node of its own", w.seed);
+        let others = (w.workers.iter()).filter(|x| x.instance == i.name && x.node == Some(node));
+        assert_eq!(others.count(), 1, "seed {}: the idler alone", w.seed);
+        let at = (w.events.iter())
+            .position(
+                |t| matches!(&t.event, Event::Commit(c) if c.instance == i.name && c.node == node),
+            )
+            .expect("a commit to the idle node");
+        let Event::StorePartition {
+            node: cut, for_ms, ..
+        } = w.events[at + 1].event
+        else {
+            panic!("seed {}: the cut follows the commit", w.seed);
+        };
+        assert_eq!(cut, node);
+        // The lease lapses after a node lease and a renewal period into
+        // the cut, and before two; the cut outlasts both.
+        let into_ms = i.lease_ms - w.events[at + 1].after_ms;
+        assert!(into_ms > i.node_lease_ms * 3 / 2 - 1 && into_ms < 2 * i.node_lease_ms);
+        assert!(for_ms > 2 * i.node_lease_ms);
     }
 }
