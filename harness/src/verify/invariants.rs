@@ -152,7 +152,7 @@ fn check_safety(
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
-            .and_then(|()| check_ownership())
+            .and_then(|()| check_ownership(world))
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
                 super::bad_input::check(world.malformed.all(), jobs)
@@ -167,8 +167,9 @@ fn check_safety(
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the
 /// coordinator noted in this thread's watched world; a record cut at its
 /// bound is judged up to the cut.
-fn check_ownership() -> Result<(), safety::Violation> {
-    super::ownership::check(&coordinator::buggify::ownership())
+fn check_ownership(world: &World) -> Result<(), safety::Violation> {
+    let facts = coordinator::buggify::ownership();
+    super::ownership::check(&facts, world.transcript.epoch_ms())
 }
 
 /// `resource_bound_exceeded` and `honest_starved` (`crate::verify::resources`),

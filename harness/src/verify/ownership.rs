@@ -16,8 +16,9 @@ use coordinator::buggify::Ownership;
 use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
-/// The first `assign` a node queued for a job another node owned.
-pub fn check(facts: &[Ownership]) -> Result<(), Violation> {
+/// The first `assign` a node queued for a job another node owned; its
+/// time on the transcript's clock (`epoch_ms` is its `+0.000s`).
+pub fn check(facts: &[Ownership], epoch_ms: i64) -> Result<(), Violation> {
     let mut owners: BTreeMap<Uuid, Option<&str>> = BTreeMap::new();
     let mut fenced: BTreeSet<&str> = BTreeSet::new();
     for fact in facts {
@@ -36,10 +37,12 @@ pub fn check(facts: &[Ownership]) -> Result<(), Violation> {
                     continue;
                 };
                 if *owner != node.as_str() && !fenced.contains(node.as_str()) {
+                    let ms = at_ms - epoch_ms;
+                    let at = format!("+{}.{:03}s", ms / 1000, ms % 1000);
                     return Err(Violation {
                         invariant: SafetyKey::NodeActedUnowned,
                         message: format!(
-                            "node {node} assigned job {job} at {at_ms} ms (the simulated clock) while the shared store named node {owner} its owner"
+                            "node {node} assigned job {job} at {at} while the shared store named node {owner} its owner"
                         ),
                         line: None,
                     });
@@ -67,7 +70,7 @@ mod tests {
         Ownership::Assigned {
             node: node.into(),
             job: job(n),
-            at_ms: 7,
+            at_ms: 7_250,
         }
     }
 
@@ -82,15 +85,16 @@ mod tests {
             owned(2, None),
             assigned("b", 2),
         ];
-        assert_eq!(check(&facts), Ok(()));
+        assert_eq!(check(&facts, 0), Ok(()));
     }
 
     #[test]
     fn a_node_assigning_a_job_taken_over_breaks_the_key() {
         let facts = [owned(1, Some("a")), owned(1, Some("b")), assigned("a", 1)];
-        let v = check(&facts).expect_err("a's job was taken over by b");
+        let v = check(&facts, 0).expect_err("a's job was taken over by b");
         assert_eq!(v.invariant, SafetyKey::NodeActedUnowned);
         assert!(v.message.contains("node a assigned"), "{}", v.message);
+        assert!(v.message.contains("at +7.250s"), "{}", v.message);
     }
 
     #[test]
@@ -98,8 +102,8 @@ mod tests {
         let fenced = Ownership::Fenced { node: "a".into() };
         let joined = Ownership::Joined { node: "a".into() };
         let quiet = [owned(1, Some("b")), fenced.clone(), assigned("a", 1)];
-        assert_eq!(check(&quiet), Ok(()));
+        assert_eq!(check(&quiet, 0), Ok(()));
         let again = [owned(1, Some("b")), fenced, joined, assigned("a", 1)];
-        assert!(check(&again).is_err());
+        assert!(check(&again, 0).is_err());
     }
 }
