@@ -256,6 +256,27 @@ impl Tables {
     }
 }
 
+/// Notes an orphan the age pass deletes for the harness, as the core notes
+/// the rows of its own ledger (`buggify::result_deleted`): a row no live
+/// node's pass reports, deleted by age. Its end as a ledger orders it: a
+/// result's completion, a failure's creation (decision 0018). The pass's
+/// time is known to the second, so the note errs early (stricter).
+fn note_orphan_deleted(job: &Job, now_s: u64) {
+    let result = job.status == JobStatus::Completed;
+    let ended_ms = match result {
+        true => job.completed_at_ms.unwrap_or(job.created_at_ms),
+        false => job.created_at_ms,
+    };
+    buggify::result_deleted(buggify::DeletedResult {
+        id: job.id,
+        completed_ms: ended_ms,
+        deleted_ms: i64::try_from(now_s.saturating_mul(1000)).unwrap_or(i64::MAX),
+        ledger_bytes_before: 0,
+        result,
+        by_age: true,
+    });
+}
+
 impl SharedStore for MemoryShared {
     fn join(&self, node: &str, now_ms: i64, lease_ms: i64) -> Call<'_, Snapshot> {
         self.run(node, |t| {
@@ -495,6 +516,9 @@ impl SharedStore for MemoryShared {
         }
         let cut_ms = orphans_before_ms.unwrap_or(i64::MIN);
         let old = |r: &Row| r.job.status.is_terminal() && r.job.created_at_ms < cut_ms;
+        for row in t.jobs.values().filter(|r| old(r)) {
+            note_orphan_deleted(&row.job, now_s);
+        }
         t.jobs.retain(|_, r| !old(r));
         t.nonces.retain(|_, n| n.valid_before_s >= now_s);
         let now_ms = i64::try_from(now_s.saturating_mul(1000)).unwrap_or(i64::MAX);

@@ -91,6 +91,7 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
     super::idle_cuts::draw(world);
+    super::long_retention::draw(world);
 }
 
 /// Second sessions with the keys of some workers: each replaces the other
@@ -229,6 +230,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 sybils: None,
                 queued_bytes: None,
                 held_polls: None,
+                retention_hours: None,
             }
         })
         .collect()

@@ -30,6 +30,7 @@ pub mod held_polls;
 pub mod idle_cuts;
 pub mod lease_stalls;
 pub mod lease_thaws;
+pub mod long_retention;
 pub mod nodes;
 pub mod other_receipts;
 pub mod overclaims;

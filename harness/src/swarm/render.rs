@@ -175,7 +175,8 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     }
     if let Some(bytes) = i.retention_kept_bytes_max {
         limits.push(format!("kept_bytes_max = {bytes}"));
-        let _ = writeln!(w, "retention_hours = 24");
+        let hours = i.retention_hours.unwrap_or(24);
+        let _ = writeln!(w, "retention_hours = {hours}");
     }
     if let Some(percent) = i.kept_share_percent {
         limits.push(format!("kept_share_per_client_percent = {percent}"));

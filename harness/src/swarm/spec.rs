@@ -112,6 +112,9 @@ pub enum Kind {
     /// A cluster node with no workload loses the shared store while its
     /// only worker holds a job (drawn by [`super::idle_cuts`]).
     IdleCuts,
+    /// An instance keeps results one hour and the world lives one to two
+    /// hours past its timeline (drawn by [`super::long_retention`]).
+    LongRetention,
 }
 
 impl Kind {
@@ -154,10 +157,10 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`]
-    /// and [`Kind::IdleCuts`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
+    /// [`Kind::IdleCuts`] and [`Kind::LongRetention`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 21];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 22];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -182,6 +185,7 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
         all[Self::MAIN_STREAM.len() + 20] = Kind::IdleCuts;
+        all[Self::MAIN_STREAM.len() + 21] = Kind::LongRetention;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -238,6 +242,7 @@ impl Kind {
             Kind::Overclaims => "overclaims",
             Kind::LeaseThaws => "lease_thaws",
             Kind::IdleCuts => "idle_cuts",
+            Kind::LongRetention => "long_retention",
         }
     }
 }
@@ -299,6 +304,9 @@ pub struct InstanceSpec {
     /// `limits.held_polls_max` and `limits.held_polls_per_client_max`,
     /// when drawn (by [`super::poll_hoards`]); `None` renders neither.
     pub held_polls: Option<(usize, usize)>,
+    /// `retention_hours` when drawn short (by [`super::long_retention`]);
+    /// `None` renders 24 where a kept budget turns retention on.
+    pub retention_hours: Option<u64>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.

@@ -401,7 +401,8 @@ fn cancels_change_only_the_worlds_they_are_on_in() {
 /// `settlement_faults` reads paid jobs while their settlement may be slow
 /// or lost: every `poll` comes right after a paid commit that follows a
 /// facilitator fault (readers the `streams` kind draws later may come
-/// between), and only in worlds with the kind.
+/// between), and only in worlds with the kind (but for the two polls that
+/// end a `long_retention` world).
 #[test]
 fn settlement_polls_follow_paid_commits_after_a_fault() {
     let mut polled = 0;
@@ -421,6 +422,10 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
             else {
                 continue;
             };
+            // `long_retention`'s two polls close the timeline.
+            if world.kinds.has(spec::Kind::LongRetention) && at + 2 >= events.len() {
+                continue;
+            }
             assert!(world.kinds.has(spec::Kind::SettlementFaults), "seed {seed}");
             assert!(first_fault.is_some_and(|f| f < at), "seed {seed}");
             let before = events[..at]
