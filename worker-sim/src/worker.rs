@@ -132,6 +132,9 @@ pub struct Worker {
     /// The output and receipt of the last result answered honestly: what
     /// an `other_job_receipt` fault sends for another job.
     last_result: Option<(Value, Receipt)>,
+    /// The payment reference of the last paid job answered: what an
+    /// `other_payment_ref` fault binds another job's receipt to.
+    last_payment_ref: Option<String>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -184,6 +187,7 @@ impl Worker {
             sessions: 0,
             outbox: None,
             last_result: None,
+            last_payment_ref: None,
             config,
         })
     }
@@ -776,6 +780,15 @@ impl Worker {
                 }
                 _ => (output.clone(), body(&output).sign(&self.key)),
             },
+            Some(JobFault::OtherPaymentRef) => {
+                let mut receipt = body(&output);
+                receipt.payment_ref = Some(match &self.last_payment_ref {
+                    Some(other) if a.payment_ref.as_ref() != Some(other) => other.clone(),
+                    // Made up: a worker can write any reference it likes.
+                    _ => format!("x402:0x{}", a.job_id.simple()),
+                });
+                (output, receipt.sign(&self.key))
+            }
             _ => {
                 let receipt = body(&output).sign(&self.key);
                 (output, receipt)
@@ -783,6 +796,9 @@ impl Worker {
         };
         if job.fault.is_none() {
             self.last_result = Some((output.clone(), receipt.clone()));
+        }
+        if a.payment_ref.is_some() {
+            self.last_payment_ref = a.payment_ref.clone();
         }
         WorkerFrame::Result {
             job_id: a.job_id,

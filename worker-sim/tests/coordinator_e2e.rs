@@ -198,6 +198,15 @@ async fn another_jobs_receipt_gets_invalid_receipt() {
     );
 }
 
+/// The held-out patch `receipt-payment-ref-unchecked`: an unpaid job
+/// answered with a correctly signed receipt of its own, bound to a payment
+/// (one the worker made up, having seen none), is refused (`receipt.
+/// payment_ref` is not the job's), requeued and completed honestly.
+#[tokio::test(start_paused = true)]
+async fn another_payments_receipt_gets_invalid_receipt() {
+    requeued_then_completed(JobFault::OtherPaymentRef, Some("invalid_receipt")).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_output_gets_invalid_output() {
     requeued_then_completed(JobFault::InvalidOutput, Some("invalid_output")).await;

@@ -90,6 +90,9 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::overclaims::draw(world);
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
+    // Held-out misses, sessions (branch `hsess`): streams 26 and 27.
+    super::other_payments::draw(world);
+    // (end of branch `hsess`'s draws)
 }
 
 /// Second sessions with the keys of some workers: each replaces the other

@@ -30,6 +30,7 @@ pub mod held_polls;
 pub mod lease_stalls;
 pub mod lease_thaws;
 pub mod nodes;
+pub mod other_payments;
 pub mod other_receipts;
 pub mod overclaims;
 pub mod pairings;
@@ -46,6 +47,8 @@ pub mod streams;
 pub mod sybils;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hsess;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;
