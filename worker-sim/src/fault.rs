@@ -49,6 +49,10 @@ pub enum JobFault {
     },
     /// Answer `extra_ms` later than the drawn latency (e.g. past the lease).
     Slow { extra_ms: u64 },
+    /// Accept, then send `reject` after the drawn latency instead of an
+    /// answer: a worker that gives the job up when its own deadline for it
+    /// passes (one set to the lease, say).
+    GiveUp,
     /// Sign the receipt with a different key than `provider_pubkey`.
     BadSignature,
     /// A correctly signed receipt whose `output_hash` is over another output.
@@ -91,6 +95,7 @@ impl JobFault {
             JobFault::Disconnect => "disconnect",
             JobFault::Crash { .. } => "crash",
             JobFault::Slow { .. } => "slow",
+            JobFault::GiveUp => "give_up",
             JobFault::BadSignature => "bad_signature",
             JobFault::WrongOutputHash => "wrong_output_hash",
             JobFault::InvalidOutput => "invalid_output",

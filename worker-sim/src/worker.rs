@@ -98,8 +98,12 @@ enum SessionEnd {
 
 enum Completion {
     Output(Result<Value, BackendError>),
+    /// A `give_up` fault's end: the job is rejected.
+    GiveUp,
     Disconnect,
-    Crash { restart_after_ms: u64 },
+    Crash {
+        restart_after_ms: u64,
+    },
 }
 
 struct InFlight {
@@ -695,6 +699,7 @@ impl Worker {
         let completion: BoxFuture<Completion> = match fault {
             Some(JobFault::Silent) => return None,
             Some(JobFault::Disconnect) => Box::pin(async { Completion::Disconnect }),
+            Some(JobFault::GiveUp) => Box::pin(async { Completion::GiveUp }),
             Some(JobFault::Crash { restart_after_ms }) => {
                 let restart_after_ms = *restart_after_ms;
                 Box::pin(async move { Completion::Crash { restart_after_ms } })
@@ -730,6 +735,12 @@ impl Worker {
             Completion::Disconnect => return Err(SessionEnd::Disconnected),
             Completion::Crash { restart_after_ms } => {
                 return Err(SessionEnd::Crashed { restart_after_ms })
+            }
+            Completion::GiveUp => {
+                let reason = "gave up at its own deadline".to_owned();
+                return self
+                    .send_frame(t, &WorkerFrame::Reject { job_id, reason })
+                    .await;
             }
             Completion::Output(Err(e)) => {
                 let reason = e.to_string();

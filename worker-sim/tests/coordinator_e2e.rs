@@ -207,6 +207,18 @@ async fn another_payments_receipt_gets_invalid_receipt() {
     requeued_then_completed(JobFault::OtherPaymentRef, Some("invalid_receipt")).await;
 }
 
+/// `give_up`: the worker accepts, rejects after its latency, and the job
+/// is requeued and completed.
+#[tokio::test(start_paused = true)]
+async fn a_job_given_up_is_requeued() {
+    let s = requeued_then_completed(JobFault::GiveUp, None).await;
+    let gave_up = s.log.events().iter().any(|e| {
+        matches!(&e.kind, EventKind::FrameOut { frame }
+            if frame.contains(r#""type":"reject""#) && frame.contains("gave up"))
+    });
+    assert!(gave_up, "no reject sent after the latency");
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_output_gets_invalid_output() {
     requeued_then_completed(JobFault::InvalidOutput, Some("invalid_output")).await;

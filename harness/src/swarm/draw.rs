@@ -92,6 +92,7 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::lease_thaws::draw(world);
     // Held-out misses, sessions (branch `hsess`): streams 26 and 27.
     super::other_payments::draw(world);
+    super::lease_answers::draw(world);
     // (end of branch `hsess`'s draws)
 }
 

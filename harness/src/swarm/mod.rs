@@ -27,6 +27,7 @@ pub mod floods;
 pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
+pub mod lease_answers;
 pub mod lease_stalls;
 pub mod lease_thaws;
 pub mod nodes;

@@ -109,6 +109,11 @@ pub enum Kind {
     /// A worker stops reading while its leases lapse, then reads again
     /// before its heartbeat timeout (drawn by [`super::lease_thaws`]).
     LeaseThaws,
+    // Held-out misses, sessions (branch `hsess`).
+    /// A worker answers at its lease's end (+0 or +1 ms) while another is
+    /// free to take the retried job (drawn by [`super::lease_answers`]).
+    LeaseAnswers,
+    // (end of branch `hsess`'s kinds)
 }
 
 impl Kind {
@@ -151,9 +156,10 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and [`Kind::LeaseThaws`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and [`Kind::LeaseThaws`],
+    /// then [`Kind::LeaseAnswers`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 20];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 21];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -177,6 +183,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
+        // Held-out misses, sessions (branch `hsess`).
+        all[Self::MAIN_STREAM.len() + 20] = Kind::LeaseAnswers;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -232,6 +240,8 @@ impl Kind {
             Kind::Garbage => "garbage",
             Kind::Overclaims => "overclaims",
             Kind::LeaseThaws => "lease_thaws",
+            // Held-out misses, sessions (branch `hsess`).
+            Kind::LeaseAnswers => "lease_answers",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! each is on only where it should be, keeps every other seed's world, and
 //! renders to a scenario the ordinary checks accept.
 
-use super::spec::{Kind, WorldSpec};
+use super::spec::{Event, Kind, WorldSpec};
 use super::*;
 use std::path::Path;
 
@@ -45,5 +45,58 @@ fn another_payments_receipt_is_drawn_only_for_workers_that_forge() {
     assert!(
         drawn > 10,
         "other_payment_ref drawn {drawn} times in 300 seeds"
+    );
+}
+
+/// `lease_answers` appends its block to the end of the timeline on an
+/// unpaid one-node instance with retries: the answerer answers or gives
+/// up at the lease's end (+0 or +1 ms), both it and the taker are stopped
+/// from the start, and the
+/// world renders to a scenario `harness check` accepts.
+#[test]
+fn lease_answers_end_the_timeline_at_a_lease_edge() {
+    let mut on = 0;
+    for seed in 0..300 {
+        let world = WorldSpec::generate(seed);
+        let answerer = world
+            .workers
+            .iter()
+            .find(|w| w.name == lease_answers::ANSWERER);
+        if !world.kinds.has(Kind::LeaseAnswers) {
+            assert!(answerer.is_none(), "seed {seed}");
+            continue;
+        }
+        on += 1;
+        let answerer = answerer.expect("the answerer");
+        let instance = (world.instances.iter())
+            .find(|i| i.name == answerer.instance)
+            .expect("its instance");
+        assert!(instance.payment.is_none() && instance.nodes == 1 && instance.attempts_max > 1);
+        let lease = instance.lease_ms;
+        let ends = answerer.faults[0].toml.as_str();
+        let edge = match ends.strip_prefix("kind = \"slow\", extra_ms = ") {
+            Some(extra) => {
+                assert_eq!(answerer.latency, lease.to_string(), "seed {seed}");
+                extra.parse::<u64>().expect("extra_ms")
+            }
+            None => {
+                assert_eq!(ends, "kind = \"give_up\"", "seed {seed}");
+                answerer.latency.parse::<u64>().expect("latency") - lease
+            }
+        };
+        assert!(edge <= 1, "seed {seed}: {edge} ms past the lease");
+        let stopped = |k: usize, name: &str| matches!(&world.events[k].event, Event::StopWorker(n) if n == name);
+        assert!(stopped(0, lease_answers::ANSWERER) && stopped(1, lease_answers::TAKER));
+        let last = world.events.last().map(|t| &t.event);
+        let stop = world.events.iter().rposition(
+            |t| matches!(&t.event, Event::StopWorker(n) if n == lease_answers::ANSWERER),
+        );
+        assert!(stop.is_some() && last.is_some(), "seed {seed}");
+        let problems = problems(&world);
+        assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
+    }
+    assert!(
+        (10..=90).contains(&on),
+        "{on} of 300 worlds answer at a lease's end"
     );
 }
