@@ -49,6 +49,10 @@ pub enum JobFault {
     },
     /// Answer `extra_ms` later than the drawn latency (e.g. past the lease).
     Slow { extra_ms: u64 },
+    /// Accept, then send `reject` after the drawn latency instead of an
+    /// answer: a worker that gives the job up when its own deadline for it
+    /// passes (one set to the lease, say).
+    GiveUp,
     /// Sign the receipt with a different key than `provider_pubkey`.
     BadSignature,
     /// A correctly signed receipt whose `output_hash` is over another output.
@@ -60,6 +64,13 @@ pub enum JobFault {
     /// which must be refused (`receipt.job_id` names the other job). With
     /// no such previous result, the job is answered honestly.
     OtherJobReceipt,
+    /// Answer with this job's output and a correctly signed receipt for
+    /// this job, bound to another payment: the `payment_ref` of the last
+    /// paid job this worker was given before this one (or, having seen
+    /// none, one it makes up). A worker that reuses a receipt template, or
+    /// one that would tie its work to a payment it can settle elsewhere;
+    /// it must be refused (`receipt.payment_ref` is not the job's).
+    OtherPaymentRef,
     /// Send the (valid) `result` frame twice: the second must draw an
     /// error, never a second `result_accepted`.
     DuplicateResult,
@@ -84,10 +95,12 @@ impl JobFault {
             JobFault::Disconnect => "disconnect",
             JobFault::Crash { .. } => "crash",
             JobFault::Slow { .. } => "slow",
+            JobFault::GiveUp => "give_up",
             JobFault::BadSignature => "bad_signature",
             JobFault::WrongOutputHash => "wrong_output_hash",
             JobFault::InvalidOutput => "invalid_output",
             JobFault::OtherJobReceipt => "other_job_receipt",
+            JobFault::OtherPaymentRef => "other_payment_ref",
             JobFault::DuplicateResult => "duplicate_result",
             JobFault::Malformed { .. } => "malformed",
         }

@@ -98,8 +98,12 @@ enum SessionEnd {
 
 enum Completion {
     Output(Result<Value, BackendError>),
+    /// A `give_up` fault's end: the job is rejected.
+    GiveUp,
     Disconnect,
-    Crash { restart_after_ms: u64 },
+    Crash {
+        restart_after_ms: u64,
+    },
 }
 
 struct InFlight {
@@ -132,6 +136,9 @@ pub struct Worker {
     /// The output and receipt of the last result answered honestly: what
     /// an `other_job_receipt` fault sends for another job.
     last_result: Option<(Value, Receipt)>,
+    /// The payment reference of the last paid job answered: what an
+    /// `other_payment_ref` fault binds another job's receipt to.
+    last_payment_ref: Option<String>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -184,6 +191,7 @@ impl Worker {
             sessions: 0,
             outbox: None,
             last_result: None,
+            last_payment_ref: None,
             config,
         })
     }
@@ -691,6 +699,7 @@ impl Worker {
         let completion: BoxFuture<Completion> = match fault {
             Some(JobFault::Silent) => return None,
             Some(JobFault::Disconnect) => Box::pin(async { Completion::Disconnect }),
+            Some(JobFault::GiveUp) => Box::pin(async { Completion::GiveUp }),
             Some(JobFault::Crash { restart_after_ms }) => {
                 let restart_after_ms = *restart_after_ms;
                 Box::pin(async move { Completion::Crash { restart_after_ms } })
@@ -726,6 +735,12 @@ impl Worker {
             Completion::Disconnect => return Err(SessionEnd::Disconnected),
             Completion::Crash { restart_after_ms } => {
                 return Err(SessionEnd::Crashed { restart_after_ms })
+            }
+            Completion::GiveUp => {
+                let reason = "gave up at its own deadline".to_owned();
+                return self
+                    .send_frame(t, &WorkerFrame::Reject { job_id, reason })
+                    .await;
             }
             Completion::Output(Err(e)) => {
                 let reason = e.to_string();
@@ -776,6 +791,15 @@ impl Worker {
                 }
                 _ => (output.clone(), body(&output).sign(&self.key)),
             },
+            Some(JobFault::OtherPaymentRef) => {
+                let mut receipt = body(&output);
+                receipt.payment_ref = Some(match &self.last_payment_ref {
+                    Some(other) if a.payment_ref.as_ref() != Some(other) => other.clone(),
+                    // Made up: a worker can write any reference it likes.
+                    _ => format!("x402:0x{}", a.job_id.simple()),
+                });
+                (output, receipt.sign(&self.key))
+            }
             _ => {
                 let receipt = body(&output).sign(&self.key);
                 (output, receipt)
@@ -783,6 +807,9 @@ impl Worker {
         };
         if job.fault.is_none() {
             self.last_result = Some((output.clone(), receipt.clone()));
+        }
+        if a.payment_ref.is_some() {
+            self.last_payment_ref = a.payment_ref.clone();
         }
         WorkerFrame::Result {
             job_id: a.job_id,

@@ -198,6 +198,27 @@ async fn another_jobs_receipt_gets_invalid_receipt() {
     );
 }
 
+/// The held-out patch `receipt-payment-ref-unchecked`: an unpaid job
+/// answered with a correctly signed receipt of its own, bound to a payment
+/// (one the worker made up, having seen none), is refused (`receipt.
+/// payment_ref` is not the job's), requeued and completed honestly.
+#[tokio::test(start_paused = true)]
+async fn another_payments_receipt_gets_invalid_receipt() {
+    requeued_then_completed(JobFault::OtherPaymentRef, Some("invalid_receipt")).await;
+}
+
+/// `give_up`: the worker accepts, rejects after its latency, and the job
+/// is requeued and completed.
+#[tokio::test(start_paused = true)]
+async fn a_job_given_up_is_requeued() {
+    let s = requeued_then_completed(JobFault::GiveUp, None).await;
+    let gave_up = s.log.events().iter().any(|e| {
+        matches!(&e.kind, EventKind::FrameOut { frame }
+            if frame.contains(r#""type":"reject""#) && frame.contains("gave up"))
+    });
+    assert!(gave_up, "no reject sent after the latency");
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_output_gets_invalid_output() {
     requeued_then_completed(JobFault::InvalidOutput, Some("invalid_output")).await;

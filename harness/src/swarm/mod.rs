@@ -28,10 +28,12 @@ pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
 pub mod idle_cuts;
+pub mod lease_answers;
 pub mod lease_stalls;
 pub mod lease_thaws;
 pub mod long_retention;
 pub mod nodes;
+pub mod other_payments;
 pub mod other_receipts;
 pub mod overclaims;
 pub mod pairings;
@@ -48,6 +50,8 @@ pub mod streams;
 pub mod sybils;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hsess;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

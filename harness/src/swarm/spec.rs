@@ -115,6 +115,11 @@ pub enum Kind {
     /// An instance keeps results one hour and the world lives one to two
     /// hours past its timeline (drawn by [`super::long_retention`]).
     LongRetention,
+    // Held-out misses, sessions (branch `hsess`).
+    /// A worker answers at its lease's end (+0 or +1 ms) while another is
+    /// free to take the retried job (drawn by [`super::lease_answers`]).
+    LeaseAnswers,
+    // (end of branch `hsess`'s kinds)
 }
 
 impl Kind {
@@ -158,9 +163,9 @@ impl Kind {
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
-    /// [`Kind::IdleCuts`] and [`Kind::LongRetention`].
+    /// [`Kind::IdleCuts`], [`Kind::LongRetention`] and [`Kind::LeaseAnswers`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 22];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 23];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -186,6 +191,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
         all[Self::MAIN_STREAM.len() + 20] = Kind::IdleCuts;
         all[Self::MAIN_STREAM.len() + 21] = Kind::LongRetention;
+        // Held-out misses, sessions (branch `hsess`).
+        all[Self::MAIN_STREAM.len() + 22] = Kind::LeaseAnswers;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -243,6 +250,8 @@ impl Kind {
             Kind::LeaseThaws => "lease_thaws",
             Kind::IdleCuts => "idle_cuts",
             Kind::LongRetention => "long_retention",
+            // Held-out misses, sessions (branch `hsess`).
+            Kind::LeaseAnswers => "lease_answers",
         }
     }
 }

@@ -1003,23 +1003,8 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
                 ),
             ));
         };
-        receipt.verify(output).map_err(|e| {
-            violation(
-                SafetyKey::ReceiptInvalid,
-                format!("{instance}: job {} receipt: {e}", job.id),
-            )
-        })?;
-        // Held-out proposal 2 (branch `propa`): a receipt signs its job id,
-        // so another job's valid receipt proves nothing about this one.
-        if receipt.job_id != job.id {
-            return Err(violation(
-                SafetyKey::ReceiptInvalid,
-                format!(
-                    "{instance}: job {} holds the receipt of job {}",
-                    job.id, receipt.job_id
-                ),
-            ));
-        }
+        check_receipt(instance, job, receipt, output)
+            .map_err(|m| violation(SafetyKey::ReceiptInvalid, m))?;
         if job.submission.privacy_class == PrivacyClass::Private
             && !user_trusts(
                 state.trust,
@@ -1035,6 +1020,38 @@ fn check_store(instance: &str, state: &InstanceState<'_>) -> Result<(), Violatio
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// `receipt_invalid` for one completed job: its receipt verifies against
+/// its output and is this job's, for this job's payment.
+fn check_receipt(
+    instance: &str,
+    job: &Job,
+    receipt: &protocol::receipt::Receipt,
+    output: &Value,
+) -> Result<(), String> {
+    receipt
+        .verify(output)
+        .map_err(|e| format!("{instance}: job {} receipt: {e}", job.id))?;
+    // Held-out proposal 2 (branch `propa`): a receipt signs its job id,
+    // so another job's valid receipt proves nothing about this one.
+    if receipt.job_id != job.id {
+        return Err(format!(
+            "{instance}: job {} holds the receipt of job {}",
+            job.id, receipt.job_id
+        ));
+    }
+    // Held-out patch `receipt-payment-ref-unchecked` (branch `hsess`): the
+    // receipt signs the payment it was done for (the spec's receipt
+    // fields), so a receipt bound to another payment, or to one where the
+    // job had none, proves nothing about this job's.
+    if receipt.payment_ref != job.payment_ref {
+        return Err(format!(
+            "{instance}: job {} (payment {:?}) holds a receipt for payment {:?}",
+            job.id, job.payment_ref, receipt.payment_ref
+        ));
     }
     Ok(())
 }
@@ -1587,5 +1604,39 @@ mod tests {
         let v = check_store("chain_a", &plain_state(std::slice::from_ref(&done)))
             .expect_err("another job's receipt");
         assert_eq!(v.invariant, SafetyKey::ReceiptInvalid);
+    }
+
+    /// Held-out patch `receipt-payment-ref-unchecked` (branch `hsess`): a
+    /// completed job whose receipt (correctly signed, of this job and its
+    /// output) names another payment, or a payment where the job had none,
+    /// or none where it had one, is `receipt_invalid`; a receipt naming the
+    /// job's own payment is not.
+    #[test]
+    fn a_receipt_for_another_payment_is_invalid() {
+        let key = protocol::signing::Keypair::from_secret_hex(&"11".repeat(32)).expect("key");
+        let output = json!({"label": "x"});
+        let judge = |job_ref: Option<&str>, receipt_ref: Option<&str>| {
+            let mut done = job(J1, "u", false, job_ref);
+            done.status = JobStatus::Completed;
+            done.output = Some(output.clone());
+            let receipt = protocol::receipt::ReceiptBody::new(
+                J1.parse().expect("uuid"),
+                key.public_key_hex(),
+                &output,
+                "2026-11-21T10:00:00.001Z".into(),
+                receipt_ref.map(str::to_owned),
+            )
+            .sign(&key);
+            done.receipt = Some(Box::new(receipt));
+            check_store("chain_a", &plain_state(std::slice::from_ref(&done)))
+                .err()
+                .map(|v| v.invariant)
+        };
+        assert_eq!(judge(Some("x402:a"), Some("x402:a")), None);
+        assert_eq!(judge(None, None), None);
+        let invalid = Some(SafetyKey::ReceiptInvalid);
+        assert_eq!(judge(Some("x402:a"), Some("x402:b")), invalid);
+        assert_eq!(judge(None, Some("x402:b")), invalid);
+        assert_eq!(judge(Some("x402:a"), None), invalid);
     }
 }

@@ -1,0 +1,42 @@
+//! Another payment's receipt (the held-out patch
+//! `receipt-payment-ref-unchecked`), under the `forged_receipt` kind: a
+//! worker that forges receipts (`bad_signature`) may also answer a job with
+//! its own output and a correctly signed receipt for that job bound to
+//! another payment (`other_payment_ref`, a worker-sim fault: the reference
+//! of the last paid job it was given, or one it made up). Only the
+//! receipt's `payment_ref` is wrong, so the coordinator must refuse it, and
+//! `receipt_invalid` (`check_store`) holds every stored receipt to its own
+//! job's payment reference (none for an unpaid job).
+//!
+//! Drawn from a stream of the seed's own ([`STREAM`]), after every other
+//! kind, and only on workers that already forge receipts (the honest
+//! workers, the heal's anchors, stay as they were); a seed without
+//! `forged_receipt` keeps its world exactly. It models a hostile worker,
+//! not the patch: the fault fires on paid and unpaid jobs alike.
+
+use super::spec::{JobFaultSpec, Kind, WorldSpec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// The seed's ChaCha stream this draw uses (the world's is 0).
+const STREAM: u64 = 26;
+const FORGED: &str = "kind = \"bad_signature\"";
+
+/// Each worker that forges receipts also binds receipts to another
+/// payment, with probability 0.7, at 20 to 60 % of its jobs.
+pub fn draw(world: &mut WorldSpec) {
+    if !world.kinds.has(Kind::ForgedReceipt) {
+        return;
+    }
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(STREAM);
+    for worker in &mut world.workers {
+        if !worker.faults.iter().any(|f| f.toml == FORGED) || !rng.gen_bool(0.7) {
+            continue;
+        }
+        worker.faults.push(JobFaultSpec {
+            toml: "kind = \"other_payment_ref\"".into(),
+            percent: rng.gen_range(20..=60),
+        });
+    }
+}
