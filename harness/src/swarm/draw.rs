@@ -90,6 +90,8 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::overclaims::draw(world);
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
+    // Issue 33, held-out misses on streams (branch `hstream`).
+    super::stream_retries::draw(world);
 }
 
 /// Second sessions with the keys of some workers: each replaces the other

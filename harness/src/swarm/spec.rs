@@ -109,6 +109,11 @@ pub enum Kind {
     /// A worker stops reading while its leases lapse, then reads again
     /// before its heartbeat timeout (drawn by [`super::lease_thaws`]).
     LeaseThaws,
+    // Issue 33, held-out misses on streams (branch `hstream`).
+    /// A streaming worker loses each job mid-stream as its lease lapses;
+    /// readers follow it across the retry and resume from the dead
+    /// attempt's event ids (drawn by [`super::stream_retries`]).
+    StreamRetries,
 }
 
 impl Kind {
@@ -151,9 +156,10 @@ impl Kind {
     /// [`Kind::HeldPolls`], [`Kind::Edges`], then the hostile clients'
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
-    /// and [`Kind::Garbage`], then [`Kind::Overclaims`] and [`Kind::LeaseThaws`].
+    /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`]
+    /// and [`Kind::StreamRetries`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 20];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 21];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -177,6 +183,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
+        // Issue 33, held-out misses on streams (branch `hstream`).
+        all[Self::MAIN_STREAM.len() + 20] = Kind::StreamRetries;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -232,6 +240,8 @@ impl Kind {
             Kind::Garbage => "garbage",
             Kind::Overclaims => "overclaims",
             Kind::LeaseThaws => "lease_thaws",
+            // Issue 33, held-out misses on streams (branch `hstream`).
+            Kind::StreamRetries => "stream_retries",
         }
     }
 }
