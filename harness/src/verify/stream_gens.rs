@@ -12,7 +12,12 @@
 //! - **one generation**: while the reader holds text since its last
 //!   `restart` (or the bytes its `Last-Event-ID` named), every event id
 //!   names that text's generation; text shown under another generation's
-//!   id without a `restart` between is a splice of two attempts.
+//!   id without a `restart` between is a splice of two attempts. That
+//!   includes generation 0, the name of an ended output whose attempt the
+//!   coordinator no longer knows (its buffer gone): it cannot tell that a
+//!   cursor of another generation was of the attempt that completed, so
+//!   it restarts the reader (decision 0023, "a reader that resumes after
+//!   the buffer is gone too is still told restart").
 //! - **a start of the output**: at every event whose id names the
 //!   generation of the attempt that completed (the one its `job` event's
 //!   id names), the text it holds since its last `restart` is a start of
@@ -57,8 +62,16 @@ pub fn check(read: &StreamRead, job: Option<&Job>) -> Result<(), Violation> {
         };
         let holds = had + held.len() > 0;
         if let Some(was) = gen.filter(|was| holds && *was != at) {
+            // Generation 0 names an ended output whose attempt the
+            // coordinator no longer knows: continuing another generation's
+            // cursor in it is a splice unless that was the same attempt,
+            // which nothing then tells (decision 0023: a restart).
+            let what = match at {
+                0 => "the ended output, whose attempt is no longer known: a splice unless it was the same one",
+                _ => "another attempt's: a splice of two attempts' text",
+            };
             return Err(broken(e, format!(
-                "holding {held:?} of generation {was} was shown an event of generation {at} without a restart: a splice of two attempts' text"
+                "holding {held:?} of generation {was} was shown an event of generation {at} without a restart ({what})"
             )));
         }
         gen = holds.then_some(at);
