@@ -138,6 +138,7 @@ impl Reader {
             job,
             chat: self.chat.is_some(),
             from_bytes: self.last_id.as_deref().map_or(0, id_bytes),
+            from_gen: (self.last_id.as_deref()).and_then(crate::verify::stream_gens::id_gen),
             opened_ms: self.transcript.elapsed_ms(),
             ..StreamRead::default()
         })

@@ -91,6 +91,8 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
     super::idle_cuts::draw(world);
+    // Issue 33, held-out misses on streams (branch `hstream`).
+    super::stream_retries::draw(world);
     // Held-out misses, sessions (branch `hsess`): streams 26 and 27.
     super::other_payments::draw(world);
     super::lease_answers::draw(world);

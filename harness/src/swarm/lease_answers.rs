@@ -52,8 +52,14 @@ pub fn draw(world: &mut WorldSpec) {
     if !rng.gen_bool(0.3) {
         return;
     }
+    // Not where `stream_retries` made every worker stream (its staller
+    // takes retried jobs there, and its readers expect streamed output).
+    let retried = |name: &str| {
+        (world.workers.iter())
+            .any(|w| w.instance == name && w.name == super::stream_retries::STALLER)
+    };
     let fit = (world.instances.iter())
-        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.attempts_max > 1)
+        .filter(|i| i.payment.is_none() && i.nodes == 1 && i.attempts_max > 1 && !retried(i.name))
         .map(|i| (i.name, i.lease_ms));
     let Some((instance, lease_ms)) = fit.collect::<Vec<_>>().choose(&mut rng).copied() else {
         return;

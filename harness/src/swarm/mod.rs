@@ -46,6 +46,7 @@ pub mod slow_heads;
 pub mod spec;
 pub mod stalls;
 pub mod steer;
+pub mod stream_retries;
 pub mod streams;
 pub mod sybils;
 #[cfg(test)]

@@ -120,6 +120,11 @@ pub enum Kind {
     /// free to take the retried job (drawn by [`super::lease_answers`]).
     LeaseAnswers,
     // (end of branch `hsess`'s kinds)
+    // Issue 33, held-out misses on streams (branch `hstream`).
+    /// A streaming worker loses each job mid-stream as its lease lapses;
+    /// readers follow it across the retry and resume from the dead
+    /// attempt's event ids (drawn by [`super::stream_retries`]).
+    StreamRetries,
 }
 
 impl Kind {
@@ -163,9 +168,10 @@ impl Kind {
     /// ([`Kind::SlowHeads`], [`Kind::Sybils`]), [`Kind::LeaseStalls`],
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
-    /// [`Kind::IdleCuts`], [`Kind::LongRetention`] and [`Kind::LeaseAnswers`].
+    /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
+    /// [`Kind::StreamRetries`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 23];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 24];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -193,6 +199,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 21] = Kind::LongRetention;
         // Held-out misses, sessions (branch `hsess`).
         all[Self::MAIN_STREAM.len() + 22] = Kind::LeaseAnswers;
+        // Issue 33, held-out misses on streams (branch `hstream`).
+        all[Self::MAIN_STREAM.len() + 23] = Kind::StreamRetries;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -252,6 +260,8 @@ impl Kind {
             Kind::LongRetention => "long_retention",
             // Held-out misses, sessions (branch `hsess`).
             Kind::LeaseAnswers => "lease_answers",
+            // Issue 33, held-out misses on streams (branch `hstream`).
+            Kind::StreamRetries => "stream_retries",
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod polls;
 pub mod resources;
 pub mod safety;
 pub mod stalls;
+pub mod stream_gens;
 pub mod streams;
 pub mod sybils;
 pub mod temporal;

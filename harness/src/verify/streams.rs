@@ -4,6 +4,9 @@
 //!   or a chat's last chunk) holds exactly the job's output; a reader cut
 //!   before it, of a job that completed on its only attempt (no restart
 //!   of a worker's or the coordinator's between), holds a prefix of it.
+//!   Event by event (`verify::stream_gens`): what it holds since its last
+//!   `restart` is of one generation, and under the generation of the
+//!   attempt that completed it is a start of the job's output.
 //! - `private_delta_leak`: a job id is the capability to read its events
 //!   (decision 0023), held by the client that committed the job; no reader
 //!   is shown a PRIVATE job's output text unless it read that job by its id
@@ -39,6 +42,8 @@ pub fn check(
             .as_ref()
             .and_then(|id| jobs.get(&(read.instance.as_str(), id.clone())).copied());
         found.extend(check_output(read, job).err());
+        // Issue 33, held-out misses on streams (branch `hstream`).
+        found.extend(super::stream_gens::check(read, job).err());
         found.extend(check_leak(read, job, committers).err());
         if settled_on_completion.contains(read.instance.as_str()) {
             found.extend(check_paid(read, job).err());

@@ -51,6 +51,8 @@ pub struct StreamRead {
     /// Opened with a `Last-Event-ID`: the output bytes the reader had
     /// already (its `{generation}.{bytes}`), which its text continues.
     pub from_bytes: usize,
+    /// The generation that id named (`None` without one, or unreadable).
+    pub from_gen: Option<u64>,
     /// Connections that answered 200 (a cut and resume makes two).
     pub connections: u32,
     pub events: Vec<SseEvent>,
