@@ -863,3 +863,27 @@ fn an_idle_cut_adds_a_node_whose_only_worker_holds_a_job_whose_lease_lapses_insi
         assert!(for_ms > 2 * i.node_lease_ms);
     }
 }
+
+/// `long_retention` lives hours past the timeline, so it is drawn only
+/// where no worker's heartbeat fault reconnects it all along (seed 1777
+/// filled its transcript), and at most in about half the fitting worlds.
+#[test]
+fn long_retention_worlds_have_no_worker_reconnecting_all_along() {
+    let worlds: Vec<WorldSpec> = (0..2000)
+        .map(WorldSpec::generate)
+        .filter(|w| w.kinds.has(spec::Kind::LongRetention))
+        .collect();
+    assert!(worlds.len() >= 20, "{} worlds", worlds.len());
+    for w in &worlds {
+        assert!(
+            w.workers.iter().all(|x| x.heartbeat.is_none()),
+            "seed {}",
+            w.seed
+        );
+        let kept = w.instances.iter().filter(|i| i.retention_hours == Some(1));
+        assert_eq!(kept.count(), 1, "seed {}", w.seed);
+    }
+    assert!(!WorldSpec::generate(1777)
+        .kinds
+        .has(spec::Kind::LongRetention));
+}
