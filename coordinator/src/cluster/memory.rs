@@ -263,9 +263,10 @@ impl Tables {
 /// time is known to the second, so the note errs early (stricter).
 fn note_orphan_deleted(job: &Job, now_s: u64) {
     let result = job.status == JobStatus::Completed;
-    let ended_ms = match result {
-        true => job.completed_at_ms.unwrap_or(job.created_at_ms),
-        false => job.created_at_ms,
+    let ended_ms = if result {
+        job.completed_at_ms.unwrap_or(job.created_at_ms)
+    } else {
+        job.created_at_ms
     };
     buggify::result_deleted(buggify::DeletedResult {
         id: job.id,

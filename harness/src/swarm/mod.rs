@@ -52,7 +52,7 @@ pub mod sybils;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_hsess;
+mod tests_answers;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

@@ -14,29 +14,14 @@
 //! `forged_receipt` keeps its world exactly. It models a hostile worker,
 //! not the patch: the fault fires on paid and unpaid jobs alike.
 
-use super::spec::{JobFaultSpec, Kind, WorldSpec};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha20Rng;
+use super::other_receipts::add_to_forgers;
+use super::spec::WorldSpec;
 
 /// The seed's ChaCha stream this draw uses (the world's is 0).
 const STREAM: u64 = 26;
-const FORGED: &str = "kind = \"bad_signature\"";
 
 /// Each worker that forges receipts also binds receipts to another
 /// payment, with probability 0.7, at 20 to 60 % of its jobs.
 pub fn draw(world: &mut WorldSpec) {
-    if !world.kinds.has(Kind::ForgedReceipt) {
-        return;
-    }
-    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
-    rng.set_stream(STREAM);
-    for worker in &mut world.workers {
-        if !worker.faults.iter().any(|f| f.toml == FORGED) || !rng.gen_bool(0.7) {
-            continue;
-        }
-        worker.faults.push(JobFaultSpec {
-            toml: "kind = \"other_payment_ref\"".into(),
-            percent: rng.gen_range(20..=60),
-        });
-    }
+    add_to_forgers(world, STREAM, "kind = \"other_payment_ref\"");
 }

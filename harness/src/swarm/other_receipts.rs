@@ -22,17 +22,24 @@ const FORGED: &str = "kind = \"bad_signature\"";
 /// Each worker that forges receipts also answers with another job's
 /// receipt, with probability 0.7, at 20 to 60 % of its jobs.
 pub fn draw(world: &mut WorldSpec) {
+    add_to_forgers(world, STREAM, "kind = \"other_job_receipt\"");
+}
+
+/// Gives each worker that forges receipts the fault `fault` too, with
+/// probability 0.7, at 20 to 60 % of its jobs, drawn from the seed's
+/// stream `stream`; nothing outside `forged_receipt` worlds.
+pub(super) fn add_to_forgers(world: &mut WorldSpec, stream: u64, fault: &str) {
     if !world.kinds.has(Kind::ForgedReceipt) {
         return;
     }
     let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
-    rng.set_stream(STREAM);
+    rng.set_stream(stream);
     for worker in &mut world.workers {
         if !worker.faults.iter().any(|f| f.toml == FORGED) || !rng.gen_bool(0.7) {
             continue;
         }
         worker.faults.push(JobFaultSpec {
-            toml: "kind = \"other_job_receipt\"".into(),
+            toml: fault.into(),
             percent: rng.gen_range(20..=60),
         });
     }

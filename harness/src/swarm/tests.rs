@@ -8,7 +8,8 @@ use super::spec::{Event, WorldSpec};
 use super::*;
 use std::path::Path;
 
-fn checked(world: &WorldSpec) -> Vec<String> {
+/// What `harness check` finds wrong with `world` rendered (empty: none).
+pub(super) fn checked(world: &WorldSpec) -> Vec<String> {
     let name = scenario_name(WorldId::seed(world.seed), None);
     let text = render::render(world, &name, "test");
     let scenario = match Scenario::parse(&text) {

@@ -1,24 +1,10 @@
-//! The draws of the held-out misses (branch `hsess`, streams 26 and 27):
+//! The draws of worker answers that carry another payment's receipt or
+//! race a lease's end (`other_payments`, `lease_answers`, streams 26 and 27):
 //! each is on only where it should be, keeps every other seed's world, and
 //! renders to a scenario the ordinary checks accept.
 
 use super::spec::{Event, Kind, WorldSpec};
 use super::*;
-use std::path::Path;
-
-fn problems(world: &WorldSpec) -> Vec<String> {
-    let name = scenario_name(WorldId::seed(world.seed), None);
-    let text = render::render(world, &name, "test");
-    let scenario = match Scenario::parse(&text) {
-        Ok(s) => s,
-        Err(e) => return vec![e],
-    };
-    let path = Path::new("scenarios").join(format!("{name}.toml"));
-    crate::check::check(&path, &text, &scenario)
-        .into_iter()
-        .map(|p| format!("line {}: {}", p.line, p.message))
-        .collect()
-}
 
 /// `other_payment_ref` goes only to workers that already forge receipts,
 /// in `forged_receipt` worlds, is drawn in some of them, and renders to a
@@ -38,7 +24,7 @@ fn another_payments_receipt_is_drawn_only_for_workers_that_forge() {
             }
         }
         if drawn > before {
-            let problems = problems(&world);
+            let problems = super::tests::checked(&world);
             assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
         }
     }
@@ -92,7 +78,7 @@ fn lease_answers_end_the_timeline_at_a_lease_edge() {
             |t| matches!(&t.event, Event::StopWorker(n) if n == lease_answers::ANSWERER),
         );
         assert!(stop.is_some() && last.is_some(), "seed {seed}");
-        let problems = problems(&world);
+        let problems = super::tests::checked(&world);
         assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
     }
     assert!(
