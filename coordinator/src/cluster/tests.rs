@@ -827,3 +827,32 @@ async fn postgres_nodes_starting_at_once_all_migrate() {
         }
     }
 }
+
+/// An orphan the in-memory store's age pass deletes is noted for the
+/// simulation's retention oracle, as the core notes its own rows (before,
+/// the harness saw a finished job gone with no deletion to judge: swarm
+/// seed 248 of the `long_retention` worlds).
+#[tokio::test]
+async fn the_in_memory_stores_orphan_deletions_are_witnessed() {
+    let _armed = crate::buggify::arm(7, false);
+    let shared = MemoryShared::default();
+    let mut a = Node::join(&shared, "a", 1).await;
+    let done = a.commit(&shared, Tier::Cheap, T0).await;
+    let due_ms = T0 + Config::default().timing.pending_timeout_ms;
+    let want = Want {
+        max: 1,
+        ..Want::default()
+    };
+    let jobs = shared.claim("a", &want, due_ms).await.unwrap();
+    a.core.adopt(jobs, due_ms);
+    a.end_event(&shared, due_ms).await.unwrap();
+    shared
+        .purge(Vec::new(), Some(due_ms + 1), 101)
+        .await
+        .unwrap();
+    let noted = crate::buggify::deleted_results();
+    assert_eq!(noted.len(), 1, "{noted:?}");
+    assert_eq!(noted[0].id, done);
+    assert!(noted[0].by_age && !noted[0].result);
+    assert_eq!(noted[0].deleted_ms, 101_000);
+}
