@@ -175,7 +175,7 @@ fn deadline(job: &Job, bound: &EndBound) -> (i64, FailureReason) {
 /// Whether a line (after its stamp) stops, crashes or restarts `instance`
 /// (arming a crash at a write is not yet one: `crashed` follows), or is a
 /// `reboot` fault's crash or restart of some instance.
-fn disturbs(rest: &str, instance: &str) -> bool {
+pub(super) fn disturbs(rest: &str, instance: &str) -> bool {
     let controlled = rest
         .strip_prefix("harness instance ")
         .and_then(|r| r.strip_prefix(instance))

@@ -109,6 +109,11 @@ fn check_safety(
         .iter()
         .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
         .collect();
+    let values: BTreeMap<&String, _> = world
+        .instances
+        .iter()
+        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.values())))
+        .collect();
     let deleted = results_deleted();
     let refused = refused_payments(world);
     let instances = snapshots
@@ -127,6 +132,11 @@ fn check_safety(
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
                 settled: settled.get(name),
+                one_node: world.nodes(name).len() == 1,
+                charged: values.get(name).map(|values| super::prices::Charged {
+                    values,
+                    prices: listed_prices(spec),
+                }),
                 end_bound: end_bound(world, name, scenario.buggify),
                 held_polls: world.held_polls.of(name),
                 refused_payments: refused.get(name),
@@ -134,17 +144,7 @@ fn check_safety(
             (name.clone(), state)
         })
         .collect();
-    let workers = world
-        .workers
-        .iter()
-        .map(|(name, w)| {
-            let view = safety::WorkerView {
-                instance: &w.instance,
-                public_key: &w.public_key,
-            };
-            (name.clone(), view)
-        })
-        .collect();
+    let workers = worker_views(world);
     let frames = world.frames.all().unwrap_or_default();
     let checked = world.transcript.with_lines(|lines| {
         safety::check(lines, &frames, &world.streams, &instances, &workers)
@@ -162,6 +162,29 @@ fn check_safety(
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })
+}
+
+/// Each worker's instance and key, as the safety keys see them.
+fn worker_views(world: &World) -> BTreeMap<String, safety::WorkerView<'_>> {
+    let mut views = BTreeMap::new();
+    for (name, w) in &world.workers {
+        let view = safety::WorkerView {
+            instance: &w.instance,
+            public_key: &w.public_key,
+        };
+        views.insert(name.clone(), view);
+    }
+    views
+}
+
+/// The prices an instance lists: the deployment's defaults with the
+/// scenario's overrides.
+fn listed_prices(spec: Option<&crate::spec::Instance>) -> coordinator::config::PriceTable {
+    let mut table = coordinator::config::PriceTable::default();
+    if let Some(spec) = spec {
+        spec.prices.apply(&mut table);
+    }
+    table
 }
 
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the

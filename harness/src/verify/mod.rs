@@ -12,6 +12,7 @@ pub mod invariants;
 pub mod overdue;
 pub mod ownership;
 pub mod polls;
+pub mod prices;
 pub mod resources;
 pub mod safety;
 pub mod stalls;

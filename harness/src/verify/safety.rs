@@ -78,11 +78,12 @@ pub enum SafetyKey {
     AssignLost,
     // Held-out proposal 5: a node acting for a job it does not own.
     NodeActedUnowned,
+    ChargedOffPrice,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 34] = [
+    pub const ALL: [SafetyKey; 35] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -123,6 +124,7 @@ impl SafetyKey {
         SafetyKey::AssignLost,
         // Held-out proposal 5.
         SafetyKey::NodeActedUnowned,
+        SafetyKey::ChargedOffPrice,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -161,6 +163,7 @@ impl SafetyKey {
             SafetyKey::PairingClaimedTwice => "pairing_claimed_twice",
             SafetyKey::AssignLost => "assign_lost",
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
+            SafetyKey::ChargedOffPrice => "charged_off_price",
         }
     }
 }
@@ -204,6 +207,11 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+    /// One node: a restart of it ends every session (`check_not_reopened`).
+    pub one_node: bool,
+    /// A simulated paid instance's settled amounts and price table
+    /// (`charged_off_price`); `None` where the harness cannot see them.
+    pub charged: Option<super::prices::Charged<'a>>,
     /// The authorizations the facilitator's `/verify` refused and never
     /// found valid (`world::settlements`); `None` where the harness cannot
     /// see them.
@@ -324,6 +332,9 @@ pub fn check(
         found.extend(check_pairings_kept(name, state).err());
         found.extend(check_settlements(lines, name, state).err());
         found.extend(check_unfunded(name, state).err());
+        if let Some(charged) = &state.charged {
+            found.extend(super::prices::check(name, state.jobs, charged).err());
+        }
         // Both judge one-node simulated instances only (see each).
         if let Some(bound) = &state.end_bound {
             found.extend(super::overdue::check(lines, name, state.jobs, bound).err());
@@ -588,6 +599,10 @@ struct Seen<'a> {
     /// Jobs shown finished (a poll answered completed or failed, or a
     /// worker told `result_accepted`): retention may delete them.
     ended: std::collections::BTreeSet<(&'a str, String)>,
+    /// The line of each instance's latest stop, crash or restart, and of
+    /// each worker's latest welcome (`check_not_reopened`).
+    restarted: BTreeMap<&'a str, usize>,
+    welcomed: BTreeMap<&'a str, usize>,
     /// 201s for jobs missing at the end, on instances that run retention:
     /// lost unless retention deleted them as promised. With the line.
     missing: Vec<(&'a str, String, usize)>,
@@ -611,6 +626,7 @@ fn check_lines<'a>(
             message,
             line: Some(n),
         };
+        note_restarts_and_welcomes(line, actor, rest, instances, workers, &mut seen, n);
         if let Some((name, _)) = instances.get_key_value(actor) {
             let retention = instances[name.as_str()].retention;
             check_answer(name, retention, rest, jobs, &mut seen, n).map_err(|(i, m)| at(i, m))?;
@@ -637,6 +653,31 @@ fn check_lines<'a>(
         });
     }
     check_results_kept(instances, &seen)
+}
+
+/// Notes line `n` as its instance's latest restart (a stop, crash or
+/// restart, as `verify::edges` reads them) or its worker's latest welcome.
+fn note_restarts_and_welcomes<'a>(
+    line: &str,
+    actor: &str,
+    rest: &str,
+    instances: &'a BTreeMap<String, InstanceState<'_>>,
+    workers: &'a BTreeMap<String, WorkerView<'a>>,
+    seen: &mut Seen<'a>,
+    n: usize,
+) {
+    if actor == "harness" {
+        let after_stamp = line.split_once("] ").map_or("", |(_, r)| r);
+        for name in instances.keys() {
+            if super::edges::disturbs(after_stamp, name) {
+                seen.restarted.insert(name, n);
+            }
+        }
+    } else if rest.starts_with("{\"event\":\"welcomed\"") {
+        if let Some((name, _)) = workers.get_key_value(actor) {
+            seen.welcomed.insert(name, n);
+        }
+    }
 }
 
 /// Whether retention may have deleted job `id`, missing at the end: where
@@ -779,7 +820,9 @@ fn check_failed_kept<'a>(
     line: usize,
 ) -> Result<(), Found> {
     let key = (instance, id.to_owned());
-    let shown = (body["status"].as_str(), &body["error"]);
+    // A job record carries its error in `result` (spec 2.4).
+    let error = &body["result"]["error"];
+    let shown = (body["status"].as_str(), error);
     if let Some((error, first_line)) = seen.failed.get(&key) {
         if shown != (Some("failed"), error) {
             return Err((
@@ -788,7 +831,7 @@ fn check_failed_kept<'a>(
                     "{instance} showed job {id} failed ({error}, line {}) and later {} ({})",
                     first_line + 1,
                     body["status"],
-                    body["error"]
+                    error
                 ),
             ));
         }
@@ -798,7 +841,7 @@ fn check_failed_kept<'a>(
         return Ok(());
     }
     seen.ended.insert(key.clone());
-    seen.failed.insert(key, (body["error"].clone(), line));
+    seen.failed.insert(key, (error.clone(), line));
     if !ends_as(jobs, instance, id, retention, JobStatus::Failed) {
         return Err((
             SafetyKey::FailedJobChanged,
@@ -918,6 +961,7 @@ fn check_assign(
     job: Option<&&Job>,
     seen: &Seen<'_>,
 ) -> Result<(), Found> {
+    check_not_reopened(worker, view, state, id, seen)?;
     if state.paid && frame["payment_ref"].is_null() {
         return Err((
             SafetyKey::UnpaidJobDispatched,
@@ -945,6 +989,44 @@ fn check_assign(
                 "PRIVATE job {id} of {} reached {worker} ({}), whom the user never paired",
                 job.submission.user_id, view.public_key
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// A job a client was shown finished (a poll answered `completed` or
+/// `failed`, or a cancel answered `failed`) is never handed to a worker
+/// again: the answer promised an end that survives a crash. A poll answered
+/// from memory before the store's commit breaks this only when a crash
+/// lands in between, and the rerun's output is the same, so the job's final
+/// state alone cannot show it. Judged where a frame's sending time is
+/// certain without the coordinator's side: on a one-node instance restarted
+/// after the answer, a session welcomed after the restart receives only
+/// what the new process sent (an `assign` sent before the answer may still
+/// be on its way on an older connection).
+fn check_not_reopened(
+    worker: &str,
+    view: &WorkerView<'_>,
+    state: &InstanceState<'_>,
+    id: &str,
+    seen: &Seen<'_>,
+) -> Result<(), Found> {
+    let key = (view.instance, id.to_owned());
+    let restarted = seen.restarted.get(view.instance);
+    let welcomed = seen.welcomed.get(worker);
+    let fresh_after = |shown: usize| {
+        state.one_node && restarted.is_some_and(|r| *r > shown && welcomed.is_some_and(|w| w > r))
+    };
+    if let Some((_, line)) = seen.completed.get(&key).filter(|(_, l)| fresh_after(*l)) {
+        return Err((
+            SafetyKey::CompletedJobChanged,
+            format!("job {id} was shown completed (line {}), and after a restart assigned to {worker} again", line + 1),
+        ));
+    }
+    if let Some((error, line)) = seen.failed.get(&key).filter(|(_, l)| fresh_after(*l)) {
+        return Err((
+            SafetyKey::FailedJobChanged,
+            format!("job {id} was shown failed ({error}, line {}), and after a restart assigned to {worker} again", line + 1),
         ));
     }
     Ok(())
@@ -1100,6 +1182,8 @@ mod tests {
             results_deleted: None,
             proven: None,
             settled: None,
+            one_node: true,
+            charged: None,
             end_bound: None,
             held_polls: Vec::new(),
             refused_payments: None,
@@ -1227,6 +1311,44 @@ mod tests {
     }
 
     #[test]
+    fn a_job_shown_finished_and_assigned_again_after_a_restart_is_caught() {
+        let assigned = format!("w {}", assign(J1, "PUBLIC", "null"));
+        let completed = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"x"}},"receipt":null}}"#
+        );
+        let failed = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"failed","result":{{"error":"timeout"}}}}"#
+        );
+        let restart = "harness instance chain_a restart";
+        let welcomed = r#"w {"event":"welcomed","session":0,"session_id":1}"#;
+        // Retention on, the job gone at the end: only the lines judge.
+        let judge = |lines: &[&str]| verdict_with(lines, &[], &[], false, true);
+        for shown in [&completed, &failed] {
+            assert_eq!(judge(&[&assigned, shown, restart, welcomed]), None);
+            // Without a restart, or on a session from before it, the
+            // assign may have been sent before the answer.
+            assert_eq!(judge(&[shown, &assigned]), None);
+            assert_eq!(judge(&[shown, welcomed, restart, &assigned]), None);
+        }
+        let reopened = |shown: &str| judge(&[shown, restart, welcomed, &assigned]);
+        assert_eq!(reopened(&completed), Some("completed_job_changed"));
+        assert_eq!(reopened(&failed), Some("failed_job_changed"));
+    }
+
+    #[test]
+    fn a_job_shown_failed_with_one_error_and_later_another_is_caught() {
+        let failed = |error: &str| {
+            format!(
+                r#"chain_a < 200 {{"id":"{J1}","status":"failed","result":{{"error":"{error}"}}}}"#
+            )
+        };
+        let (timeout, cancelled) = (failed("timeout"), failed("cancelled"));
+        let judge = |lines: &[&str]| verdict_with(lines, &[], &[], false, true);
+        assert_eq!(judge(&[&timeout, &timeout]), None);
+        assert_eq!(judge(&[&timeout, &cancelled]), Some("failed_job_changed"));
+    }
+
+    #[test]
     fn a_private_assignment_to_an_unpaired_or_unauthenticated_worker_is_caught() {
         let welcomed = r#"w {"event":"welcomed","session":0,"session_id":1}"#;
         let private = format!("w {}", assign(J1, "PRIVATE", "null"));
@@ -1348,10 +1470,12 @@ mod tests {
     /// the end, breaks it; shown failed alike and failed at the end does not.
     #[test]
     fn a_failed_job_that_changes_or_reverts_is_caught() {
-        let cancelled =
-            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"cancelled"}}"#);
-        let timed_out =
-            format!(r#"chain_a < 200 {{"id":"{J1}","status":"failed","error":"lease_expired"}}"#);
+        let cancelled = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"failed","result":{{"error":"cancelled"}}}}"#
+        );
+        let timed_out = format!(
+            r#"chain_a < 200 {{"id":"{J1}","status":"failed","result":{{"error":"lease_expired"}}}}"#
+        );
         let completed_poll = format!(
             r#"chain_a < 200 {{"id":"{J1}","status":"completed","result":{{"output":"a"}},"receipt":null}}"#
         );

@@ -2,7 +2,8 @@
 //! nodes settled, counted by the authorization's nonce, whichever way it
 //! settles (locally or through the scripted facilitator). The safety keys
 //! `charged_for_failed_job`, `settled_twice` and `output_before_settlement`
-//! judge a run against it (decision 0021).
+//! judge a run against it (decision 0021), and `charged_off_price` judges
+//! the amount each settlement moved.
 //!
 //! It also plays the chain's part, which neither local settlement nor the
 //! scripted facilitator does: an authorization settles once, and sending it
@@ -14,18 +15,21 @@
 //! simulation never tells a late retry more than a real facilitator would).
 
 use coordinator::clock::{Clock, TokioClock};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use x402::settle::BoxFuture;
 use x402::{Reason, SettleOutcome, SettleRequest, SettleTicket, Settlement, Settler};
 
-/// Successful settlements by authorization nonce (`0x…`, lowercase), and
-/// the verdicts of `/verify` by nonce (`unfunded_job_accepted`).
+/// Successful settlements by authorization nonce (`0x…`, lowercase), the
+/// verdicts of `/verify` by nonce (`unfunded_job_accepted`), and the
+/// amount (atomic units, decimal) each nonce's settlements moved
+/// (`charged_off_price`).
 #[derive(Clone, Default)]
 pub struct SettleLedger(
     Arc<Mutex<BTreeMap<String, usize>>>,
     Arc<Mutex<BTreeMap<String, Verdicts>>>,
+    Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>,
 );
 
 /// What `/verify` answered for one authorization.
@@ -36,9 +40,14 @@ pub struct Verdicts {
 }
 
 impl SettleLedger {
-    fn record(&self, nonce: Option<String>) {
+    fn record(&self, nonce: Option<String>, value: Option<String>) {
+        let nonce = nonce.unwrap_or_default();
+        if let Some(value) = value {
+            let mut values = self.2.lock().unwrap_or_else(|p| p.into_inner());
+            values.entry(nonce.clone()).or_default().insert(value);
+        }
         let mut ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *ledger.entry(nonce.unwrap_or_default()).or_insert(0) += 1;
+        *ledger.entry(nonce).or_insert(0) += 1;
     }
 
     fn record_verify(&self, nonce: Option<String>, valid: bool) {
@@ -60,9 +69,14 @@ impl SettleLedger {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The amounts each authorization's settlements moved, by nonce.
+    pub fn values(&self) -> BTreeMap<String, BTreeSet<String>> {
+        self.2.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The authorizations `/verify` refused and never found valid: unfunded
     /// (or otherwise refused) payments, which must buy nothing.
-    pub fn refused_only(&self) -> std::collections::BTreeSet<String> {
+    pub fn refused_only(&self) -> BTreeSet<String> {
         let verdicts = self.1.lock().unwrap_or_else(|p| p.into_inner());
         let refused = verdicts.iter().filter(|(_, v)| v.refused && !v.valid);
         refused.map(|(nonce, _)| nonce.clone()).collect()
@@ -73,6 +87,12 @@ impl SettleLedger {
 fn body_nonce(body: &serde_json::Value) -> Option<String> {
     let nonce = body.pointer("/paymentPayload/payload/authorization/nonce")?;
     Some(nonce.as_str()?.to_ascii_lowercase())
+}
+
+/// The amount a `/settle` body's EIP-3009 authorization moves.
+fn body_value(body: &serde_json::Value) -> Option<String> {
+    let value = body.pointer("/paymentPayload/payload/authorization/value")?;
+    Some(value.as_str()?.to_owned())
 }
 
 /// A node's settler, recording each success in its instance's
@@ -103,6 +123,7 @@ impl Settler for RecordingSettler {
     fn settle<'a>(&'a self, req: SettleRequest<'a>) -> BoxFuture<'a, Result<Settlement, Reason>> {
         Box::pin(async move {
             let nonce = req.verified.map(|v| v.nonce.to_string());
+            let value = req.verified.map(|v| v.value.to_string());
             if self.dead() {
                 return Err(Reason::UnexpectedSettleError);
             }
@@ -111,7 +132,7 @@ impl Settler for RecordingSettler {
             }
             let settled = self.inner.settle(req).await;
             if settled.is_ok() {
-                self.ledger.record(nonce);
+                self.ledger.record(nonce, value);
             }
             settled
         })
@@ -140,7 +161,7 @@ impl Settler for RecordingSettler {
             }
             let outcome = self.inner.settle_ticket(ticket).await;
             if matches!(outcome, SettleOutcome::Settled(_)) {
-                self.ledger.record(nonce);
+                self.ledger.record(nonce, body_value(&ticket.body));
             }
             outcome
         })
