@@ -175,7 +175,7 @@ fn deadline(job: &Job, bound: &EndBound) -> (i64, FailureReason) {
 /// Whether a line (after its stamp) stops, crashes or restarts `instance`
 /// (arming a crash at a write is not yet one: `crashed` follows), or is a
 /// `reboot` fault's crash or restart of some instance.
-fn disturbs(rest: &str, instance: &str) -> bool {
+pub(super) fn disturbs(rest: &str, instance: &str) -> bool {
     let controlled = rest
         .strip_prefix("harness instance ")
         .and_then(|r| r.strip_prefix(instance))
@@ -212,7 +212,7 @@ fn off_edge(body: &Value, at_ms: i64, deadline_ms: i64, edge: bool) -> Option<St
 }
 
 /// `+S.mmm` (or `[+S.mmm`) as ms.
-fn stamp_ms(stamp: &str) -> i64 {
+pub(super) fn stamp_ms(stamp: &str) -> i64 {
     let stamp = stamp.trim_start_matches('[').trim_start_matches('+');
     let stamp = stamp.trim_end_matches('s');
     let Some((s, ms)) = stamp.split_once('.') else {

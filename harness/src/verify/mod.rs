@@ -6,12 +6,16 @@
 pub mod assigns;
 pub mod bad_input;
 pub mod claims;
+// Held-out 3 misses, identity (branch `hid`).
+pub mod code_edges;
 pub mod connections;
 pub mod edges;
 pub mod invariants;
 pub mod overdue;
 pub mod ownership;
 pub mod polls;
+// Held-out 3 misses, identity (branch `hid`).
+pub mod rate_limits;
 pub mod resources;
 pub mod safety;
 pub mod stalls;

@@ -78,11 +78,13 @@ pub enum SafetyKey {
     AssignLost,
     // Held-out proposal 5: a node acting for a job it does not own.
     NodeActedUnowned,
+    // Held-out 3 misses, identity (branch `hid`).
+    RateLimitExceeded,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 34] = [
+    pub const ALL: [SafetyKey; 35] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -123,6 +125,8 @@ impl SafetyKey {
         SafetyKey::AssignLost,
         // Held-out proposal 5.
         SafetyKey::NodeActedUnowned,
+        // Held-out 3 misses, identity (branch `hid`).
+        SafetyKey::RateLimitExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -161,6 +165,7 @@ impl SafetyKey {
             SafetyKey::PairingClaimedTwice => "pairing_claimed_twice",
             SafetyKey::AssignLost => "assign_lost",
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
+            SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
         }
     }
 }
