@@ -3,12 +3,14 @@
 //! `http` step's own request path (so the ledger of proven pairings,
 //! `world::users`, records it as it records two `http` steps). A create
 //! that fails sends no claim: in a world whose fault points can cut any
-//! request, the step reports what happened rather than failing.
+//! request, the step reports what happened rather than failing. With
+//! `claim_edge_ms` the claim waits for its code's expiry (an edge claim).
 
 use super::http::run_http;
 use super::steps::Answer;
 use crate::expr::matcher::Vars;
 use crate::spec::{HttpCall, Pair, ProofSpec};
+use crate::verify::code_edges::EDGE_CLAIM;
 use crate::world::World;
 use serde_json::json;
 
@@ -37,6 +39,10 @@ pub(super) async fn run_pair(
     let Some(code) = code.map(str::to_owned) else {
         return Ok(summary(created, false));
     };
+    if let Some(edge_ms) = pair.claim_edge_ms {
+        let expires_at = created.body["expires_at"].as_str().unwrap_or_default();
+        wait_for_edge(world, &code, expires_at, edge_ms).await;
+    }
     let claim = HttpCall {
         body: Some(json!({ "pairing_code": code, "provider_pubkey": key })),
         ..post(pair, "/v1/trust/claim", pair.node)
@@ -44,6 +50,30 @@ pub(super) async fn run_pair(
     let claimed = run_http(&claim, world, vars).await?;
     let paired = ok(&claimed);
     Ok(summary(claimed, paired))
+}
+
+/// Sleeps until the code's `expires_at` plus `edge_ms` (the claim is then
+/// sent in that instant: a claim is judged by the time it is made, with no
+/// timer to race) and notes it; an instant already past is noted too late.
+async fn wait_for_edge(world: &mut World, code: &str, expires_at: &str, edge_ms: i64) {
+    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
+    let sign = if edge_ms < 0 { "-" } else { "+" };
+    let at_ms = protocol::time::parse_ms(expires_at).map(|e| e + edge_ms);
+    let Some(at_ms) = at_ms.filter(|at| *at >= now_ms) else {
+        let text = format!(
+            "{EDGE_CLAIM}{code} too late for its expiry {sign}{} ms",
+            edge_ms.abs()
+        );
+        world.transcript.log("harness", text);
+        return;
+    };
+    let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
+    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+    let text = format!(
+        "{EDGE_CLAIM}{code} at its expiry {sign}{} ms",
+        edge_ms.abs()
+    );
+    world.transcript.log("harness", text);
 }
 
 /// A bodiless `POST path` to the pairing's instance, from the shared client.

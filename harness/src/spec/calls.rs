@@ -237,6 +237,9 @@ pub struct Pair {
     pub worker: String,
     /// The node of a several-node instance the claim goes to (default 0).
     pub node: Option<u32>,
+    /// With `d`: the claim is sent at the code's `expires_at` plus `d` ms
+    /// (`d` may be negative), an edge claim that `expiry_off_edge` judges.
+    pub claim_edge_ms: Option<i64>,
 }
 
 choice!(

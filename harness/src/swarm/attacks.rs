@@ -36,7 +36,8 @@ pub const USERS: [&str; 4] = ["u0", "u1", "u2", "u3"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttackEvent {
     pub instance: &'static str,
-    /// An `AttackKind` name (`create_without_proof`, ...).
+    /// An `AttackKind` name (`create_without_proof`, ...), or
+    /// [`super::paid_impostors::KIND`] (a paid `http` commit).
     pub kind: &'static str,
     pub victim: String,
     /// The attacker's worker (pairing attacks).

@@ -97,6 +97,11 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_payments::draw(world);
     super::lease_answers::draw(world);
     // (end of branch `hsess`'s draws)
+    // Held-out 3 misses, identity (branch `hid`): streams 31 to 33.
+    super::paid_impostors::draw(world);
+    super::code_edges::draw(world);
+    super::pairing_floods::draw(world);
+    // (end of branch `hid`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }
@@ -238,6 +243,7 @@ fn draw_instances(rng: &mut ChaCha20Rng, kinds: &Kinds) -> Vec<InstanceSpec> {
                 queued_bytes: None,
                 held_polls: None,
                 retention_hours: None,
+                pairing_code_ttl_ms: None,
             }
         })
         .collect()
@@ -420,6 +426,7 @@ fn draw_pairings(rng: &mut ChaCha20Rng, kinds: &Kinds, workers: &[WorkerSpec]) -
                 claim_node: 0,
                 intercept: None,
                 overclaim: None,
+                overclaim_restart: false,
             });
         }
     }

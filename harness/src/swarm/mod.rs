@@ -36,6 +36,10 @@ pub mod nodes;
 pub mod other_payments;
 pub mod other_receipts;
 pub mod overclaims;
+// Held-out 3 misses, identity (branch `hid`).
+pub mod code_edges;
+pub mod paid_impostors;
+pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod render;
@@ -53,6 +57,8 @@ pub mod sybils;
 mod tests;
 #[cfg(test)]
 mod tests_answers;
+#[cfg(test)]
+mod tests_identity;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

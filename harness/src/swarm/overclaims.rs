@@ -11,6 +11,9 @@
 //! other kind, so a seed without it keeps its world exactly; one with it
 //! keeps its instances, workers and timeline, with the second claims added
 //! to the set-up and the victim's commits put first in the timeline.
+//! Some overclaimed pairings have a coordinator restart between the two
+//! claims (drawn last on the stream): a claim answered 200 but not kept
+//! would leave the code claimable again.
 
 use super::attacks::attacker_worker;
 use super::spec::{Commit, Event, Kind, Timed, WorldSpec};
@@ -22,6 +25,8 @@ const STREAM: u64 = 20;
 /// At most this many PRIVATE commits of a victim after its code was
 /// claimed again.
 pub const COMMITS_MAX: u32 = 3;
+/// How often an overclaimed pairing has a restart between its claims.
+const RESTART_P: f64 = 0.4;
 
 /// Draws the kind for `world` (already drawn): in a third of the worlds
 /// with plain pairings, each pairing's code is claimed again by an
@@ -62,5 +67,17 @@ pub fn draw(world: &mut WorldSpec) {
     }
     if drawn {
         world.kinds.0.push(Kind::Overclaims);
+        draw_restarts(&mut rng, world);
+    }
+}
+
+/// Held-out 3, patch 10: an operator's restart (a deploy, a crash) between
+/// the owner's claim and the attacker's, so a claim that was answered but
+/// not kept by the store is seen when the code is claimed again. Drawn
+/// after every other draw of this stream, so a world without it keeps the
+/// rest of its overclaims exactly.
+fn draw_restarts(rng: &mut ChaCha20Rng, world: &mut WorldSpec) {
+    for p in world.pairings.iter_mut().filter(|p| p.overclaim.is_some()) {
+        p.overclaim_restart = rng.gen_bool(RESTART_P);
     }
 }

@@ -45,6 +45,7 @@ pub fn draw(world: &mut WorldSpec) {
             instance,
             user,
             worker,
+            claim_edge_ms: None,
         };
         world.events.insert(at, Timed { after_ms, event });
         drawn = true;

@@ -158,9 +158,11 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
     let head = i.http_bounds.map_or(String::new(), |b| {
         format!(", http_head_timeout_ms = {}", b.head_timeout_ms)
     });
+    let ttl =
+        (i.pairing_code_ttl_ms).map_or(String::new(), |ms| format!(", pairing_code_ttl_ms = {ms}"));
     let _ = writeln!(
         w,
-        "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat}{head} }}",
+        "timing = {{ lease_ms = {}, pending_timeout_ms = {}, attempts_max = {}{heartbeat}{head}{ttl} }}",
         i.lease_ms, i.pending_timeout_ms, i.attempts_max
     );
     if let Some(script) = i.payment {
@@ -301,6 +303,15 @@ fn render_pairing(w: &mut String, k: usize, p: &Pairing) {
         worker = p.worker,
     );
     if let Some(attacker) = &p.overclaim {
+        if p.overclaim_restart {
+            // A crash between the two claims: the owner's claim, answered
+            // 200, must still hold the code after it.
+            let _ = writeln!(
+                w,
+                "\n[[steps]]\ninstance = {{ name = {:?}, action = \"restart\" }}",
+                p.instance
+            );
+        }
         // Read over the owner's shoulder: the code again, for the
         // attacker's worker; `pairing_claimed_twice` judges the answer.
         let _ = writeln!(
@@ -363,6 +374,10 @@ fn render_signed_commit(w: &mut String, c: &Commit) {
 /// An attack; after a pairing attack, the victim's signed PRIVATE commits
 /// (the jobs that would reach the attacker's worker had it got through).
 fn render_attack(w: &mut String, world: &WorldSpec, a: &AttackEvent) {
+    // Held-out 3 misses, identity (branch `hid`).
+    if a.kind == super::paid_impostors::KIND {
+        return super::paid_impostors::render(w, a);
+    }
     let worker = a
         .worker
         .as_ref()
@@ -425,9 +440,11 @@ fn render_user_event(w: &mut String, event: &Event) {
             instance,
             user,
             worker,
+            claim_edge_ms,
         } => writeln!(
             w,
-            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?} }}"
+            "\n[[steps]]\nname = \"{user} pairs {worker}\"\npair = {{ instance = {instance:?}, user = {user:?}, worker = {worker:?}{} }}",
+            claim_edge_ms.map_or(String::new(), |d| format!(", claim_edge_ms = {d}"))
         ),
         Event::Flood(f) => render_flood(w, f),
         Event::Freeze { worker, frozen } => writeln!(
@@ -503,6 +520,7 @@ fn render_event(w: &mut String, event: &Event) {
         Event::Read(r) => write!(w, "{}", super::streams::render(r, &node_key(r.node))),
         Event::Hoard(h) => write!(w, "{}", super::poll_hoards::render(h)),
         Event::Garbage(g) => write!(w, "{}", super::garbage::render(g)),
+        Event::PairingFlood(f) => write!(w, "{}", super::pairing_floods::render(f)),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

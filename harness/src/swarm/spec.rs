@@ -125,6 +125,15 @@ pub enum Kind {
     /// readers follow it across the retry and resume from the dead
     /// attempt's event ids (drawn by [`super::stream_retries`]).
     StreamRetries,
+    // Held-out 3 misses, identity (branch `hid`).
+    /// An instance's pairing codes live seconds; a user's worker claims
+    /// fresh codes at their expiry -1, +0 and +1 ms (drawn by
+    /// [`super::code_edges`]).
+    CodeEdges,
+    /// One client sends bursts of pairing creates and claims of unknown
+    /// codes past the per-minute limits (drawn by [`super::pairing_floods`]).
+    PairingFloods,
+    // (end of branch `hid`'s kinds)
 }
 
 impl Kind {
@@ -169,9 +178,10 @@ impl Kind {
     /// [`Kind::ShareFloods`], [`Kind::PollDeadlines`], [`Kind::PollHoards`]
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
-    /// [`Kind::StreamRetries`].
+    /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
+    /// [`Kind::PairingFloods`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 24];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 26];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -201,6 +211,9 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 22] = Kind::LeaseAnswers;
         // Issue 33, held-out misses on streams (branch `hstream`).
         all[Self::MAIN_STREAM.len() + 23] = Kind::StreamRetries;
+        // Held-out 3 misses, identity (branch `hid`).
+        all[Self::MAIN_STREAM.len() + 24] = Kind::CodeEdges;
+        all[Self::MAIN_STREAM.len() + 25] = Kind::PairingFloods;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -262,6 +275,9 @@ impl Kind {
             Kind::LeaseAnswers => "lease_answers",
             // Issue 33, held-out misses on streams (branch `hstream`).
             Kind::StreamRetries => "stream_retries",
+            // Held-out 3 misses, identity (branch `hid`).
+            Kind::CodeEdges => "code_edges",
+            Kind::PairingFloods => "pairing_floods",
         }
     }
 }
@@ -326,6 +342,10 @@ pub struct InstanceSpec {
     /// `retention_hours` when drawn short (by [`super::long_retention`]);
     /// `None` renders 24 where a kept budget turns retention on.
     pub retention_hours: Option<u64>,
+    // Held-out 3 misses, identity (branch `hid`).
+    /// `timing.pairing_code_ttl_ms` when drawn short (by
+    /// [`super::code_edges`]); `None` renders none (one hour).
+    pub pairing_code_ttl_ms: Option<i64>,
 }
 
 /// One worker fault drawn with a probability per job, in percent.
@@ -414,6 +434,11 @@ pub struct Pairing {
     /// With user auth off: an attacker claims the code again for this
     /// worker of its own after the owner's claim ([`super::overclaims`]).
     pub overclaim: Option<String>,
+    // Held-out 3 misses, identity (branch `hid`).
+    /// With `overclaim`: the instance crashes and restarts between the
+    /// owner's claim and the attacker's, so the claim must have been kept
+    /// (drawn by [`super::overclaims`]).
+    pub overclaim_restart: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -473,6 +498,9 @@ pub enum Event {
         instance: &'static str,
         user: String,
         worker: String,
+        /// With `d`: the claim waits for the code's expiry plus `d` ms
+        /// (drawn by [`super::code_edges`]; held-out 3 misses, `hid`).
+        claim_edge_ms: Option<i64>,
     },
     /// A `cancel` of the latest job committed on the instance, whatever
     /// its state then (pending, running, ended: 200, 409 or, on a node
@@ -509,6 +537,10 @@ pub enum Event {
     Hoard(super::poll_hoards::HoardEvent),
     /// One malformed request (drawn by [`super::garbage`]).
     Garbage(super::garbage::GarbageRequest),
+    // Held-out 3 misses, identity (branch `hid`).
+    /// A burst of pairing creates or failed claims from one client (drawn
+    /// by [`super::pairing_floods`]).
+    PairingFlood(super::pairing_floods::PairingFlood),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -626,6 +658,7 @@ impl WorldSpec {
             }
             if p.overclaim.as_ref().is_some_and(|w| !workers.contains(w)) {
                 p.overclaim = None;
+                p.overclaim_restart = false;
             }
         }
         let paid: Vec<&'static str> = self
@@ -704,6 +737,7 @@ impl WorldSpec {
                 Event::SlowHeads(s) => instances.contains(&s.instance),
                 Event::Hoard(h) => instances.contains(&h.instance),
                 Event::Garbage(g) => super::garbage::keeps(self, g),
+                Event::PairingFlood(f) => instances.contains(&f.instance),
                 Event::Freeze { worker, .. } => workers.contains(worker),
                 Event::Pair { .. } | Event::Attack(_) => {
                     self.keeps_user_event(&t.event, instances, workers)

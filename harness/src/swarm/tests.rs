@@ -353,8 +353,10 @@ fn user_attacks_change_only_the_worlds_they_are_on_in() {
         assert!(text.contains("user_auth = \"on\"") && text.contains("[users.mallory]"));
         for line in text.lines() {
             // The `garbage` kind's malformed requests act for nobody.
+            // The attacker's paid commits (`paid_impostors`) neither.
             let honest = line.starts_with("http = ")
                 && !line.contains("malformed = true")
+                && !line.contains("client = \"mallory\"")
                 && (line.contains("/v1/trust/create") || line.contains("\"PRIVATE\""));
             if honest {
                 assert!(

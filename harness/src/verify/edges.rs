@@ -212,7 +212,7 @@ fn off_edge(body: &Value, at_ms: i64, deadline_ms: i64, edge: bool) -> Option<St
 }
 
 /// `+S.mmm` (or `[+S.mmm`) as ms.
-fn stamp_ms(stamp: &str) -> i64 {
+pub(super) fn stamp_ms(stamp: &str) -> i64 {
     let stamp = stamp.trim_start_matches('[').trim_start_matches('+');
     let stamp = stamp.trim_end_matches('s');
     let Some((s, ms)) = stamp.split_once('.') else {

@@ -153,6 +153,7 @@ fn check_safety(
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
             .and_then(|()| check_ownership(world))
+            .and_then(|()| check_pairing(scenario, world, snapshots, lines))
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
                 super::bad_input::check(world.malformed.all(), jobs)
@@ -185,6 +186,33 @@ fn listed_prices(spec: Option<&crate::spec::Instance>) -> coordinator::config::P
         spec.prices.apply(&mut table);
     }
     table
+}
+
+/// Held-out 3 misses, identity (branch `hid`): `expiry_off_edge` of pairing
+/// codes (`crate::verify::code_edges`), then `rate_limit_exceeded`
+/// (`crate::verify::rate_limits`) on the simulated one-node instances, with
+/// the limits their configuration holds.
+fn check_pairing(
+    scenario: &Scenario,
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    let limits = (scenario.instances.iter())
+        .filter(|(name, spec)| snapshots.contains_key(*name) && spec.nodes <= 1)
+        .map(|(name, spec)| {
+            let l = crate::world::coordinator_config(spec).limits;
+            let limits = super::rate_limits::RateLimits {
+                creates_per_client: l.pairing_creates_per_client_per_minute_max,
+                creates_per_user: l.pairing_creates_per_user_per_minute_max,
+                claim_failures_per_client: l.claim_failures_per_client_per_minute_max,
+                users_as_sent: spec.user_auth != crate::spec::UserAuthSpec::On,
+            };
+            (name.clone(), limits)
+        })
+        .collect();
+    super::code_edges::check(lines, world.transcript.epoch_ms())?;
+    super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)
 }
 
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the

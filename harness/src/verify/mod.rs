@@ -6,6 +6,8 @@
 pub mod assigns;
 pub mod bad_input;
 pub mod claims;
+// Held-out 3 misses, identity (branch `hid`).
+pub mod code_edges;
 pub mod connections;
 pub mod edges;
 pub mod invariants;
@@ -13,6 +15,8 @@ pub mod overdue;
 pub mod ownership;
 pub mod polls;
 pub mod prices;
+// Held-out 3 misses, identity (branch `hid`).
+pub mod rate_limits;
 pub mod resources;
 pub mod safety;
 pub mod stalls;

@@ -79,11 +79,13 @@ pub enum SafetyKey {
     // Held-out proposal 5: a node acting for a job it does not own.
     NodeActedUnowned,
     ChargedOffPrice,
+    // Held-out 3 misses, identity (branch `hid`).
+    RateLimitExceeded,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 35] = [
+    pub const ALL: [SafetyKey; 36] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -125,6 +127,8 @@ impl SafetyKey {
         // Held-out proposal 5.
         SafetyKey::NodeActedUnowned,
         SafetyKey::ChargedOffPrice,
+        // Held-out 3 misses, identity (branch `hid`).
+        SafetyKey::RateLimitExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -164,6 +168,7 @@ impl SafetyKey {
             SafetyKey::AssignLost => "assign_lost",
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
             SafetyKey::ChargedOffPrice => "charged_off_price",
+            SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
         }
     }
 }

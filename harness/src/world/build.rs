@@ -198,6 +198,9 @@ pub fn coordinator_config(instance: &Instance) -> Config {
     if let Some(v) = t.heartbeat_timeout_ms {
         ct.heartbeat_timeout_ms = v;
     }
+    if let Some(v) = t.pairing_code_ttl_ms {
+        ct.pairing_code_ttl_ms = v;
+    }
     if let Some(v) = instance.limits.queue_len_max {
         config.limits.queue_len_max = v;
     }

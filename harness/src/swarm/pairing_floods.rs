@@ -1,0 +1,106 @@
+//! The `pairing_floods` kind (held-out 3, patch 2): on an instance with
+//! user auth off, a client of its own sends 11 to 15 pairing-code creates
+//! for names of its own (a script that pairs a fleet, or an attacker
+//! hoarding codes) and 11 to 15 claims of codes that do not exist (an
+//! attacker guessing codes), each burst within one instant: past every
+//! per-minute limit of pairing (10 creates per client, 5 per user, 10
+//! failed claims per client). `rate_limit_exceeded` judges the answers
+//! against the limiter's fixed windows (`verify/rate_limits.rs`).
+//!
+//! The kind draws from a stream of the seed's own ([`STREAM`]), after every
+//! other kind but `long_retention`, so a seed without it keeps its world
+//! exactly.
+
+use super::spec::{Event, Kind, Timed, WorldSpec};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use std::fmt::Write as _;
+
+/// The seed's ChaCha stream this kind draws from (the world's is 0).
+const STREAM: u64 = 33;
+/// The flooder's client address (its own: the limits are per client).
+pub const CLIENT: &str = "pairing_flood";
+/// Requests of each burst: past the limits of 10 (and of 5 per user).
+const BURST: std::ops::RangeInclusive<u32> = 11..=15;
+/// Names per burst of creates: three, so five per name reach the client's
+/// limit of ten before every name has used its own.
+const NAMES: u32 = 3;
+
+/// One burst: creates, or claims of unknown codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingFlood {
+    pub instance: &'static str,
+    pub claims: bool,
+    pub count: u32,
+    /// Numbers the burst's names and codes apart.
+    pub index: u32,
+}
+
+/// Draws the kind for `world` (already drawn): in a third of the worlds
+/// with user auth off, a burst of creates and one of claims, or one of
+/// them, on one single-node instance.
+pub fn draw(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(STREAM);
+    if world.user_auth || !rng.gen_bool(0.3) {
+        return;
+    }
+    let single: Vec<&'static str> = (world.instances.iter())
+        .filter(|i| i.nodes <= 1)
+        .map(|i| i.name)
+        .collect();
+    let Some(&instance) = single.choose(&mut rng) else {
+        return;
+    };
+    let bursts: &[bool] = match rng.gen_range(0..3) {
+        0 => &[false],
+        1 => &[true],
+        _ => &[false, true],
+    };
+    for (n, &claims) in bursts.iter().enumerate() {
+        let flood = PairingFlood {
+            instance,
+            claims,
+            count: rng.gen_range(BURST),
+            index: n as u32,
+        };
+        let Some(at) = super::code_edges::before_a_commit(&mut rng, world) else {
+            return;
+        };
+        let after_ms = rng.gen_range(0..2_000);
+        let event = Event::PairingFlood(flood);
+        world.events.insert(at, Timed { after_ms, event });
+    }
+    world.kinds.0.push(Kind::PairingFloods);
+}
+
+/// The burst's steps, from [`CLIENT`], none expecting an answer (the
+/// limits answer 429 past them; the safety key judges).
+pub fn render(f: &PairingFlood) -> String {
+    let mut w = String::new();
+    for k in 0..f.count {
+        let (path, body) = if f.claims {
+            // Codes are six hex digits; `ff` and the burst's numbers make
+            // seven, so no code of the instance is ever guessed.
+            let code = format!("ff{:02x}{:03x}", f.index, k);
+            (
+                "claim",
+                format!("{{ pairing_code = \"{code}\", provider_pubkey = \"{PUBKEY}\" }}"),
+            )
+        } else {
+            let user = format!("flood{}-{}", f.index, k % NAMES);
+            ("create", format!("{{ user_id = \"{user}\" }}"))
+        };
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"pairing flood: {path} {k}\"\nhttp = {{ instance = {:?}, method = \"POST\", path = \"/v1/trust/{path}\", body = {body}, client = \"{CLIENT}\" }}",
+            f.instance
+        );
+    }
+    w
+}
+
+/// A key on the curve that no worker of a swarm world holds (secp256k1's
+/// generator): a claim with it is judged by its code, which is unknown.
+const PUBKEY: &str = "0x0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
