@@ -135,9 +135,8 @@ impl FacilitatorStub {
         if script.settle_lost_once {
             inner.lose_settles = 1;
         }
-        if script.settle_spent_elsewhere_once {
-            inner.front_runs = 1;
-        }
+        // A new script replaces a front-run still due (a world's heal).
+        inner.front_runs = u32::from(script.settle_spent_elsewhere_once);
         inner.script = script;
     }
 

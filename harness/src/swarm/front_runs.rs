@@ -9,6 +9,14 @@
 //! `output_before_settlement` judges a job shown or completed whose payment
 //! the instance's ledger never settled.
 //!
+//! Only where the verdict is unambiguous: on one-node instances that no
+//! process restart or crash reaches, in worlds without BUGGIFY (whose
+//! writer crash is one). After a crash between the coordinator's durable
+//! "sent" mark and its first `/settle`, its next send is a retry, and
+//! decision 0021 deliberately counts "already used" after its own send as
+//! its own settlement (a front-run then is indistinguishable): swarm seed
+//! 22 of the first run, `output_before_settlement` on main.
+//!
 //! Drawn from a stream of the seed's own ([`STREAM`], which `cut_replays`
 //! draws from next), after every other kind, and only in `settlement_faults` worlds (on their paid instances
 //! settling through the facilitator); a seed without it keeps its world
@@ -39,8 +47,18 @@ fn draw_front_runs(world: &mut WorldSpec, rng: &mut ChaCha20Rng) {
     if !world.kinds.has(Kind::SettlementFaults) || !rng.gen_bool(0.5) {
         return;
     }
+    if world.kinds.has(Kind::Buggify) {
+        return;
+    }
+    let restarted = |name: &str| {
+        (world.events.iter()).any(|t| match t.event {
+            Event::Restart(i) | Event::GracefulRestart(i) => i == name,
+            Event::CrashAfter { instance, .. } => instance == name,
+            _ => false,
+        })
+    };
     let paid: Vec<&'static str> = (world.instances.iter())
-        .filter(|i| i.payment == Some("success"))
+        .filter(|i| i.payment == Some("success") && i.nodes == 1 && !restarted(i.name))
         .map(|i| i.name)
         .collect();
     for _ in 0..rng.gen_range(1..=FRONT_RUNS_MAX) {
