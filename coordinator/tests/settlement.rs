@@ -126,6 +126,32 @@ async fn a_refused_settlement_fails_the_job_without_its_output() {
     assert_eq!(stub.settled(), 0);
 }
 
+/// Held-out set 3, patch 12: a *first* settlement refused as already used
+/// means the payer spent the authorization elsewhere (a front-run), not
+/// that we did: the job fails `payment_failed` without its output
+/// (decision 0021). The front-run is one-shot: the next job settles.
+#[tokio::test(start_paused = true)]
+async fn a_first_settlement_spent_elsewhere_fails_the_job_without_its_output() {
+    let stub = FacilitatorStub::new("eip155:84532");
+    let (c, app) = gated(config(), &stub).await;
+    let mut w = TestWorker::connect(Wire::channel(&c), 9, &["LLM_INFER"], 1).await;
+    let id = commit_paid(&app, 9).await;
+    stub.set_script(StubScript::settle_spent_elsewhere_once());
+    let a = w.expect_assign().await;
+    w.complete(&a).await;
+    let record = until_ended(&app, &id).await;
+    assert_eq!(record["status"], "failed", "{record}");
+    assert_eq!(record["result"]["error"], "payment_failed");
+    assert!(record["result"].get("output").is_none());
+    assert!(record.get("payment_transaction").is_none());
+    assert_eq!(stub.settled(), 0);
+    let next = commit_paid(&app, 10).await;
+    let a = w.expect_assign().await;
+    w.complete(&a).await;
+    assert_eq!(until_ended(&app, &next).await["status"], "completed");
+    assert_eq!(stub.settled(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lost_answer_is_retried_with_the_same_payment_and_settles_once() {
     let stub = FacilitatorStub::new("eip155:84532");

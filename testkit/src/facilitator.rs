@@ -29,6 +29,10 @@ pub struct StubScript {
     /// When set, the next `/settle` answer is lost (see
     /// [`FacilitatorStub::lose_settles`]).
     pub settle_lost_once: bool,
+    /// When set, the next `/settle` of a payment not sent before is refused
+    /// `invalid_exact_evm_nonce_already_used` (see
+    /// [`StubScript::settle_spent_elsewhere_once`]).
+    pub settle_spent_elsewhere_once: bool,
 }
 
 impl StubScript {
@@ -60,6 +64,22 @@ impl StubScript {
         }
     }
 
+    /// `/verify` and `/settle` succeed, but the next payment sent to
+    /// `/settle` for the first time is refused
+    /// `invalid_exact_evm_nonce_already_used`: its payer spent the
+    /// authorization elsewhere between `/verify` and this first `/settle` (a
+    /// front-run), so nothing is settled for this payee. The stub does not
+    /// remember that spend: a later `/settle` of the same payment (one
+    /// resent after a crash) settles, as if the front-run had not landed,
+    /// so the simulation never makes a retry ambiguous (decision 0021
+    /// counts "already used" after our own send as our settlement).
+    pub fn settle_spent_elsewhere_once() -> Self {
+        Self {
+            settle_spent_elsewhere_once: true,
+            ..Self::default()
+        }
+    }
+
     /// `/settle` answers only after `delay` (longer than the client's
     /// timeout to simulate a hung facilitator).
     pub fn settle_delay(delay: Duration) -> Self {
@@ -87,6 +107,8 @@ struct Inner {
     lose_settles: u32,
     /// `/settle` calls still to settle and then answer 503.
     lose_settled: u32,
+    /// First `/settle` calls of a payment still to refuse as spent elsewhere.
+    front_runs: u32,
     /// Payments settled, as the chain remembers them: settling one again is
     /// refused `invalid_exact_evm_nonce_already_used`.
     spent: std::collections::BTreeSet<String>,
@@ -113,6 +135,8 @@ impl FacilitatorStub {
         if script.settle_lost_once {
             inner.lose_settles = 1;
         }
+        // A new script replaces a front-run still due (a world's heal).
+        inner.front_runs = u32::from(script.settle_spent_elsewhere_once);
         inner.script = script;
     }
 
@@ -154,6 +178,24 @@ impl FacilitatorStub {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this `/settle` (already recorded) is refused as spent
+    /// elsewhere: a front-run is due and it is its payment's first `/settle`.
+    fn front_run(&self, body: &Value) -> bool {
+        let mut inner = self.lock();
+        if inner.front_runs == 0 {
+            return false;
+        }
+        let payment = &body["paymentPayload"];
+        let sends = (inner.calls.iter())
+            .filter(|c| c.path == "/settle" && c.body["paymentPayload"] == *payment)
+            .count();
+        let first = sends == 1;
+        if first {
+            inner.front_runs -= 1;
+        }
+        first
     }
 
     fn record(&self, path: &'static str, body: &Value) -> StubScript {
@@ -205,6 +247,16 @@ async fn settle(
             inner.lose_settles -= 1;
             return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
+    }
+    if stub.front_run(&body) {
+        return Json(SettleResponse {
+            success: false,
+            error_reason: Some("invalid_exact_evm_nonce_already_used".into()),
+            payer: payer(&body),
+            transaction: String::new(),
+            network: network(&stub, &body),
+        })
+        .into_response();
     }
     let lose_answer = {
         let mut inner = stub.lock();

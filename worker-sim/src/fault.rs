@@ -71,6 +71,19 @@ pub enum JobFault {
     /// one that would tie its work to a payment it can settle elsewhere;
     /// it must be refused (`receipt.payment_ref` is not the job's).
     OtherPaymentRef,
+    /// Answer with this job's output and a receipt that names another key
+    /// (this worker's `wrong_key`) and is signed by it, so it verifies on
+    /// its own: a worker that signs with a key its owner never paired (a
+    /// stolen or borrowed key, or a pool's shared one). It must be refused
+    /// (`receipt.provider_pubkey` is not the session's key).
+    ForeignKeyReceipt,
+    /// On a streaming worker: stream a text of the output's length that is
+    /// not the output (its characters rotated by one), then answer with
+    /// the true output and a valid receipt: a worker whose stream and
+    /// answer come from two generations (a retried sample, a cache). It
+    /// must be refused (the deltas do not join to the output). A worker
+    /// that does not stream answers honestly.
+    DeltasDiffer,
     /// Send the (valid) `result` frame twice: the second must draw an
     /// error, never a second `result_accepted`.
     DuplicateResult,
@@ -101,6 +114,8 @@ impl JobFault {
             JobFault::InvalidOutput => "invalid_output",
             JobFault::OtherJobReceipt => "other_job_receipt",
             JobFault::OtherPaymentRef => "other_payment_ref",
+            JobFault::ForeignKeyReceipt => "foreign_key_receipt",
+            JobFault::DeltasDiffer => "deltas_differ",
             JobFault::DuplicateResult => "duplicate_result",
             JobFault::Malformed { .. } => "malformed",
         }

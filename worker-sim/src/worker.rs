@@ -710,7 +710,8 @@ impl Worker {
                 }
                 if self.config.stream {
                     let job_id = assignment.job_id;
-                    let work = streamed(&*self.backend, assignment, latency_ms, job_id, deltas);
+                    let differ = other == Some(&JobFault::DeltasDiffer);
+                    let work = streamed(&*self.backend, assignment, latency_ms, differ, deltas);
                     return Some(Box::pin(async move { (job_id, work.await) }));
                 }
                 let work = self.backend.execute(&assignment.payload);
@@ -800,6 +801,11 @@ impl Worker {
                 });
                 (output, receipt.sign(&self.key))
             }
+            Some(JobFault::ForeignKeyReceipt) => {
+                let mut receipt = body(&output);
+                receipt.provider_pubkey = self.wrong_key.public_key_hex();
+                (output, receipt.sign(&self.wrong_key))
+            }
             _ => {
                 let receipt = body(&output).sign(&self.key);
                 (output, receipt)
@@ -865,21 +871,31 @@ const SIM_DELTAS_MAX: usize = 32;
 /// A streaming worker's work on one job, due `latency_ms` after it began:
 /// a streaming backend's deltas as they come (after the latency), else the
 /// finished output's pieces spread evenly over the latency, the result at
-/// its end (decision 0023). Only text outputs are cut.
+/// its end (decision 0023). Only text outputs are cut. `differ` (the
+/// `deltas_differ` fault): every delta's text is [`altered`], the result's
+/// output is not.
 fn streamed(
     backend: &dyn Backend,
     assignment: &Assignment,
     latency_ms: u64,
-    job_id: Uuid,
+    differ: bool,
     deltas: &DeltaTx,
 ) -> BoxFuture<Completion> {
     let deltas = deltas.clone();
+    let job_id = assignment.job_id;
+    let shown = move |text: &str| {
+        if differ {
+            altered(text)
+        } else {
+            text.to_owned()
+        }
+    };
     if backend.streams() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let work = backend.execute_streaming(&assignment.payload, tx);
         let forwarding = async move {
             while let Some(text) = rx.recv().await {
-                let _ = deltas.send((job_id, text));
+                let _ = deltas.send((job_id, shown(&text)));
             }
         };
         return Box::pin(async move {
@@ -892,7 +908,8 @@ fn streamed(
     Box::pin(async move {
         let output = work.await;
         let text = output.as_ref().ok().and_then(Value::as_str).unwrap_or("");
-        let pieces = pieces(text, SIM_DELTAS_MAX);
+        let text = shown(text);
+        let pieces = pieces(&text, SIM_DELTAS_MAX);
         let step = latency_ms / (pieces.len() as u64 + 1);
         for piece in &pieces {
             tokio::time::sleep(Duration::from_millis(step)).await;
@@ -902,6 +919,14 @@ fn streamed(
         tokio::time::sleep(Duration::from_millis(rest)).await;
         Completion::Output(output)
     })
+}
+
+/// `text` with its characters rotated by one (the first last): as many
+/// bytes, a different text unless every character is the same.
+fn altered(text: &str) -> String {
+    let mut chars = text.chars();
+    let first = chars.next();
+    chars.chain(first).collect()
 }
 
 /// `text` cut after spaces into at most `max` pieces that join to it.
@@ -920,7 +945,17 @@ fn pieces(text: &str, max: usize) -> Vec<&str> {
 
 #[cfg(test)]
 mod stream_tests {
-    use super::pieces;
+    use super::{altered, pieces};
+
+    #[test]
+    fn altered_text_keeps_its_length_and_differs() {
+        for text in ["Say hi to the world", "héllo wörld", "ab"] {
+            let a = altered(text);
+            assert_eq!(a.len(), text.len());
+            assert_ne!(a, text);
+        }
+        assert_eq!(altered(""), "");
+    }
 
     #[test]
     fn pieces_join_to_the_text_and_are_bounded() {

@@ -35,6 +35,11 @@ async fn start(faults: FaultPlan) -> Sim {
 }
 
 async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
+    start_config(faults, seed, false).await
+}
+
+/// `stream`: the worker sends its outputs as deltas (decision 0023).
+async fn start_config(faults: FaultPlan, seed: u64, stream: bool) -> Sim {
     let (c, connector) = common::real_coordinator(NETWORK).await;
     let app = coordinator::app(c.clone());
     let log = EventLog::new();
@@ -43,6 +48,7 @@ async fn start_seeded(faults: FaultPlan, seed: u64) -> Sim {
             latency: Latency::Fixed { ms: 200 },
             faults,
             network: NETWORK.into(),
+            stream,
             ..WorkerConfig::with_seed(seed)
         },
         TokioClock::shared(EPOCH_MS),
@@ -205,6 +211,39 @@ async fn another_jobs_receipt_gets_invalid_receipt() {
 #[tokio::test(start_paused = true)]
 async fn another_payments_receipt_gets_invalid_receipt() {
     requeued_then_completed(JobFault::OtherPaymentRef, Some("invalid_receipt")).await;
+}
+
+/// Held-out set 3, patch 4: a receipt that names another key and is
+/// signed by it (valid on its own) is refused (`receipt.provider_pubkey`
+/// is not the session's key), requeued and completed with the worker's own.
+#[tokio::test(start_paused = true)]
+async fn a_receipt_of_another_key_gets_invalid_receipt() {
+    requeued_then_completed(JobFault::ForeignKeyReceipt, Some("invalid_receipt")).await;
+}
+
+/// Held-out set 3, patch 5: a streaming worker that streams a text of the
+/// output's length that is not the output, then answers with the true
+/// output, is refused (the deltas do not join to it), and the job is
+/// requeued and completed by its next, honest attempt.
+#[tokio::test(start_paused = true)]
+async fn deltas_that_differ_from_the_output_get_invalid_output() {
+    let s = start_config(
+        FaultPlan::none().on_job(0, JobFault::DeltasDiffer),
+        11,
+        true,
+    )
+    .await;
+    wait_online(&s.app, 1).await;
+    let id = commit_llm(&s.app, "retry me").await;
+    assert_completed_by(&wait_done(&s.app, &id).await, &s.pubkey, "retry me");
+    assert!(
+        got_error(&s.log, "invalid_output"),
+        "no invalid_output error frame"
+    );
+    let sent_deltas = s.log.events().iter().any(
+        |e| matches!(&e.kind, EventKind::FrameOut { frame } if frame.contains(r#""type":"delta""#)),
+    );
+    assert!(sent_deltas, "the worker streamed no deltas");
 }
 
 /// `give_up`: the worker accepts, rejects after its latency, and the job

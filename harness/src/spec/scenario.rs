@@ -234,6 +234,7 @@ const SETTLEMENTS: &[&str] = &[
     "refuse_settle",
     "slow_settle",
     "lose_settle",
+    "spent_elsewhere",
 ];
 
 impl Settlement {
@@ -271,6 +272,9 @@ choice!(
         SlowSettle => "slow_settle",
         /// The next `/settle` answer is lost (503, nothing settled).
         LoseSettle => "lose_settle",
+        /// The next payment sent to `/settle` for the first time is refused
+        /// `nonce_already_used`: its payer spent it elsewhere (a front-run).
+        SpentElsewhere => "spent_elsewhere",
     }
 );
 

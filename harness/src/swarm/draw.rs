@@ -97,6 +97,11 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_payments::draw(world);
     super::lease_answers::draw(world);
     // (end of branch `hsess`'s draws)
+    // Held-out set 3, payments (branch `hpay`): streams 28, 29 and 30.
+    super::foreign_keys::draw(world);
+    super::differing_streams::draw(world);
+    super::front_runs::draw(world);
+    // (end of branch `hpay`'s draws)
     // Held-out 3 misses, identity (branch `hid`): streams 31 to 33.
     super::paid_impostors::draw(world);
     super::code_edges::draw(world);

@@ -20,10 +20,14 @@ pub mod attacks;
 pub mod buggify;
 pub mod cancels;
 pub mod cli;
+pub mod cut_replays; // held-out set 3, payments (branch `hpay`)
 pub mod deadlines;
+pub mod differing_streams; // held-out set 3, payments (branch `hpay`)
 pub mod draw;
 pub mod edges;
 pub mod floods;
+pub mod foreign_keys; // held-out set 3, payments (branch `hpay`)
+pub mod front_runs; // held-out set 3, payments (branch `hpay`)
 pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
@@ -59,6 +63,8 @@ mod tests;
 mod tests_answers;
 #[cfg(test)]
 mod tests_identity;
+#[cfg(test)]
+mod tests_payments;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

@@ -13,6 +13,7 @@ pub mod edges;
 pub mod invariants;
 pub mod overdue;
 pub mod ownership;
+pub mod paid_assigns; // held-out set 3, payments (branch `hpay`)
 pub mod polls;
 pub mod prices;
 // Held-out 3 misses, identity (branch `hid`).

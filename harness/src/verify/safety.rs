@@ -326,6 +326,8 @@ pub fn check(
     found.extend(check_proven(frames, instances, workers, &jobs).err());
     // Held-out proposal 7 (branch `propb`).
     found.extend(super::assigns::check(frames).err());
+    // Held-out set 3, payments (branch `hpay`).
+    found.extend(super::paid_assigns::check(frames).err());
     let settled_on_completion: BTreeSet<&str> = (instances.iter())
         .filter(|(_, s)| s.paid && s.settled.is_some())
         .map(|(name, _)| name.as_str())

@@ -517,6 +517,7 @@ pub fn facilitator_script(script: FacilitatorScript) -> testkit::StubScript {
             testkit::StubScript::settle_delay(std::time::Duration::from_secs(20))
         }
         FacilitatorScript::LoseSettle => testkit::StubScript::settle_lost_once(),
+        FacilitatorScript::SpentElsewhere => testkit::StubScript::settle_spent_elsewhere_once(),
     }
 }
 
