@@ -178,14 +178,12 @@ fn worker_views(world: &World) -> BTreeMap<String, safety::WorkerView<'_>> {
     views
 }
 
-/// The prices an instance lists: the deployment's defaults with the
-/// scenario's overrides.
+/// The prices an instance lists: the configuration the world built it
+/// with (`world::coordinator_config`: the defaults with the scenario's).
 fn listed_prices(spec: Option<&crate::spec::Instance>) -> coordinator::config::PriceTable {
-    let mut table = coordinator::config::PriceTable::default();
-    if let Some(spec) = spec {
-        spec.prices.apply(&mut table);
-    }
-    table
+    spec.map_or_else(coordinator::config::PriceTable::default, |spec| {
+        crate::world::coordinator_config(spec).prices
+    })
 }
 
 /// Held-out 3 misses, identity (branch `hid`): `expiry_off_edge` of pairing
