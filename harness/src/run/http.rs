@@ -82,6 +82,42 @@ pub(super) async fn run_http(
     Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
 }
 
+/// Held-out 4 misses, identity (branch `h4id`): the requests of several
+/// `http` calls sent at once, none waiting for another's answer (one group
+/// commit may then hold what they change), each built, signed, logged and
+/// recorded as [`run_http`] does; no payment. The answers, in order.
+pub(super) async fn run_http_at_once(
+    calls: &[HttpCall],
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Vec<Answer>, String> {
+    let mut sent = Vec::with_capacity(calls.len());
+    for call in calls {
+        if call.pay.is_some() || call.path.contains(LATEST_IN_PATH) {
+            return Err("requests sent at once take no payment and no {latest}".into());
+        }
+        let (mut request, path, shown) = build_request(call, world, vars)?;
+        let honest = match &call.user_proof {
+            Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+            None => None,
+        };
+        sent.push((call, request, path, shown, honest));
+    }
+    let shared: &World = world;
+    let exchanges = (sent.iter()).map(|(call, request, path, shown, _)| {
+        let from = call.client.as_deref();
+        exchange(shared, &call.instance, from, request.clone(), path, shown)
+    });
+    let mut answers = futures_util::future::join_all(exchanges).await;
+    for ((call, request, path, _, honest), answer) in sent.into_iter().zip(&mut answers) {
+        if let Some(suffix) = user_suffix(world, &call.instance) {
+            unscope_user(&mut answer.body, &suffix);
+        }
+        record_trust(world, &call.instance, &request, &path, honest, answer);
+    }
+    Ok(answers)
+}
+
 /// The `job` of a `cancel` step that names the job of the latest 201 a
 /// step got from its instance.
 pub(super) const LATEST: &str = "latest";
@@ -337,11 +373,12 @@ pub(super) fn record_trust(
     honest: Option<SentProof>,
     answer: &Answer,
 ) {
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let path = path.split('?').next().unwrap_or_default();
+    record_code(world, instance, path, &body, answer);
     if !answer.status.is_some_and(|s| (200..300).contains(&s)) {
         return;
     }
-    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-    let path = path.split('?').next().unwrap_or_default();
     match path {
         "/v1/trust/create" => {
             let (Some(sent), Some(user), Some(code)) = (
@@ -365,6 +402,53 @@ pub(super) fn record_trust(
             ) {
                 world.users.record_claim(instance, code, key);
             }
+        }
+        _ => {}
+    }
+}
+
+/// Keeps the ledger of pairing codes (`world::codes`): a create answered
+/// 201, and every claim answered.
+fn record_code(world: &World, instance: &str, path: &str, body: &Value, answer: &Answer) {
+    use crate::world::codes::{Claimed, Created};
+    let Some(status) = answer.status else {
+        return;
+    };
+    let lower = |v: &Value| v.as_str().map(|s| s.trim().to_ascii_lowercase());
+    match path {
+        "/v1/trust/create" if status == 201 => {
+            let expires = answer.body["expires_at"].as_str();
+            let (Some(code), Some(expires_ms)) = (
+                lower(&answer.body["pairing_code"]),
+                expires.and_then(protocol::time::parse_ms),
+            ) else {
+                return;
+            };
+            let bound_to = lower(&body["provider_pubkey"]);
+            let instance = instance.to_owned();
+            (world.codes).created(Created {
+                instance,
+                code,
+                bound_to,
+                expires_ms,
+            });
+        }
+        "/v1/trust/claim" => {
+            let (Some(code), Some(key)) = (
+                lower(&body["pairing_code"]),
+                lower(&body["provider_pubkey"]),
+            ) else {
+                return;
+            };
+            world.codes.claimed(Claimed {
+                instance: instance.to_owned(),
+                code,
+                key,
+                status,
+                error: answer.body["error"].as_str().map(str::to_owned),
+                answered_ms: world.epoch_ms() + world.transcript.elapsed_ms(),
+                line: world.transcript.len().saturating_sub(1),
+            });
         }
         _ => {}
     }
@@ -446,9 +530,13 @@ pub(super) async fn exchange(
         Some(name) => world.client(name),
         None => world.http.clone(),
     };
+    let watched = crate::world::proofs::Watched::of(world, instance, &request, path);
     match transport.send(request).await {
         Ok(r) => {
             let body = logged_body(world, instance, r.status, &r.body);
+            if let Some(w) = watched {
+                w.answered(world, Some(r.status));
+            }
             world.acknowledged.record(r.status, body["job_id"].as_str());
             (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
             (world.streams).record_committer(r.status, body["job_id"].as_str(), client);
@@ -462,6 +550,9 @@ pub(super) async fn exchange(
             world
                 .transcript
                 .log(instance, format!("< transport error: {e}"));
+            if let Some(w) = watched {
+                w.answered(world, None);
+            }
             Answer::body(json!({"transport_error": e.to_string()}))
         }
     }

@@ -6,10 +6,12 @@
 //! request, the step reports what happened rather than failing. With
 //! `claim_edge_ms` the claim waits for its code's expiry (an edge claim).
 
-use super::http::run_http;
+use super::http::{run_http, run_http_at_once};
+use super::steps::run_instance_control;
 use super::steps::Answer;
 use crate::expr::matcher::Vars;
-use crate::spec::{HttpCall, Pair, ProofSpec};
+use crate::spec::calls::PAIR_CODES_MAX;
+use crate::spec::{HttpCall, InstanceAction, InstanceControl, Pair, ProofSpec};
 use crate::verify::code_edges::EDGE_CLAIM;
 use crate::world::World;
 use serde_json::json;
@@ -32,6 +34,9 @@ pub(super) async fn run_pair(
         }),
         ..post(pair, "/v1/trust/create", None)
     };
+    if pair.codes.is_some() || pair.restart_before_claim {
+        return run_pair_batch(pair, &create, world, vars).await;
+    }
     let created = run_http(&create, world, vars).await?;
     let code = created.body["pairing_code"]
         .as_str()
@@ -50,6 +55,55 @@ pub(super) async fn run_pair(
     let claimed = run_http(&claim, world, vars).await?;
     let paired = ok(&claimed);
     Ok(summary(claimed, paired))
+}
+
+/// Held-out 4 misses, identity (branch `h4id`): `codes` creates sent at
+/// once, each with its own proof (a group commit may hold them all), then,
+/// with `restart_before_claim`, a crash and restart of the instance, then
+/// a claim of each code created, in turn. Answers as the plain step, with
+/// `paired` true when every claim was answered 2xx.
+async fn run_pair_batch(
+    pair: &Pair,
+    create: &HttpCall,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
+    let count = pair.codes.unwrap_or(1);
+    if !(1..=PAIR_CODES_MAX).contains(&count) {
+        return Err(format!("pair codes {count}: 1 to {PAIR_CODES_MAX}"));
+    }
+    let calls = vec![create.clone(); count as usize];
+    let created = run_http_at_once(&calls, world, vars).await?;
+    let codes: Vec<String> = (created.iter())
+        .filter(|a| ok(a))
+        .filter_map(|a| a.body["pairing_code"].as_str().map(str::to_owned))
+        .collect();
+    if pair.restart_before_claim {
+        let restart = InstanceControl {
+            name: pair.instance.clone(),
+            action: InstanceAction::Restart,
+            write: None,
+            node: None,
+            duration_ms: None,
+        };
+        run_instance_control(&restart, world)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let Some(mut last) = created.into_iter().last() else {
+        return Err("pair: no create was sent".into());
+    };
+    let mut paired = !codes.is_empty();
+    for code in codes {
+        let key = format!("{{{{pubkey.{}}}}}", pair.worker);
+        let claim = HttpCall {
+            body: Some(json!({ "pairing_code": code, "provider_pubkey": key })),
+            ..post(pair, "/v1/trust/claim", pair.node)
+        };
+        last = run_http(&claim, world, vars).await?;
+        paired &= ok(&last);
+    }
+    Ok(summary(last, paired))
 }
 
 /// Sleeps until the code's `expires_at` plus `edge_ms` (the claim is then

@@ -219,7 +219,7 @@ async fn run_worker_control(
     Ok(())
 }
 
-async fn run_instance_control(
+pub(super) async fn run_instance_control(
     control: &InstanceControl,
     world: &mut World,
 ) -> Result<(), WorldError> {

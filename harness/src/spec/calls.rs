@@ -240,7 +240,18 @@ pub struct Pair {
     /// With `d`: the claim is sent at the code's `expires_at` plus `d` ms
     /// (`d` may be negative), an edge claim that `expiry_off_edge` judges.
     pub claim_edge_ms: Option<i64>,
+    /// Held-out 4 misses, identity (branch `h4id`): with `n` (2 to
+    /// [`PAIR_CODES_MAX`]), `n` creates, each with its own proof, sent at
+    /// once (one group commit may hold them all), then each code claimed.
+    pub codes: Option<u32>,
+    /// The instance crashes and restarts (as an `instance` step's
+    /// `restart`) between the creates and the claims (simulation only).
+    #[serde(default)]
+    pub restart_before_claim: bool,
 }
+
+/// At most this many codes one `pair` step creates at once.
+pub const PAIR_CODES_MAX: u32 = 3;
 
 choice!(
     /// A `buggify` step: the fault points stop or fire again (a run's

@@ -107,6 +107,9 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::code_edges::draw(world);
     super::pairing_floods::draw(world);
     // (end of branch `hid`'s draws)
+    // Held-out 4 misses, identity (branch `h4id`): stream 35.
+    super::code_batches::draw(world);
+    // (end of branch `h4id`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -20,6 +20,7 @@ pub mod attacks;
 pub mod buggify;
 pub mod cancels;
 pub mod cli;
+pub mod code_batches; // held-out 4 misses, identity (branch `h4id`)
 pub mod cut_replays; // held-out set 3, payments (branch `hpay`)
 pub mod deadlines;
 pub mod differing_streams; // held-out set 3, payments (branch `hpay`)
@@ -61,6 +62,8 @@ pub mod sybils;
 mod tests;
 #[cfg(test)]
 mod tests_answers;
+#[cfg(test)]
+mod tests_h4id; // held-out 4 misses, identity (branch `h4id`)
 #[cfg(test)]
 mod tests_identity;
 #[cfg(test)]

@@ -521,6 +521,7 @@ fn render_event(w: &mut String, event: &Event) {
         Event::Hoard(h) => write!(w, "{}", super::poll_hoards::render(h)),
         Event::Garbage(g) => write!(w, "{}", super::garbage::render(g)),
         Event::PairingFlood(f) => write!(w, "{}", super::pairing_floods::render(f)),
+        Event::CodeBatch(b) => write!(w, "{}", super::code_batches::render(b)),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -134,6 +134,11 @@ pub enum Kind {
     /// codes past the per-minute limits (drawn by [`super::pairing_floods`]).
     PairingFloods,
     // (end of branch `hid`'s kinds)
+    // Held-out 4 misses, identity (branch `h4id`).
+    /// A user creates two or three pairing codes at once, the instance
+    /// restarts, then the codes are claimed (drawn by
+    /// [`super::code_batches`]).
+    CodeBatches,
 }
 
 impl Kind {
@@ -179,9 +184,9 @@ impl Kind {
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
-    /// [`Kind::PairingFloods`].
+    /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 26];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 27];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -214,6 +219,8 @@ impl Kind {
         // Held-out 3 misses, identity (branch `hid`).
         all[Self::MAIN_STREAM.len() + 24] = Kind::CodeEdges;
         all[Self::MAIN_STREAM.len() + 25] = Kind::PairingFloods;
+        // Held-out 4 misses, identity (branch `h4id`).
+        all[Self::MAIN_STREAM.len() + 26] = Kind::CodeBatches;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -278,6 +285,8 @@ impl Kind {
             // Held-out 3 misses, identity (branch `hid`).
             Kind::CodeEdges => "code_edges",
             Kind::PairingFloods => "pairing_floods",
+            // Held-out 4 misses, identity (branch `h4id`).
+            Kind::CodeBatches => "code_batches",
         }
     }
 }
@@ -541,6 +550,10 @@ pub enum Event {
     /// A burst of pairing creates or failed claims from one client (drawn
     /// by [`super::pairing_floods`]).
     PairingFlood(super::pairing_floods::PairingFlood),
+    // Held-out 4 misses, identity (branch `h4id`).
+    /// Pairing codes created at once, a restart, their claims (drawn by
+    /// [`super::code_batches`]).
+    CodeBatch(super::code_batches::CodeBatch),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -739,7 +752,7 @@ impl WorldSpec {
                 Event::Garbage(g) => super::garbage::keeps(self, g),
                 Event::PairingFlood(f) => instances.contains(&f.instance),
                 Event::Freeze { worker, .. } => workers.contains(worker),
-                Event::Pair { .. } | Event::Attack(_) => {
+                Event::Pair { .. } | Event::Attack(_) | Event::CodeBatch(_) => {
                     self.keeps_user_event(&t.event, instances, workers)
                 }
             };
@@ -763,6 +776,12 @@ impl WorldSpec {
             Event::Pair {
                 instance, worker, ..
             } => self.user_auth && instances.contains(instance) && workers.contains(worker),
+            Event::CodeBatch(b) => {
+                self.user_auth
+                    && instances.contains(&b.instance)
+                    && self.nodes_of(b.instance) == 1
+                    && workers.contains(&b.worker)
+            }
             Event::Attack(a) => {
                 instances.contains(&a.instance)
                     && a.worker.as_ref().is_none_or(|w| workers.contains(w))

@@ -189,7 +189,7 @@ fn listed_prices(spec: Option<&crate::spec::Instance>) -> coordinator::config::P
 /// Held-out 3 misses, identity (branch `hid`): `expiry_off_edge` of pairing
 /// codes (`crate::verify::code_edges`), then `rate_limit_exceeded`
 /// (`crate::verify::rate_limits`) on the simulated one-node instances, with
-/// the limits their configuration holds.
+/// the limits their configuration holds; then [`check_identity`].
 fn check_pairing(
     scenario: &Scenario,
     world: &World,
@@ -210,7 +210,35 @@ fn check_pairing(
         })
         .collect();
     super::code_edges::check(lines, world.transcript.epoch_ms())?;
-    super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)
+    super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)?;
+    // Held-out 4 misses, identity (branch `h4id`).
+    check_identity(scenario, world, snapshots)
+}
+
+/// Held-out 4 misses, identity (branch `h4id`): `proof_accepted_twice`
+/// (`crate::verify::proof_replays`) on the simulated instances with user
+/// auth on, then `pairing_code_lost` (`crate::verify::codes_kept`) on the
+/// one-node simulated instances on SQLite (plain memory keeps nothing
+/// across a restart).
+fn check_identity(
+    scenario: &Scenario,
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), safety::Violation> {
+    let simulated = |name: &String| snapshots.contains_key(name);
+    let proven: BTreeSet<String> = (scenario.instances.iter())
+        .filter(|(name, spec)| simulated(name) && spec.user_auth == crate::spec::UserAuthSpec::On)
+        .map(|(name, _)| name.clone())
+        .collect();
+    super::proof_replays::check(&world.proofs.all(), &proven)?;
+    let kept: BTreeSet<String> = (scenario.instances.iter())
+        .filter(|(name, spec)| {
+            simulated(name) && spec.nodes <= 1 && spec.store == crate::spec::StoreKind::Sqlite
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    let (created, claims) = world.codes.all();
+    super::codes_kept::check(&created, &claims, &kept)
 }
 
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the

@@ -6,6 +6,8 @@
 pub mod assigns;
 pub mod bad_input;
 pub mod claims;
+// Held-out 4 misses, identity (branch `h4id`).
+pub mod codes_kept;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod code_edges;
 pub mod connections;
@@ -16,6 +18,8 @@ pub mod ownership;
 pub mod paid_assigns; // held-out set 3, payments (branch `hpay`)
 pub mod polls;
 pub mod prices;
+// Held-out 4 misses, identity (branch `h4id`).
+pub mod proof_replays;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod rate_limits;
 pub mod resources;

@@ -81,11 +81,14 @@ pub enum SafetyKey {
     ChargedOffPrice,
     // Held-out 3 misses, identity (branch `hid`).
     RateLimitExceeded,
+    // Held-out 4 misses, identity (branch `h4id`).
+    ProofAcceptedTwice,
+    PairingCodeLost,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 36] = [
+    pub const ALL: [SafetyKey; 38] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -129,6 +132,9 @@ impl SafetyKey {
         SafetyKey::ChargedOffPrice,
         // Held-out 3 misses, identity (branch `hid`).
         SafetyKey::RateLimitExceeded,
+        // Held-out 4 misses, identity (branch `h4id`).
+        SafetyKey::ProofAcceptedTwice,
+        SafetyKey::PairingCodeLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +175,8 @@ impl SafetyKey {
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
             SafetyKey::ChargedOffPrice => "charged_off_price",
             SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
+            SafetyKey::ProofAcceptedTwice => "proof_accepted_twice",
+            SafetyKey::PairingCodeLost => "pairing_code_lost",
         }
     }
 }

@@ -354,6 +354,8 @@ pub(super) fn assemble(
         streams: Default::default(),
         held_polls: Default::default(),
         malformed: Default::default(),
+        proofs: Default::default(),
+        codes: Default::default(),
         edge_deadlines: BTreeMap::new(),
         http,
         net: None,

@@ -20,6 +20,9 @@ pub mod held_polls;
 mod instance;
 mod live;
 pub mod malformed;
+// Held-out 4 misses, identity (branch `h4id`).
+pub mod codes;
+pub mod proofs;
 mod raw;
 pub mod settlements;
 pub mod streams;
@@ -126,6 +129,11 @@ pub struct World {
     /// The answers to requests sent malformed on purpose
     /// (`bad_input_mishandled` judges them).
     pub malformed: malformed::MalformedLog,
+    /// Held-out 4 misses, identity (branch `h4id`): the user proofs sent to
+    /// the doors that spend them (`proof_accepted_twice` judges them), and
+    /// the pairing codes created and claimed (`pairing_code_lost`).
+    pub proofs: proofs::ProofLog,
+    pub codes: codes::CodeLog,
     /// The deadline each job's first edge poll aimed at, and whose it is
     /// (`pending`, `payment`, `lease`): the job's later edge polls aim at
     /// the same one, though the job has ended since.
