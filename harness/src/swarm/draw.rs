@@ -107,6 +107,10 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::code_edges::draw(world);
     super::pairing_floods::draw(world);
     // (end of branch `hid`'s draws)
+    // Held-out 4 misses, core (branch `h4core`): streams 38 and 39.
+    super::result_polls::draw(world);
+    super::store_blips::draw(world);
+    // (end of branch `h4core`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -134,6 +134,15 @@ pub enum Kind {
     /// codes past the per-minute limits (drawn by [`super::pairing_floods`]).
     PairingFloods,
     // (end of branch `hid`'s kinds)
+    // Held-out 4 misses, core (branch `h4core`).
+    /// Chains of held polls of a paid job across its worker's result, on
+    /// a one-node instance with a worker of its own (drawn by
+    /// [`super::result_polls`]).
+    ResultPolls,
+    /// Store cuts of a cluster node shorter than a sixth of its lease,
+    /// so at most one renewal fails (drawn by [`super::store_blips`]).
+    StoreBlips,
+    // (end of branch `h4core`'s kinds)
 }
 
 impl Kind {
@@ -179,9 +188,10 @@ impl Kind {
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
-    /// [`Kind::PairingFloods`].
+    /// [`Kind::PairingFloods`], then [`Kind::ResultPolls`] and
+    /// [`Kind::StoreBlips`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 26];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 28];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -214,6 +224,9 @@ impl Kind {
         // Held-out 3 misses, identity (branch `hid`).
         all[Self::MAIN_STREAM.len() + 24] = Kind::CodeEdges;
         all[Self::MAIN_STREAM.len() + 25] = Kind::PairingFloods;
+        // Held-out 4 misses, core (branch `h4core`).
+        all[Self::MAIN_STREAM.len() + 26] = Kind::ResultPolls;
+        all[Self::MAIN_STREAM.len() + 27] = Kind::StoreBlips;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -278,6 +291,9 @@ impl Kind {
             // Held-out 3 misses, identity (branch `hid`).
             Kind::CodeEdges => "code_edges",
             Kind::PairingFloods => "pairing_floods",
+            // Held-out 4 misses, core (branch `h4core`).
+            Kind::ResultPolls => "result_polls",
+            Kind::StoreBlips => "store_blips",
         }
     }
 }

@@ -153,6 +153,7 @@ fn check_safety(
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
             .and_then(|()| check_ownership(world))
+            .and_then(|()| check_fences(scenario, lines))
             .and_then(|()| check_pairing(scenario, world, snapshots, lines))
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
@@ -211,6 +212,23 @@ fn check_pairing(
         .collect();
     super::code_edges::check(lines, world.transcript.epoch_ms())?;
     super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)
+}
+
+/// Held-out 4 misses, core (branch `h4core`): `node_fenced_early`
+/// (`crate::verify::fences`) on every several-node instance, with its node
+/// lease and whether renewals may come late (fault points on).
+fn check_fences(scenario: &Scenario, lines: &[String]) -> Result<(), safety::Violation> {
+    let leases = (scenario.instances.iter())
+        .filter(|(_, spec)| spec.is_cluster())
+        .map(|(name, spec)| {
+            let lease = super::fences::NodeLease {
+                lease_ms: (spec.node_lease_ms).unwrap_or(coordinator::node::NODE_LEASE_MS),
+                late: scenario.buggify,
+            };
+            (name.clone(), lease)
+        })
+        .collect();
+    super::fences::check(lines, &leases)
 }
 
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the

@@ -81,11 +81,13 @@ pub enum SafetyKey {
     ChargedOffPrice,
     // Held-out 3 misses, identity (branch `hid`).
     RateLimitExceeded,
+    // Held-out 4 misses, core (branch `h4core`).
+    NodeFencedEarly,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 36] = [
+    pub const ALL: [SafetyKey; 37] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -129,6 +131,8 @@ impl SafetyKey {
         SafetyKey::ChargedOffPrice,
         // Held-out 3 misses, identity (branch `hid`).
         SafetyKey::RateLimitExceeded,
+        // Held-out 4 misses, core (branch `h4core`).
+        SafetyKey::NodeFencedEarly,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +173,7 @@ impl SafetyKey {
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
             SafetyKey::ChargedOffPrice => "charged_off_price",
             SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
+            SafetyKey::NodeFencedEarly => "node_fenced_early",
         }
     }
 }
@@ -334,6 +339,8 @@ pub fn check(
         .collect();
     let (reads, committers) = (streams.all(), streams.committers());
     found.extend(super::streams::check(&reads, &committers, &jobs, &settled_on_completion).err());
+    // Held-out 4 misses, core (branch `h4core`): held polls answered early.
+    let assigns = super::polls::assign_windows(frames, lines);
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());
@@ -356,6 +363,11 @@ pub fn check(
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
+                if !super::polls::disturbed(lines, name) {
+                    let held = &state.held_polls;
+                    let early = super::polls::check_early(held, name, &assigns, bound.held_caps);
+                    found.extend(early.err());
+                }
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
