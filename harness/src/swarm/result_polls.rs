@@ -167,11 +167,18 @@ mod tests {
                 first < latency_ms && second >= latency_ms + PAST_RESULT_MS,
                 "seed {seed}"
             );
+            // The block: the worker starts after the other kinds' events
+            // (only `store_blips`' cuts and `long_retention`'s polls may
+            // come later), the commit follows, and it stops after them.
+            let started = (world.events.iter())
+                .rposition(|t| matches!(&t.event, Event::StartWorker(n) if n == WORKER))
+                .expect("the worker starts");
+            let stopped = (world.events.iter())
+                .rposition(|t| matches!(&t.event, Event::StopWorker(n) if n == WORKER))
+                .expect("the worker stops");
+            assert!(started < stopped, "seed {seed}");
             assert!(
-                matches!(
-                    world.events.last().map(|t| &t.event),
-                    Some(Event::StartWorker(_)) | Some(Event::StopWorker(_))
-                ),
+                matches!(&world.events[started + 1].event, Event::Commit(c) if c.index == INDEX),
                 "seed {seed}"
             );
         }

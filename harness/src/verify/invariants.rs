@@ -152,8 +152,7 @@ fn check_safety(
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
-            .and_then(|()| check_ownership(world))
-            .and_then(|()| check_fences(scenario, lines))
+            .and_then(|()| check_nodes(scenario, world, lines))
             .and_then(|()| check_pairing(scenario, world, snapshots, lines))
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
@@ -212,6 +211,16 @@ fn check_pairing(
         .collect();
     super::code_edges::check(lines, world.transcript.epoch_ms())?;
     super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)
+}
+
+/// What several-node worlds keep: `node_acted_unowned`, then
+/// `node_fenced_early`.
+fn check_nodes(
+    scenario: &Scenario,
+    world: &World,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    check_ownership(world).and_then(|()| check_fences(scenario, lines))
 }
 
 /// Held-out 4 misses, core (branch `h4core`): `node_fenced_early`

@@ -339,8 +339,6 @@ pub fn check(
         .collect();
     let (reads, committers) = (streams.all(), streams.committers());
     found.extend(super::streams::check(&reads, &committers, &jobs, &settled_on_completion).err());
-    // Held-out 4 misses, core (branch `h4core`): held polls answered early.
-    let assigns = super::polls::assign_windows(frames, lines);
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());
@@ -363,11 +361,7 @@ pub fn check(
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
-                if !super::polls::disturbed(lines, name) {
-                    let held = &state.held_polls;
-                    let early = super::polls::check_early(held, name, &assigns, bound.held_caps);
-                    found.extend(early.err());
-                }
+                found.extend(check_early_polls(lines, frames, name, state, bound).err());
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
@@ -379,6 +373,23 @@ pub fn check(
         Some(v) => Err(v),
         None => Ok(()),
     }
+}
+
+/// Held-out 4 misses, core (branch `h4core`): held polls of `instance`
+/// answered early (`crate::verify::polls::check_early`), where no stop,
+/// crash or restart reached it.
+fn check_early_polls(
+    lines: &[String],
+    frames: &[FrameRecord],
+    instance: &str,
+    state: &InstanceState<'_>,
+    bound: &super::overdue::EndBound,
+) -> Result<(), Violation> {
+    if super::polls::disturbed(lines, instance) {
+        return Ok(());
+    }
+    let assigns = super::polls::assign_windows(frames, lines);
+    super::polls::check_early(&state.held_polls, instance, &assigns, bound.held_caps)
 }
 
 /// `private_to_unproven_pairing`: on an instance with user auth on, every
