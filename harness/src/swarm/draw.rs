@@ -110,6 +110,10 @@ fn draw_own_streams(world: &mut WorldSpec) {
     // Held-out 4 misses, identity (branch `h4id`): stream 35.
     super::code_batches::draw(world);
     // (end of branch `h4id`'s draws)
+    // Held-out 4 misses, core (branch `h4core`): streams 38 and 39.
+    super::result_polls::draw(world);
+    super::store_blips::draw(world);
+    // (end of branch `h4core`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

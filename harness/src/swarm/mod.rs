@@ -48,6 +48,7 @@ pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod render;
+pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
 pub mod settlement;
 pub mod share_floods;
 pub mod shrink;
@@ -55,6 +56,7 @@ pub mod slow_heads;
 pub mod spec;
 pub mod stalls;
 pub mod steer;
+pub mod store_blips; // held-out 4 misses, core (branch `h4core`)
 pub mod stream_retries;
 pub mod streams;
 pub mod sybils;

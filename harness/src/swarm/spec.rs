@@ -139,6 +139,15 @@ pub enum Kind {
     /// restarts, then the codes are claimed (drawn by
     /// [`super::code_batches`]).
     CodeBatches,
+    // Held-out 4 misses, core (branch `h4core`).
+    /// Chains of held polls of a paid job across its worker's result, on
+    /// a one-node instance with a worker of its own (drawn by
+    /// [`super::result_polls`]).
+    ResultPolls,
+    /// Store cuts of a cluster node shorter than a sixth of its lease,
+    /// so at most one renewal fails (drawn by [`super::store_blips`]).
+    StoreBlips,
+    // (end of branch `h4core`'s kinds)
 }
 
 impl Kind {
@@ -184,9 +193,10 @@ impl Kind {
     /// and [`Kind::Garbage`], then [`Kind::Overclaims`], [`Kind::LeaseThaws`],
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
-    /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`].
+    /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`], then
+    /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 27];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 29];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -221,6 +231,9 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 25] = Kind::PairingFloods;
         // Held-out 4 misses, identity (branch `h4id`).
         all[Self::MAIN_STREAM.len() + 26] = Kind::CodeBatches;
+        // Held-out 4 misses, core (branch `h4core`).
+        all[Self::MAIN_STREAM.len() + 27] = Kind::ResultPolls;
+        all[Self::MAIN_STREAM.len() + 28] = Kind::StoreBlips;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -287,6 +300,9 @@ impl Kind {
             Kind::PairingFloods => "pairing_floods",
             // Held-out 4 misses, identity (branch `h4id`).
             Kind::CodeBatches => "code_batches",
+            // Held-out 4 misses, core (branch `h4core`).
+            Kind::ResultPolls => "result_polls",
+            Kind::StoreBlips => "store_blips",
         }
     }
 }

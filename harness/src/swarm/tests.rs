@@ -180,10 +180,15 @@ fn some_worlds_have_several_nodes_with_crashes_store_cuts_and_lost_answers_and_t
             continue;
         }
         assert!(clusters > 0, "seed {seed}");
-        // The `idle_cuts` kind adds one store cut of its own.
+        // The `idle_cuts` kind adds one store cut of its own, and
+        // `store_blips` up to `BLIPS_MAX` short ones.
         let own = usize::from(w.kinds.has(Kind::IdleCuts));
+        let blips = match w.kinds.has(Kind::StoreBlips) {
+            true => super::store_blips::BLIPS_MAX as usize,
+            false => 0,
+        };
         assert!(
-            (1..=nodes::NODE_EVENTS_MAX as usize).contains(&(node_events(&w) - own)),
+            (1..=nodes::NODE_EVENTS_MAX as usize + blips).contains(&(node_events(&w) - own)),
             "seed {seed}"
         );
         for i in w.instances.iter().filter(|i| i.nodes > 1) {
@@ -431,10 +436,14 @@ fn settlement_polls_follow_paid_commits_after_a_fault() {
             }
             assert!(world.kinds.has(spec::Kind::SettlementFaults), "seed {seed}");
             assert!(first_fault.is_some_and(|f| f < at), "seed {seed}");
-            let before = events[..at]
-                .iter()
-                .rev()
-                .find(|t| !matches!(t.event, Event::Poll { .. } | Event::Read(_)));
+            // (`store_blips`' short store cuts land anywhere, between a
+            // commit and its poll too.)
+            let before = events[..at].iter().rev().find(|t| {
+                !matches!(
+                    t.event,
+                    Event::Poll { .. } | Event::Read(_) | Event::StorePartition { .. }
+                )
+            });
             assert!(
                 matches!(&before.map(|t| &t.event), Some(Event::Commit(c)) if c.instance == instance && c.pay.is_some()),
                 "seed {seed}: a poll at {at} follows {before:?}"
@@ -852,11 +861,22 @@ fn an_idle_cut_adds_a_node_whose_only_worker_holds_a_job_whose_lease_lapses_insi
                 |t| matches!(&t.event, Event::Commit(c) if c.instance == i.name && c.node == node),
             )
             .expect("a commit to the idle node");
-        let Event::StorePartition {
-            node: cut, for_ms, ..
-        } = w.events[at + 1].event
-        else {
-            panic!("seed {}: the cut follows the commit", w.seed);
+        // A short cut of `store_blips`, drawn after this kind at a random
+        // place of the timeline, may land between the commit and the cut
+        // (a known cost: benches/results/held-out-2026-11-29-fourth-misses-core.md).
+        let idle_cut = match w.events[at + 1].event {
+            Event::StorePartition {
+                node: cut, for_ms, ..
+            } if for_ms > 2 * i.node_lease_ms => Some((cut, for_ms)),
+            _ => None,
+        };
+        let Some((cut, for_ms)) = idle_cut else {
+            assert!(
+                w.kinds.has(Kind::StoreBlips),
+                "seed {}: the cut follows the commit",
+                w.seed
+            );
+            continue;
         };
         assert_eq!(cut, node);
         // The lease lapses after a node lease and a renewal period into

@@ -152,7 +152,7 @@ fn check_safety(
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
-            .and_then(|()| check_ownership(world))
+            .and_then(|()| check_nodes(scenario, world, lines))
             .and_then(|()| check_pairing(scenario, world, snapshots, lines))
             .and_then(|()| {
                 let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
@@ -239,6 +239,33 @@ fn check_identity(
         .collect();
     let (created, claims) = world.codes.all();
     super::codes_kept::check(&created, &claims, &kept)
+}
+
+/// What several-node worlds keep: `node_acted_unowned`, then
+/// `node_fenced_early`.
+fn check_nodes(
+    scenario: &Scenario,
+    world: &World,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    check_ownership(world).and_then(|()| check_fences(scenario, lines))
+}
+
+/// Held-out 4 misses, core (branch `h4core`): `node_fenced_early`
+/// (`crate::verify::fences`) on every several-node instance, with its node
+/// lease and whether renewals may come late (fault points on).
+fn check_fences(scenario: &Scenario, lines: &[String]) -> Result<(), safety::Violation> {
+    let leases = (scenario.instances.iter())
+        .filter(|(_, spec)| spec.is_cluster())
+        .map(|(name, spec)| {
+            let lease = super::fences::NodeLease {
+                lease_ms: (spec.node_lease_ms).unwrap_or(coordinator::node::NODE_LEASE_MS),
+                late: scenario.buggify,
+            };
+            (name.clone(), lease)
+        })
+        .collect();
+    super::fences::check(lines, &leases)
 }
 
 /// `node_acted_unowned` (`crate::verify::ownership`), over what the

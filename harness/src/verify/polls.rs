@@ -83,6 +83,133 @@ pub fn check(answers: &[HeldAnswer], instance: &str, ends: &JobEnds) -> Result<(
     Ok(())
 }
 
+/// Held polls of this many other clients' (the router's, a workload's) may
+/// be held beside the logged ones; the early-answer check judges only
+/// where the logged ones and these cannot reach the held-poll bounds.
+pub const UNLOGGED_HELD_MAX: usize = 1_000;
+
+/// When a worker received an `assign` of a job: the earliest and latest
+/// time it may have (ms after `+0.000s`; a frame of a worker whose frames
+/// are not traced is known only between the lines around it).
+pub type AssignWindows = std::collections::BTreeMap<String, Vec<(i64, i64)>>;
+
+/// The `assign` windows of every job in `frames`, by job id.
+pub fn assign_windows(
+    frames: &[crate::spec::frames::FrameRecord],
+    lines: &[String],
+) -> AssignWindows {
+    let ms = |n: Option<usize>| {
+        n.and_then(|n| lines.get(n))
+            .map(|l| super::safety::line_ms(l))
+    };
+    let mut windows = AssignWindows::new();
+    for record in frames {
+        let frame = &record.frame;
+        if record.direction != crate::spec::frames::Direction::Received
+            || frame["type"].as_str() != Some("assign")
+        {
+            continue;
+        }
+        let Some(id) = frame["job_id"].as_str() else {
+            continue;
+        };
+        let from_ms = ms(record.line.checked_sub(1)).unwrap_or(i64::MIN);
+        let to_ms = ms(Some(record.line)).unwrap_or(i64::MAX);
+        windows
+            .entry(id.to_owned())
+            .or_default()
+            .push((from_ms, to_ms));
+    }
+    windows
+}
+
+/// `poll_not_woken`, its other side: a held poll is not answered before
+/// its deadline unless its job's status changed (decision 0004: held
+/// "until the job's status changes, N ms pass, or the coordinator
+/// stops"). A job's status is known from outside where an earlier answer
+/// showed it `running` at `t` and no worker received an `assign` of it
+/// from `t` to the poll's answer: a job that left `running` (requeued,
+/// or for good) shows `running` again only after another assign, which a
+/// worker receives before it accepts or answers. So a poll sent after
+/// `t` saw `running`, its job stayed `running` or left it for a status
+/// not shown since, and a poll answered `running` before its deadline was
+/// answered without the change it waits for (a result awaiting
+/// settlement, or its settlement marked as sent, changes the job, not its
+/// status). Judged on instances that no stop, crash or restart reaches (a
+/// stopping coordinator answers every held poll) and where the held polls
+/// cannot reach the bounds (a poll evicted for another client's, or one
+/// past its client's bound, is answered at once): see
+/// [`UNLOGGED_HELD_MAX`].
+pub fn check_early(
+    answers: &[HeldAnswer],
+    instance: &str,
+    assigns: &AssignWindows,
+    (total_max, client_max): (usize, usize),
+) -> Result<(), Violation> {
+    let ours: Vec<&HeldAnswer> = answers.iter().filter(|a| a.instance == instance).collect();
+    if ours.len() >= client_max || ours.len() + UNLOGGED_HELD_MAX >= total_max {
+        return Ok(());
+    }
+    for held in &ours {
+        let Some((answered_ms, id)) = running_at(held) else {
+            continue;
+        };
+        let held_ms = answered_ms - held.sent_ms;
+        if held_ms >= i64::try_from(held.wait_ms).unwrap_or(i64::MAX) {
+            continue;
+        }
+        // The latest earlier answer that showed the job running.
+        let shown_ms = (ours.iter())
+            .filter(|e| e.line != held.line)
+            .filter_map(|e| running_at(e))
+            .filter(|(at_ms, of)| *of == id && *at_ms <= held.sent_ms)
+            .map(|(at_ms, _)| at_ms)
+            .max();
+        let Some(shown_ms) = shown_ms else {
+            continue;
+        };
+        let reassigned = (assigns.get(id).into_iter().flatten())
+            .any(|(from_ms, to_ms)| *to_ms >= shown_ms && *from_ms <= answered_ms);
+        if reassigned {
+            continue;
+        }
+        return Err(Violation {
+            invariant: SafetyKey::PollNotWoken,
+            message: format!(
+                "{instance}: a poll of job {id} with a wait of {} ms was answered running after {held_ms} ms, \
+                 before its deadline, though the job was running since +{shown_ms} ms (an earlier answer) \
+                 and no worker was assigned it again: its status never changed while it was held",
+                held.wait_ms
+            ),
+            line: Some(held.line),
+        });
+    }
+    Ok(())
+}
+
+/// When a held poll was answered showing its job `running` (ms after
+/// `+0.000s`), and the job's id.
+fn running_at(held: &HeldAnswer) -> Option<(i64, &str)> {
+    let (held_ms, body) = held.answer.as_ref()?;
+    let fine = held.status == 200 && body["status"].as_str() == Some("running");
+    let at_ms = held.sent_ms + i64::try_from(*held_ms).ok()?;
+    fine.then_some((at_ms, body["id"].as_str()?))
+}
+
+/// Whether any stop, crash or restart reached `instance` in the run (its
+/// controls, its armed crash, or a reboot fault, whose line does not name
+/// its instance).
+pub fn disturbed(lines: &[String], instance: &str) -> bool {
+    let controlled = format!("harness instance {instance} ");
+    let crashed = format!("{instance} crashed");
+    lines.iter().any(|line| {
+        let rest = line.split_once("] ").map_or("", |(_, rest)| rest);
+        rest.starts_with(&controlled)
+            || rest.starts_with(&crashed)
+            || (rest.starts_with("harness fault ") && rest.ends_with(": crash"))
+    })
+}
+
 /// `held_polls_over_cap`: the held-poll bounds hold as a client sees
 /// them (docs/security.md, "Accounted memory"; the `poll_hoards` kind).
 /// A poll beyond the bounds is answered at once, never refused: every
@@ -246,6 +373,78 @@ mod tests {
             ..hoarded("h", 0, 0, 1)
         };
         assert_eq!(caps(&[unknown]), None);
+    }
+
+    /// A poll of job `j` sent at `sent_ms`, waiting `wait_ms`, answered
+    /// `status` after `held_ms`, on line `line`.
+    fn chained(sent_ms: i64, wait_ms: u64, held_ms: u64, status: &str, line: usize) -> HeldAnswer {
+        HeldAnswer {
+            wait_ms,
+            line,
+            sent_ms,
+            ..held(held_ms, status)
+        }
+    }
+
+    fn early(answers: &[HeldAnswer], assigns: &AssignWindows) -> Option<SafetyKey> {
+        check_early(answers, "chain_a", assigns, (10_000, 1_000))
+            .err()
+            .map(|v| v.invariant)
+    }
+
+    #[test]
+    fn a_poll_answered_running_early_while_its_job_stayed_running_was_not_woken_by_a_change() {
+        // Assigned at +0, shown running at +121 by a poll at its deadline;
+        // the next poll answered running 700 ms into its 5001 ms wait.
+        let assigned: AssignWindows = [("j".to_owned(), vec![(0, 0)])].into();
+        let first = chained(20, 101, 101, "running", 1);
+        let second = chained(122, 5001, 700, "running", 2);
+        let pair = [first.clone(), second.clone()];
+        assert_eq!(early(&pair, &assigned), Some(SafetyKey::PollNotWoken));
+        // At its deadline, or with another status, it is as promised.
+        let at_deadline = chained(122, 5001, 5001, "running", 2);
+        assert_eq!(early(&[first.clone(), at_deadline], &assigned), None);
+        let completed = chained(122, 5001, 700, "completed", 2);
+        assert_eq!(early(&[first.clone(), completed], &assigned), None);
+        // No earlier answer showed it running: its status when the poll
+        // came is unknown (it may have been assigned, then accepted).
+        assert_eq!(early(&[second.clone()], &assigned), None);
+        let shown_pending = chained(20, 101, 101, "pending", 1);
+        assert_eq!(early(&[shown_pending, second.clone()], &assigned), None);
+        // Assigned again after it was shown running: it may have been
+        // requeued and taken again, so it may have changed twice.
+        let again: AssignWindows = [("j".to_owned(), vec![(0, 0), (400, 400)])].into();
+        assert_eq!(early(&pair, &again), None);
+        // An assign known only between two lines that reach the window.
+        let around: AssignWindows = [("j".to_owned(), vec![(0, 121)])].into();
+        assert_eq!(early(&pair, &around), None);
+        // Where a poll may be evicted or answered at once for the bounds.
+        let capped = check_early(&pair, "chain_a", &assigned, (100, 1_000));
+        assert_eq!(capped, Ok(()));
+        let client_capped = check_early(&pair, "chain_a", &assigned, (10_000, 2));
+        assert_eq!(client_capped, Ok(()));
+    }
+
+    #[test]
+    fn a_reboot_or_control_of_the_instance_disturbs_it() {
+        let line = |rest: &str| vec![format!("[+1.000s] {rest}")];
+        assert!(disturbed(
+            &line("harness instance chain_a restart"),
+            "chain_a"
+        ));
+        assert!(disturbed(
+            &line("chain_a crashed at its armed store write"),
+            "chain_a"
+        ));
+        assert!(disturbed(&line("harness fault reboot0: crash"), "chain_a"));
+        assert!(!disturbed(
+            &line("harness instance chain_b restart"),
+            "chain_a"
+        ));
+        assert!(!disturbed(
+            &line("harness fault f0: partition 100ms between w00 and chain_a"),
+            "chain_a"
+        ));
     }
 
     #[test]

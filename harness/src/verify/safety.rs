@@ -84,11 +84,13 @@ pub enum SafetyKey {
     // Held-out 4 misses, identity (branch `h4id`).
     ProofAcceptedTwice,
     PairingCodeLost,
+    // Held-out 4 misses, core (branch `h4core`).
+    NodeFencedEarly,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 38] = [
+    pub const ALL: [SafetyKey; 39] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -135,6 +137,8 @@ impl SafetyKey {
         // Held-out 4 misses, identity (branch `h4id`).
         SafetyKey::ProofAcceptedTwice,
         SafetyKey::PairingCodeLost,
+        // Held-out 4 misses, core (branch `h4core`).
+        SafetyKey::NodeFencedEarly,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -177,6 +181,7 @@ impl SafetyKey {
             SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
             SafetyKey::ProofAcceptedTwice => "proof_accepted_twice",
             SafetyKey::PairingCodeLost => "pairing_code_lost",
+            SafetyKey::NodeFencedEarly => "node_fenced_early",
         }
     }
 }
@@ -364,6 +369,7 @@ pub fn check(
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
+                found.extend(check_early_polls(lines, frames, name, state, bound).err());
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
@@ -375,6 +381,23 @@ pub fn check(
         Some(v) => Err(v),
         None => Ok(()),
     }
+}
+
+/// Held-out 4 misses, core (branch `h4core`): held polls of `instance`
+/// answered early (`crate::verify::polls::check_early`), where no stop,
+/// crash or restart reached it.
+fn check_early_polls(
+    lines: &[String],
+    frames: &[FrameRecord],
+    instance: &str,
+    state: &InstanceState<'_>,
+    bound: &super::overdue::EndBound,
+) -> Result<(), Violation> {
+    if super::polls::disturbed(lines, instance) {
+        return Ok(());
+    }
+    let assigns = super::polls::assign_windows(frames, lines);
+    super::polls::check_early(&state.held_polls, instance, &assigns, bound.held_caps)
 }
 
 /// `private_to_unproven_pairing`: on an instance with user auth on, every
