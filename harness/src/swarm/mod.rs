@@ -43,10 +43,12 @@ pub mod overclaims;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod code_edges;
 pub mod paid_impostors;
+pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod render;
+pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)
 pub mod settlement;
 pub mod share_floods;
 pub mod shrink;
@@ -63,6 +65,8 @@ mod tests;
 mod tests_answers;
 #[cfg(test)]
 mod tests_identity;
+#[cfg(test)]
+mod tests_paid_retries;
 #[cfg(test)]
 mod tests_payments;
 
@@ -198,6 +202,11 @@ const MARKERS: &[(&str, &str)] = &[
     ("cut after", "stream cut"),
     (" < restart ", "stream restart shown"),
     ("replay the last payment", "fault payment_replay"),
+    ("retry a paid commit", "fault paid_retry"),
+    (
+        "the last payment with another prompt",
+        "fault payment_reuse",
+    ),
     ("\"type\":\"assign\"", "check assignments"),
     (
         "\"privacy_class\":\"PRIVATE\",\"payment_ref",

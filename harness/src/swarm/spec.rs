@@ -541,6 +541,10 @@ pub enum Event {
     /// A burst of pairing creates or failed claims from one client (drawn
     /// by [`super::pairing_floods`]).
     PairingFlood(super::pairing_floods::PairingFlood),
+    // Held-out set 4 misses, payments (branch `h4pay`).
+    /// A paid commit sent again with the last payment (drawn by
+    /// [`super::paid_retries`] and [`super::reused_payments`]).
+    PaidRetry(super::paid_retries::Retry),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -704,6 +708,7 @@ impl WorldSpec {
                     true
                 }
                 Event::Replay { instance, .. } => paid_once && paid.contains(instance),
+                Event::PaidRetry(r) => paid_once && paid.contains(&r.commit.instance),
                 Event::StopWorker(n) => {
                     let ok = workers.contains(n) && !stopped.contains(n);
                     if ok {

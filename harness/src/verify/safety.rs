@@ -81,11 +81,14 @@ pub enum SafetyKey {
     ChargedOffPrice,
     // Held-out 3 misses, identity (branch `hid`).
     RateLimitExceeded,
+    // Held-out set 4 misses, payments (branch `h4pay`).
+    PaymentAnsweredOtherSubmission,
+    PaidRetryRefused,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 36] = [
+    pub const ALL: [SafetyKey; 38] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -129,6 +132,9 @@ impl SafetyKey {
         SafetyKey::ChargedOffPrice,
         // Held-out 3 misses, identity (branch `hid`).
         SafetyKey::RateLimitExceeded,
+        // Held-out set 4 misses, payments (branch `h4pay`).
+        SafetyKey::PaymentAnsweredOtherSubmission,
+        SafetyKey::PaidRetryRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +175,8 @@ impl SafetyKey {
             SafetyKey::NodeActedUnowned => "node_acted_unowned",
             SafetyKey::ChargedOffPrice => "charged_off_price",
             SafetyKey::RateLimitExceeded => "rate_limit_exceeded",
+            SafetyKey::PaymentAnsweredOtherSubmission => "payment_answered_other_submission",
+            SafetyKey::PaidRetryRefused => "paid_retry_refused",
         }
     }
 }

@@ -354,6 +354,7 @@ pub(super) fn assemble(
         streams: Default::default(),
         held_polls: Default::default(),
         malformed: Default::default(),
+        paid_commits: Default::default(),
         edge_deadlines: BTreeMap::new(),
         http,
         net: None,

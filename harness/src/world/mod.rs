@@ -20,6 +20,7 @@ pub mod held_polls;
 mod instance;
 mod live;
 pub mod malformed;
+pub mod paid_commits;
 mod raw;
 pub mod settlements;
 pub mod streams;
@@ -126,6 +127,9 @@ pub struct World {
     /// The answers to requests sent malformed on purpose
     /// (`bad_input_mishandled` judges them).
     pub malformed: malformed::MalformedLog,
+    /// Every commit sent with a payment header, and its answer
+    /// (`payment_answered_other_submission` and `paid_retry_refused`).
+    pub paid_commits: paid_commits::PaidCommitLog,
     /// The deadline each job's first edge poll aimed at, and whose it is
     /// (`pending`, `payment`, `lease`): the job's later edge polls aim at
     /// the same one, though the job has ended since.
