@@ -42,6 +42,14 @@ pub fn draw(world: &mut WorldSpec) {
         };
         if let Some(commit) = commit.filter(|_| rng.gen_bool(0.25)) {
             let after_ms = rng.gen_range(0..=AFTER_MS_MAX);
+            // After the polls and reads of the commit's job that other
+            // kinds put right after it (they must still follow it).
+            while matches!(
+                world.events.get(k + 1).map(|t| &t.event),
+                Some(Event::Poll { .. } | Event::Read(_))
+            ) {
+                k += 1;
+            }
             super::paid_retries::insert_after(world, k, after_ms, commit, true);
             drawn += 1;
             k += 1;
