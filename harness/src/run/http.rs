@@ -7,6 +7,7 @@ use crate::spec::calls::HELD_POLLS_PER_STEP_MAX;
 use crate::spec::{Alter, CancelCall, HttpCall, Pay, PollCall, ProofSpec, RawRequest};
 use crate::world::held_polls::HeldAnswer;
 use crate::world::malformed::MalformedAnswer;
+use crate::world::paid_commits::PaidCommit;
 use crate::world::users::{normal, SentProof};
 use crate::world::World;
 use protocol::user_proof::{ProofRequest, HEADER};
@@ -48,6 +49,7 @@ pub(super) async fn run_http(
     }
     record_trust(world, &call.instance, &request, &path, honest, &answer);
     let Some(pay) = &call.pay else {
+        record_paid_commit(world, &call.instance, &request, &path, &answer);
         return Ok(answer);
     };
     if answer.status != Some(402) {
@@ -79,7 +81,41 @@ pub(super) async fn run_http(
             .retain(|(k, _)| !k.eq_ignore_ascii_case(HEADER));
         add_user_proof(world, proof, &mut request, &path)?;
     }
-    Ok(exchange(world, &call.instance, from, request, &path, &shown).await)
+    let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
+    record_paid_commit(world, &call.instance, &request, &path, &answer);
+    Ok(answer)
+}
+
+/// Keeps a commit sent with a payment header, and its answer, for
+/// decision 0008's keys (`world::paid_commits`); the answer is the
+/// transcript's last line. Other requests are not kept.
+fn record_paid_commit(
+    world: &mut World,
+    instance: &str,
+    request: &HttpRequest,
+    path: &str,
+    answer: &Answer,
+) {
+    let Some(tier) = path.strip_prefix("/v1/jobs/commit/") else {
+        return;
+    };
+    let payment = (request.headers.iter())
+        .find(|(k, _)| k == "x-payment" || k == "payment-signature")
+        .map(|(_, v)| v.clone());
+    let Some(payment) = payment.filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let text = |key: &str| answer.body[key].as_str().map(str::to_owned);
+    world.paid_commits.record(PaidCommit {
+        instance: instance.to_owned(),
+        tier: tier.to_owned(),
+        body: serde_json::from_slice(&request.body).unwrap_or(Value::Null),
+        payment,
+        status: answer.status,
+        job_id: text("job_id"),
+        error: text("error"),
+        line: world.transcript.len().saturating_sub(1),
+    });
 }
 
 /// Held-out 4 misses, identity (branch `h4id`): the requests of several

@@ -114,6 +114,10 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::result_polls::draw(world);
     super::store_blips::draw(world);
     // (end of branch `h4core`'s draws)
+    // Held-out set 4 misses, payments (branch `h4pay`): streams 36 and 37.
+    super::paid_retries::draw(world);
+    super::reused_payments::draw(world);
+    // (end of branch `h4pay`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

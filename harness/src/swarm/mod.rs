@@ -44,11 +44,13 @@ pub mod overclaims;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod code_edges;
 pub mod paid_impostors;
+pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod render;
 pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
+pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)
 pub mod settlement;
 pub mod share_floods;
 pub mod shrink;
@@ -68,6 +70,8 @@ mod tests_answers;
 mod tests_h4id; // held-out 4 misses, identity (branch `h4id`)
 #[cfg(test)]
 mod tests_identity;
+#[cfg(test)]
+mod tests_paid_retries;
 #[cfg(test)]
 mod tests_payments;
 
@@ -203,6 +207,11 @@ const MARKERS: &[(&str, &str)] = &[
     ("cut after", "stream cut"),
     (" < restart ", "stream restart shown"),
     ("replay the last payment", "fault payment_replay"),
+    ("retry a paid commit", "fault paid_retry"),
+    (
+        "the last payment with another prompt",
+        "fault payment_reuse",
+    ),
     ("\"type\":\"assign\"", "check assignments"),
     (
         "\"privacy_class\":\"PRIVATE\",\"payment_ref",

@@ -164,6 +164,7 @@ pub fn normalize(world: &mut WorldSpec) {
                 *node %= of(instance)
             }
             Event::Read(r) => r.node %= of(r.instance),
+            Event::PaidRetry(r) => r.commit.node %= of(r.commit.instance),
             _ => {}
         }
     }

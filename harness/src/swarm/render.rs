@@ -460,7 +460,7 @@ fn render_user_event(w: &mut String, event: &Event) {
 fn render_event(w: &mut String, event: &Event) {
     let _ = match event {
         Event::Commit(c) => render_commit(w, c),
-        Event::Replay { instance, node, index } => render_replay(w, instance, *node, *index),
+        Event::Replay { .. } | Event::PaidRetry(_) => render_payment_again(w, event),
         Event::StopWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"stop\" }}"),
         Event::StartWorker(name) => writeln!(w, "\n[[steps]]\nworker = {{ name = {name:?}, action = \"start\" }}"),
         Event::Restart(instance) => writeln!(w, "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"restart\" }}"),
@@ -568,6 +568,40 @@ fn render_replay(
         "\n[[steps]]\nname = \"replay the last payment\"\nhttp = {{ instance = {instance:?}{}, method = \"POST\", path = \"/v1/jobs/commit/cheap\", body = {}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
         node_key(node),
         commit_body(&c)
+    )
+}
+
+/// A step that sends the last payment header again: a replay or a retry.
+fn render_payment_again(w: &mut String, event: &Event) -> std::fmt::Result {
+    match event {
+        Event::Replay {
+            instance,
+            node,
+            index,
+        } => render_replay(w, instance, *node, *index),
+        Event::PaidRetry(r) => render_paid_retry(w, r),
+        _ => Ok(()),
+    }
+}
+
+/// A paid commit sent again with the last payment header: the same body,
+/// or (`other_prompt`) the same one with another prompt, on its tier.
+fn render_paid_retry(w: &mut String, r: &super::paid_retries::Retry) -> std::fmt::Result {
+    let c = &r.commit;
+    let (name, body) = match r.other_prompt {
+        false => ("retry a paid commit", commit_body(c)),
+        true => {
+            let index = c.index + super::reused_payments::INDEX_OFFSET;
+            let other = Commit { index, ..c.clone() };
+            ("the last payment with another prompt", commit_body(&other))
+        }
+    };
+    writeln!(
+        w,
+        "\n[[steps]]\nname = \"{name}\"\nhttp = {{ instance = {:?}{}, method = \"POST\", path = \"/v1/jobs/commit/{}\", body = {body}, headers = {{ \"{{{{last_payment_header}}}}\" = \"{{{{last_payment}}}}\" }} }}",
+        c.instance,
+        node_key(c.node),
+        c.tier,
     )
 }
 

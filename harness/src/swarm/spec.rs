@@ -570,6 +570,10 @@ pub enum Event {
     /// Pairing codes created at once, a restart, their claims (drawn by
     /// [`super::code_batches`]).
     CodeBatch(super::code_batches::CodeBatch),
+    // Held-out set 4 misses, payments (branch `h4pay`).
+    /// A paid commit sent again with the last payment (drawn by
+    /// [`super::paid_retries`] and [`super::reused_payments`]).
+    PaidRetry(super::paid_retries::Retry),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -733,6 +737,7 @@ impl WorldSpec {
                     true
                 }
                 Event::Replay { instance, .. } => paid_once && paid.contains(instance),
+                Event::PaidRetry(r) => paid_once && paid.contains(&r.commit.instance),
                 Event::StopWorker(n) => {
                     let ok = workers.contains(n) && !stopped.contains(n);
                     if ok {

@@ -154,15 +154,44 @@ fn check_safety(
             .and_then(|()| check_resources(world, lines))
             .and_then(|()| check_nodes(scenario, world, lines))
             .and_then(|()| check_pairing(scenario, world, snapshots, lines))
-            .and_then(|()| {
-                let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
-                super::bad_input::check(world.malformed.all(), jobs)
-            })
+            .and_then(|()| check_requests(world, snapshots))
     });
     checked.map_err(|v| Failure {
         broken: Broken::Safety(v.invariant),
         message: v.to_string(),
     })
+}
+
+/// The answers to requests steps sent on purpose, each kind by its keys:
+/// malformed ones (`crate::verify::bad_input`), then paid commits
+/// (decision 0008, [`check_paid_retries`]).
+fn check_requests(
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), safety::Violation> {
+    let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
+    super::bad_input::check(world.malformed.all(), jobs)?;
+    // Held-out set 4 misses, payments (branch `h4pay`).
+    check_paid_retries(world, snapshots)
+}
+
+/// Decision 0008 over the paid commits steps sent
+/// (`crate::verify::paid_retries`), against what each instance holds at the
+/// end.
+fn check_paid_retries(
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), safety::Violation> {
+    let held = (snapshots.iter())
+        .map(|(name, s)| {
+            let held = super::paid_retries::Held {
+                jobs: s.jobs.iter().map(|j| j.id.to_string()).collect(),
+                one_node: world.nodes(name).len() == 1,
+            };
+            (name.clone(), held)
+        })
+        .collect();
+    super::paid_retries::check(world.paid_commits.all(), &held)
 }
 
 /// Each worker's instance and key, as the safety keys see them.

@@ -18,6 +18,7 @@ pub mod invariants;
 pub mod overdue;
 pub mod ownership;
 pub mod paid_assigns; // held-out set 3, payments (branch `hpay`)
+pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod polls;
 pub mod prices;
 // Held-out 4 misses, identity (branch `h4id`).

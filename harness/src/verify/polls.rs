@@ -408,7 +408,7 @@ mod tests {
         assert_eq!(early(&[first.clone(), completed], &assigned), None);
         // No earlier answer showed it running: its status when the poll
         // came is unknown (it may have been assigned, then accepted).
-        assert_eq!(early(&[second.clone()], &assigned), None);
+        assert_eq!(early(std::slice::from_ref(&second), &assigned), None);
         let shown_pending = chained(20, 101, 101, "pending", 1);
         assert_eq!(early(&[shown_pending, second.clone()], &assigned), None);
         // Assigned again after it was shown running: it may have been

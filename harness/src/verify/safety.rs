@@ -86,11 +86,14 @@ pub enum SafetyKey {
     PairingCodeLost,
     // Held-out 4 misses, core (branch `h4core`).
     NodeFencedEarly,
+    // Held-out set 4 misses, payments (branch `h4pay`).
+    PaymentAnsweredOtherSubmission,
+    PaidRetryRefused,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 39] = [
+    pub const ALL: [SafetyKey; 41] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -139,6 +142,9 @@ impl SafetyKey {
         SafetyKey::PairingCodeLost,
         // Held-out 4 misses, core (branch `h4core`).
         SafetyKey::NodeFencedEarly,
+        // Held-out set 4 misses, payments (branch `h4pay`).
+        SafetyKey::PaymentAnsweredOtherSubmission,
+        SafetyKey::PaidRetryRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -182,6 +188,8 @@ impl SafetyKey {
             SafetyKey::ProofAcceptedTwice => "proof_accepted_twice",
             SafetyKey::PairingCodeLost => "pairing_code_lost",
             SafetyKey::NodeFencedEarly => "node_fenced_early",
+            SafetyKey::PaymentAnsweredOtherSubmission => "payment_answered_other_submission",
+            SafetyKey::PaidRetryRefused => "paid_retry_refused",
         }
     }
 }

@@ -356,6 +356,7 @@ pub(super) fn assemble(
         malformed: Default::default(),
         proofs: Default::default(),
         codes: Default::default(),
+        paid_commits: Default::default(),
         edge_deadlines: BTreeMap::new(),
         http,
         net: None,

@@ -14,14 +14,14 @@
 
 pub mod acknowledged;
 mod build;
+pub mod codes;
 mod error;
 pub mod frames;
 pub mod held_polls;
 mod instance;
 mod live;
 pub mod malformed;
-// Held-out 4 misses, identity (branch `h4id`).
-pub mod codes;
+pub mod paid_commits;
 pub mod proofs;
 mod raw;
 pub mod settlements;
@@ -134,6 +134,9 @@ pub struct World {
     /// the pairing codes created and claimed (`pairing_code_lost`).
     pub proofs: proofs::ProofLog,
     pub codes: codes::CodeLog,
+    /// Every commit sent with a payment header, and its answer
+    /// (`payment_answered_other_submission` and `paid_retry_refused`).
+    pub paid_commits: paid_commits::PaidCommitLog,
     /// The deadline each job's first edge poll aimed at, and whose it is
     /// (`pending`, `payment`, `lease`): the job's later edge polls aim at
     /// the same one, though the job has ended since.
