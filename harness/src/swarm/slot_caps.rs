@@ -39,11 +39,22 @@ pub fn draw(world: &mut WorldSpec) {
     let Some(instance) = (world.instances.iter_mut()).find(|i| i.sybils.is_some()) else {
         return;
     };
+    // The cap holds for every address: at least the most slots any other
+    // worker of the instance declares, or the heal finds it refused (swarm
+    // seed 495 on the first draw, which ignored them).
+    let others_max = (world.workers.iter())
+        .filter(|w| w.instance == instance.name)
+        .map(|w| w.slots)
+        .max()
+        .unwrap_or(1);
+    if others_max > SLOTS_MAX {
+        return;
+    }
     let sybils = instance.sybils.as_mut().expect("found above");
     // Sessions that fit under the cap: fewer than the session cap allows,
     // so one more is refused only by the slots.
     let fit = rng.gen_range(1..sybils.per_client_max) as u32;
-    let slots = rng.gen_range(1..=SLOTS_MAX);
+    let slots = rng.gen_range(others_max..=SLOTS_MAX);
     sybils.slot_cap = Some(SlotCap {
         slots,
         per_client_max: fit * slots + rng.gen_range(0..slots),
@@ -64,7 +75,7 @@ mod tests {
         for seed in 0..300 {
             let world = WorldSpec::generate(seed);
             let capped = (world.instances.iter()).find_map(|i| Some((i.sybils?, i.name)));
-            let Some((s, _)) = capped.filter(|(s, _)| s.slot_cap.is_some()) else {
+            let Some((s, name)) = capped.filter(|(s, _)| s.slot_cap.is_some()) else {
                 assert!(!world.kinds.has(Kind::SlotCaps), "seed {seed}");
                 continue;
             };
@@ -73,6 +84,11 @@ mod tests {
             let fit = (c.per_client_max / c.slots) as usize;
             assert!(fit >= 1 && fit < s.per_client_max, "seed {seed}");
             assert!(fit < s.count as usize, "seed {seed}");
+            let others_max = (world.workers.iter())
+                .filter(|w| w.instance == name)
+                .map(|w| w.slots)
+                .max();
+            assert!(others_max <= Some(c.per_client_max), "seed {seed}");
             let text = super::super::render::render(&world, "w", "test");
             let limit = format!("worker_slots_per_client_max = {}", c.per_client_max);
             assert!(text.contains(&limit), "seed {seed}");
