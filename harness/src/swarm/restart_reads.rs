@@ -34,8 +34,10 @@ pub const WORKER: &str = "restart-streamer";
 /// retried, which is `stream_retries`' matter).
 const LATENCY_MS_MIN: u64 = 1_500;
 const LATENCY_MS_MAX: u64 = 8_000;
-/// The commit's job index (and its reader's, +1), apart from others'.
+/// The commit's job index, apart from others'.
 const INDEX: u32 = 44_000;
+/// Its reader's index.
+pub const READER: u32 = INDEX + 1;
 /// How long the worker is given to connect after the first restart, ms.
 const CONNECT_MS: u64 = 500;
 
@@ -136,7 +138,7 @@ fn block(
             instance,
             node: 0,
             style,
-            index: INDEX + 1,
+            index: READER,
         }),
     });
     block.push(Timed {
