@@ -7,7 +7,7 @@
 use super::steps::Answer;
 use crate::expr::matcher::{self, Vars};
 use crate::spec::StreamCall;
-use crate::world::streams::{Parsed, SseEvent, SseParser, StreamLog, StreamRead};
+use crate::world::streams::{Parsed, Resume, SseEvent, SseParser, StreamLog, StreamRead};
 use crate::world::transcript::Transcript;
 use crate::world::World;
 use router::HttpRequest;
@@ -187,6 +187,17 @@ impl Reader {
         if let Some(id) = &self.last_id {
             request.headers.push(("last-event-id".into(), id.clone()));
             shown = format!(" last-event-id {id}");
+            if !events.is_empty() {
+                let line = self.transcript.len();
+                let resume = |r: &mut StreamRead| {
+                    let events_before = r.events.len();
+                    r.resumes.push(Resume {
+                        events_before,
+                        line,
+                    });
+                };
+                self.log.update(index, resume);
+            }
         }
         let from = self
             .client

@@ -331,6 +331,9 @@ pub struct LimitOverrides {
     /// Established worker sessions from one client address (beyond it
     /// the handshake is refused).
     pub worker_sessions_per_client_max: Option<usize>,
+    /// Slots of those sessions together, from one client address (beyond
+    /// it the handshake is refused).
+    pub worker_slots_per_client_max: Option<u32>,
     /// Bytes of non-terminal jobs held at once (503 beyond).
     pub queued_bytes_max: Option<usize>,
     /// Of those, one client address's share (503 beyond).

@@ -118,6 +118,11 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::paid_retries::draw(world);
     super::reused_payments::draw(world);
     // (end of branch `h4pay`'s draws)
+    // Held-out set 5 misses, core (branch `h5core`): streams 42 to 44.
+    super::remote_polls::draw(world);
+    super::slot_caps::draw(world);
+    super::restart_reads::draw(world);
+    // (end of branch `h5core`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -48,12 +48,15 @@ pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
+pub mod remote_polls; // held-out 5 misses, core (branch `h5core`)
 pub mod render;
+pub mod restart_reads; // held-out 5 misses, core (branch `h5core`)
 pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
 pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)
 pub mod settlement;
 pub mod share_floods;
 pub mod shrink;
+pub mod slot_caps; // held-out 5 misses, core (branch `h5core`)
 pub mod slow_heads;
 pub mod spec;
 pub mod stalls;

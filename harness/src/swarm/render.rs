@@ -140,6 +140,14 @@ fn render_peers(w: &mut String, world: &WorldSpec) {
     }
 }
 
+/// The per-address worker caps of an instance with Sybils: sessions, and
+/// slots where the `slot_caps` kind drew a cap.
+fn sybil_limits(s: &super::sybils::Sybils) -> Vec<String> {
+    let sessions = format!("worker_sessions_per_client_max = {}", s.per_client_max);
+    let slots = (s.slot_cap).map(|c| format!("worker_slots_per_client_max = {}", c.per_client_max));
+    std::iter::once(sessions).chain(slots).collect()
+}
+
 fn render_instance(w: &mut String, i: &InstanceSpec) {
     let _ = writeln!(w, "\n[instances.{}]\nnetwork = {:?}", i.name, i.network);
     if i.nodes > 1 {
@@ -191,10 +199,7 @@ fn render_instance(w: &mut String, i: &InstanceSpec) {
         ));
     }
     if let Some(s) = i.sybils {
-        limits.push(format!(
-            "worker_sessions_per_client_max = {}",
-            s.per_client_max
-        ));
+        limits.extend(sybil_limits(&s));
     }
     if let Some((all, per_client)) = i.held_polls {
         limits.push(format!(

@@ -148,6 +148,18 @@ pub enum Kind {
     /// so at most one renewal fails (drawn by [`super::store_blips`]).
     StoreBlips,
     // (end of branch `h4core`'s kinds)
+    // Held-out set 5 misses, core (branch `h5core`).
+    /// Chains of held polls sent to a cluster node that does not hold
+    /// their job, across its result on the node that does (drawn by
+    /// [`super::remote_polls`]).
+    RemotePolls,
+    /// A per-address cap on worker slots below what the Sybils of an
+    /// instance hold together (drawn by [`super::slot_caps`]).
+    SlotCaps,
+    /// A reader cut mid-stream resumes after a restart, while the job's
+    /// new attempt streams (drawn by [`super::restart_reads`]).
+    RestartReads,
+    // (end of branch `h5core`'s kinds)
 }
 
 impl Kind {
@@ -194,9 +206,10 @@ impl Kind {
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
     /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`], then
-    /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`].
+    /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`], then
+    /// [`Kind::RemotePolls`], [`Kind::SlotCaps`] and [`Kind::RestartReads`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 29];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 32];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -234,6 +247,10 @@ impl Kind {
         // Held-out 4 misses, core (branch `h4core`).
         all[Self::MAIN_STREAM.len() + 27] = Kind::ResultPolls;
         all[Self::MAIN_STREAM.len() + 28] = Kind::StoreBlips;
+        // Held-out set 5 misses, core (branch `h5core`).
+        all[Self::MAIN_STREAM.len() + 29] = Kind::RemotePolls;
+        all[Self::MAIN_STREAM.len() + 30] = Kind::SlotCaps;
+        all[Self::MAIN_STREAM.len() + 31] = Kind::RestartReads;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -303,6 +320,10 @@ impl Kind {
             // Held-out 4 misses, core (branch `h4core`).
             Kind::ResultPolls => "result_polls",
             Kind::StoreBlips => "store_blips",
+            // Held-out set 5 misses, core (branch `h5core`).
+            Kind::RemotePolls => "remote_polls",
+            Kind::SlotCaps => "slot_caps",
+            Kind::RestartReads => "restart_reads",
         }
     }
 }

@@ -30,6 +30,10 @@ pub struct Sybils {
     pub per_client_max: usize,
     /// Each rejects its jobs (`true`) or stays silent on them.
     pub reject: bool,
+    /// Their slots each and the instance's per-address slot cap, when
+    /// drawn (by [`super::slot_caps`]); `None`: one slot each, the
+    /// default cap.
+    pub slot_cap: Option<super::slot_caps::SlotCap>,
 }
 
 /// Draws the kind for `world` (already drawn).
@@ -45,6 +49,7 @@ pub fn draw(world: &mut WorldSpec) {
         count: per_client_max as u32 + rng.gen_range(1..=4),
         per_client_max,
         reject: rng.gen_bool(0.7),
+        slot_cap: None,
     };
     let spec = (world.instances.iter_mut())
         .find(|i| i.name == instance)
@@ -58,8 +63,11 @@ pub fn render(instance: &str, s: &Sybils) -> String {
         true => "kind = \"reject\"",
         false => "kind = \"silent\"",
     };
+    let slots = s
+        .slot_cap
+        .map_or(String::new(), |c| format!("slots = {}\n", c.slots));
     format!(
-        "\n[[workers]]\nname = \"{SYBIL}\"\ncount = {}\ninstance = {instance:?}\nclient = \"{SYBIL}\"\nlatency = \"10\"\nfaults = {{ random = [{{ probability = 1.0, {fault} }}] }}\n",
+        "\n[[workers]]\nname = \"{SYBIL}\"\ncount = {}\ninstance = {instance:?}\nclient = \"{SYBIL}\"\n{slots}latency = \"10\"\nfaults = {{ random = [{{ probability = 1.0, {fault} }}] }}\n",
         s.count
     )
 }

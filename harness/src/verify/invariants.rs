@@ -140,6 +140,7 @@ fn check_safety(
                 end_bound: end_bound(world, name, scenario.buggify),
                 held_polls: world.held_polls.of(name),
                 refused_payments: refused.get(name),
+                cluster_held_caps: cluster_held_caps(world, name, scenario.buggify),
             };
             (name.clone(), state)
         })
@@ -426,6 +427,7 @@ fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violat
                 public_key: &w.public_key,
                 client: w.client.as_deref()?,
                 instance: &w.instance,
+                slots: w.config.slots,
             })
         })
         .collect();
@@ -436,11 +438,24 @@ fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violat
     let caps = (scenario.instances.iter())
         .filter(|(_, i)| i.nodes <= 1)
         .map(|(name, spec)| {
-            let config = crate::world::coordinator_config(spec);
-            (name.clone(), config.limits.worker_sessions_per_client_max)
+            let limits = crate::world::coordinator_config(spec).limits;
+            let caps = sybils::Caps {
+                sessions: limits.worker_sessions_per_client_max,
+                slots: limits.worker_slots_per_client_max,
+            };
+            (name.clone(), caps)
         })
         .collect();
     sybils::check(&sessions, &dialled, &caps)
+}
+
+/// The held-poll bounds of a simulated instance of several nodes (each
+/// node's; they share one config), where the run's fault points are off.
+fn cluster_held_caps(world: &World, name: &str, buggify: bool) -> Option<(usize, usize)> {
+    let nodes = world.nodes(name);
+    let first = nodes.first().filter(|_| nodes.len() > 1 && !buggify)?;
+    let limits = first.limits();
+    Some((limits.held_polls_max, limits.held_polls_per_client_max))
 }
 
 /// `job_end_overdue`'s bound for a simulated instance of one node.

@@ -29,6 +29,7 @@ pub mod resources;
 pub mod safety;
 pub mod stalls;
 pub mod stream_gens;
+pub mod stream_resumes; // held-out set 5, core (branch `h5core`)
 pub mod streams;
 pub mod sybils;
 pub mod temporal;

@@ -140,11 +140,24 @@ pub fn assign_windows(
 /// cannot reach the bounds (a poll evicted for another client's, or one
 /// past its client's bound, is answered at once): see
 /// [`UNLOGGED_HELD_MAX`].
+///
+/// On a several-node instance (`several_nodes`) a poll sent to a node
+/// that does not hold its job reads the shared store and is woken by the
+/// remote watch when the store shows another status than it read; a
+/// status is shown only once the store has it, so an earlier `running`
+/// answer means the store showed `running` then. There, a job is judged
+/// only if exactly one `assign` of it was received in the whole run: an
+/// owner's later `assign` may precede the store's record of the status
+/// before it, so the window above is not enough. Such a job left
+/// `running` at most once and never came back to it, so a woken poll that
+/// reads it again shows another status (held-out set 5,
+/// `remote-long-poll-answers-stale-status`).
 pub fn check_early(
     answers: &[HeldAnswer],
     instance: &str,
     assigns: &AssignWindows,
     (total_max, client_max): (usize, usize),
+    several_nodes: bool,
 ) -> Result<(), Violation> {
     let ours: Vec<&HeldAnswer> = answers.iter().filter(|a| a.instance == instance).collect();
     if ours.len() >= client_max || ours.len() + UNLOGGED_HELD_MAX >= total_max {
@@ -168,9 +181,10 @@ pub fn check_early(
         let Some(shown_ms) = shown_ms else {
             continue;
         };
-        let reassigned = (assigns.get(id).into_iter().flatten())
-            .any(|(from_ms, to_ms)| *to_ms >= shown_ms && *from_ms <= answered_ms);
-        if reassigned {
+        let windows = assigns.get(id).map_or(&[][..], Vec::as_slice);
+        let reassigned =
+            (windows.iter()).any(|(from_ms, to_ms)| *to_ms >= shown_ms && *from_ms <= answered_ms);
+        if reassigned || (several_nodes && windows.len() != 1) {
             continue;
         }
         return Err(Violation {
@@ -387,7 +401,7 @@ mod tests {
     }
 
     fn early(answers: &[HeldAnswer], assigns: &AssignWindows) -> Option<SafetyKey> {
-        check_early(answers, "chain_a", assigns, (10_000, 1_000))
+        check_early(answers, "chain_a", assigns, (10_000, 1_000), false)
             .err()
             .map(|v| v.invariant)
     }
@@ -419,10 +433,37 @@ mod tests {
         let around: AssignWindows = [("j".to_owned(), vec![(0, 121)])].into();
         assert_eq!(early(&pair, &around), None);
         // Where a poll may be evicted or answered at once for the bounds.
-        let capped = check_early(&pair, "chain_a", &assigned, (100, 1_000));
+        let capped = check_early(&pair, "chain_a", &assigned, (100, 1_000), false);
         assert_eq!(capped, Ok(()));
-        let client_capped = check_early(&pair, "chain_a", &assigned, (10_000, 2));
+        let client_capped = check_early(&pair, "chain_a", &assigned, (10_000, 2), false);
         assert_eq!(client_capped, Ok(()));
+    }
+
+    #[test]
+    fn on_a_cluster_an_early_running_answer_is_judged_only_for_a_job_assigned_once() {
+        // A poll sent to the node that does not hold the job, woken by the
+        // remote watch when the job completed on its owner, answered the
+        // record it read before waiting (held-out set 5).
+        let once: AssignWindows = [("j".to_owned(), vec![(0, 0)])].into();
+        let first = chained(120, 101, 101, "running", 1);
+        let stale = chained(222, 5001, 900, "running", 2);
+        let pair = [first.clone(), stale];
+        let cluster = |assigns: &AssignWindows| {
+            check_early(&pair, "chain_a", assigns, (10_000, 1_000), true)
+                .err()
+                .map(|v| v.invariant)
+        };
+        assert_eq!(cluster(&once), Some(SafetyKey::PollNotWoken));
+        // Read again after the wake: completed, as promised.
+        let fresh = chained(222, 5001, 900, "completed", 2);
+        let judged = check_early(&[first, fresh], "chain_a", &once, (10_000, 1_000), true);
+        assert_eq!(judged, Ok(()));
+        // Assigned twice, even both before it was shown running: the
+        // store may have shown the first attempt's status after the
+        // second assign, so the job may have come back to running.
+        let twice: AssignWindows = [("j".to_owned(), vec![(0, 0), (50, 50)])].into();
+        assert_eq!(cluster(&twice), None);
+        assert_eq!(cluster(&AssignWindows::new()), None);
     }
 
     #[test]

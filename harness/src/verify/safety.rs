@@ -249,6 +249,10 @@ pub struct InstanceState<'a> {
     /// Its held polls' answers (`world::held_polls`), judged with
     /// `end_bound` (one-node simulated instances).
     pub held_polls: Vec<crate::world::held_polls::HeldAnswer>,
+    /// A several-node simulated instance's held-poll bounds (in all, of
+    /// one client), where the run's fault points are off: the early side
+    /// of `poll_not_woken` judges its held polls too; `None` otherwise.
+    pub cluster_held_caps: Option<(usize, usize)>,
 }
 
 /// See [`InstanceState::results_kept`].
@@ -349,12 +353,7 @@ pub fn check(
     found.extend(super::assigns::check(frames).err());
     // Held-out set 3, payments (branch `hpay`).
     found.extend(super::paid_assigns::check(frames).err());
-    let settled_on_completion: BTreeSet<&str> = (instances.iter())
-        .filter(|(_, s)| s.paid && s.settled.is_some())
-        .map(|(name, _)| name.as_str())
-        .collect();
-    let (reads, committers) = (streams.all(), streams.committers());
-    found.extend(super::streams::check(&reads, &committers, &jobs, &settled_on_completion).err());
+    found.extend(check_reads(lines, streams, instances, &jobs));
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
         found.extend(check_pairings_kept(name, state).err());
@@ -377,9 +376,15 @@ pub fn check(
                 found.extend(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
-                found.extend(check_early_polls(lines, frames, name, state, bound).err());
+                let caps = (bound.held_caps, false);
+                found.extend(check_early_polls(lines, frames, name, state, caps).err());
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
+        }
+        // Held-out set 5, core (branch `h5core`): polls sent to a node
+        // that does not hold their job.
+        if let Some(caps) = state.cluster_held_caps {
+            found.extend(check_early_polls(lines, frames, name, state, (caps, true)).err());
         }
     }
     match found
@@ -391,21 +396,67 @@ pub fn check(
     }
 }
 
+/// What the stream readers were shown (`crate::verify::streams`), and
+/// (held-out set 5, core, branch `h5core`) the readers that resumed after
+/// their one-node instance restarted (`crate::verify::stream_resumes`).
+fn check_reads(
+    lines: &[String],
+    streams: &crate::world::streams::StreamLog,
+    instances: &BTreeMap<String, InstanceState<'_>>,
+    jobs: &BTreeMap<(&str, String), &Job>,
+) -> Vec<Violation> {
+    let settled_on_completion: BTreeSet<&str> = (instances.iter())
+        .filter(|(_, s)| s.paid && s.settled.is_some())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let (reads, committers) = (streams.all(), streams.committers());
+    let shown = super::streams::check(&reads, &committers, jobs, &settled_on_completion);
+    let resumed = check_resumes(lines, &reads, instances);
+    [shown.err(), resumed.err()].into_iter().flatten().collect()
+}
+
+/// Readers that resumed after their one-node instance restarted
+/// (`crate::verify::stream_resumes`).
+fn check_resumes(
+    lines: &[String],
+    reads: &[crate::world::streams::StreamRead],
+    instances: &BTreeMap<String, InstanceState<'_>>,
+) -> Result<(), Violation> {
+    let restarts: BTreeMap<&str, Vec<usize>> = (instances.iter())
+        .filter(|(_, s)| s.one_node)
+        .map(|(name, _)| {
+            (
+                name.as_str(),
+                super::stream_resumes::restart_lines(lines, name),
+            )
+        })
+        .collect();
+    for read in reads.iter().filter(|r| !r.resumes.is_empty()) {
+        if let Some(at) = restarts.get(read.instance.as_str()) {
+            super::stream_resumes::check(read, at)?;
+        }
+    }
+    Ok(())
+}
+
 /// Held-out 4 misses, core (branch `h4core`): held polls of `instance`
 /// answered early (`crate::verify::polls::check_early`), where no stop,
-/// crash or restart reached it.
+/// crash or restart reached it (nor, on a cluster, a node's crash, store
+/// cut or lost answer: each is an instance control line too). `caps`: its
+/// held-poll bounds, and whether it has several nodes.
 fn check_early_polls(
     lines: &[String],
     frames: &[FrameRecord],
     instance: &str,
     state: &InstanceState<'_>,
-    bound: &super::overdue::EndBound,
+    (held_caps, several_nodes): ((usize, usize), bool),
 ) -> Result<(), Violation> {
     if super::polls::disturbed(lines, instance) {
         return Ok(());
     }
     let assigns = super::polls::assign_windows(frames, lines);
-    super::polls::check_early(&state.held_polls, instance, &assigns, bound.held_caps)
+    let polls = &state.held_polls;
+    super::polls::check_early(polls, instance, &assigns, held_caps, several_nodes)
 }
 
 /// `private_to_unproven_pairing`: on an instance with user auth on, every
@@ -1233,6 +1284,7 @@ mod tests {
             end_bound: None,
             held_polls: Vec::new(),
             refused_payments: None,
+            cluster_held_caps: None,
         }
     }
 

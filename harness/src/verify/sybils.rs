@@ -9,6 +9,11 @@
 //! latest when the next session of that key opens (a crash's span may be
 //! left open). Two spans overlap when one opened before the other closed;
 //! a close and an open in the same millisecond count as closed first.
+//!
+//! The same spans judge the address's worker slots (held-out set 5,
+//! `worker-slot-cap-ignores-new-session`): the slots of its sessions open
+//! at once, each the slots its worker's hello declares (the harness's own
+//! worker config), never exceed `limits.worker_slots_per_client_max`.
 
 use super::safety::{SafetyKey, Violation};
 use coordinator::buggify::SessionSpan;
@@ -23,6 +28,16 @@ pub struct Dialled<'a> {
     /// The client's name (its address).
     pub client: &'a str,
     pub instance: &'a str,
+    /// The slots its hello declares.
+    pub slots: u32,
+}
+
+/// An instance's per-address caps: established worker sessions, and
+/// their slots together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub sessions: usize,
+    pub slots: u32,
 }
 
 /// Checks the sessions of `workers` (keys unique among all workers) against
@@ -30,9 +45,9 @@ pub struct Dialled<'a> {
 pub fn check(
     sessions: &[SessionSpan],
     workers: &[Dialled<'_>],
-    caps: &BTreeMap<String, usize>,
+    caps: &BTreeMap<String, Caps>,
 ) -> Result<(), Violation> {
-    let mut groups: BTreeMap<(&str, &str), Vec<Span>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, &str), Vec<(Span, u32)>> = BTreeMap::new();
     for (i, s) in sessions.iter().enumerate() {
         let Some(w) = (workers.iter()).find(|w| w.public_key.eq_ignore_ascii_case(&s.pubkey))
         else {
@@ -46,25 +61,38 @@ pub fn check(
             (c, n) => c.or(n),
         };
         let spans = groups.entry((w.client, w.instance)).or_default();
-        spans.push((s.opened_ms, closed));
+        spans.push(((s.opened_ms, closed), w.slots));
     }
     for ((client, instance), spans) in &groups {
         let Some(&cap) = caps.get(*instance) else {
             continue;
         };
-        for &(at_ms, _) in spans {
-            let open = (spans.iter())
-                .filter(|(o, c)| *o <= at_ms && c.is_none_or(|c| c > at_ms))
-                .count();
-            if open > cap {
-                return Err(Violation {
-                    invariant: SafetyKey::SessionsOverCap,
-                    message: format!(
-                        "client {client} held {open} worker sessions on {instance} at +{at_ms} ms, over its cap of {cap}"
-                    ),
-                    line: None,
-                });
-            }
+        for &((at_ms, _), _) in spans {
+            let open: Vec<u32> = (spans.iter())
+                .filter(|((o, c), _)| *o <= at_ms && c.is_none_or(|c| c > at_ms))
+                .map(|(_, slots)| *slots)
+                .collect();
+            let slots: u64 = open.iter().map(|s| u64::from(*s)).sum();
+            let over = if open.len() > cap.sessions {
+                format!(
+                    "{} worker sessions on {instance} at +{at_ms} ms, over its cap of {}",
+                    open.len(),
+                    cap.sessions
+                )
+            } else if slots > u64::from(cap.slots) {
+                format!(
+                    "{slots} worker slots in {} sessions on {instance} at +{at_ms} ms, over its cap of {} slots",
+                    open.len(),
+                    cap.slots
+                )
+            } else {
+                continue;
+            };
+            return Err(Violation {
+                invariant: SafetyKey::SessionsOverCap,
+                message: format!("client {client} held {over}"),
+                line: None,
+            });
         }
     }
     Ok(())
@@ -84,15 +112,36 @@ mod tests {
     }
 
     fn judge(sessions: &[SessionSpan]) -> Option<&'static str> {
+        judge_slots(sessions, 1, 1_024)
+    }
+
+    /// With workers of `slots` each, under a cap of `slots_max` slots.
+    fn judge_slots(sessions: &[SessionSpan], slots: u32, slots_max: u32) -> Option<&'static str> {
         let workers = ["a", "b", "c"].map(|k| Dialled {
             public_key: k,
             client: "sybil",
             instance: "chain_a",
+            slots,
         });
-        let caps = BTreeMap::from([("chain_a".to_owned(), 2)]);
+        let cap = Caps {
+            sessions: 2,
+            slots: slots_max,
+        };
+        let caps = BTreeMap::from([("chain_a".to_owned(), cap)]);
         check(sessions, &workers, &caps)
             .err()
             .map(|v| v.invariant.as_str())
+    }
+
+    /// Two sessions of 3 slots each break a cap of 5 slots, one session
+    /// that opens as the other closes does not; 6 slots fit a cap of 6.
+    #[test]
+    fn slots_of_one_address_over_its_cap_are_seen() {
+        let two = [span("a", 0, None), span("b", 5, None)];
+        assert_eq!(judge_slots(&two, 3, 5), Some("sessions_over_cap"));
+        assert_eq!(judge_slots(&two, 3, 6), None);
+        let turn = [span("a", 0, Some(5)), span("b", 5, None)];
+        assert_eq!(judge_slots(&turn, 3, 5), None);
     }
 
     /// Three sessions of one address at once break a cap of two; a third

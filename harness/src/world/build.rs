@@ -253,6 +253,9 @@ fn http_bounds(instance: &Instance, config: &mut Config) {
     if let Some(v) = instance.limits.worker_sessions_per_client_max {
         config.limits.worker_sessions_per_client_max = v;
     }
+    if let Some(v) = instance.limits.worker_slots_per_client_max {
+        config.limits.worker_slots_per_client_max = v;
+    }
 }
 
 /// Expands a worker spec into named worker configs.

@@ -258,7 +258,7 @@ fn live_args(spec: &Instance) -> Vec<String> {
 
 /// The connection bounds' flags (the binary always serves with its
 /// bounds, `http_bounds` or not).
-fn bounds_flags(spec: &Instance) -> [(&'static str, Option<String>); 4] {
+fn bounds_flags(spec: &Instance) -> [(&'static str, Option<String>); 5] {
     let (t, l) = (&spec.timing, &spec.limits);
     let text = |v: Option<usize>| v.map(|v| v.to_string());
     [
@@ -274,6 +274,10 @@ fn bounds_flags(spec: &Instance) -> [(&'static str, Option<String>); 4] {
         (
             "--worker-sessions-per-client-max",
             text(l.worker_sessions_per_client_max),
+        ),
+        (
+            "--worker-slots-per-client-max",
+            l.worker_slots_per_client_max.map(|v| v.to_string()),
         ),
     ]
 }

@@ -56,11 +56,21 @@ pub struct StreamRead {
     /// Connections that answered 200 (a cut and resume makes two).
     pub connections: u32,
     pub events: Vec<SseEvent>,
+    /// Each later connection, opened with the last event id it had.
+    pub resumes: Vec<Resume>,
     /// When it opened, saw its first output text, and ended (ms of the
     /// transcript's time).
     pub opened_ms: i64,
     pub first_text_ms: Option<i64>,
     pub ended_ms: Option<i64>,
+}
+
+/// A read's later connection: how many of its events came before it, and
+/// the transcript's length (its next line, 0-based) when it was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    pub events_before: usize,
+    pub line: usize,
 }
 
 impl StreamRead {
