@@ -26,12 +26,14 @@ pub mod proof_replays;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod rate_limits;
 pub mod resources;
+pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)
 pub mod safety;
 pub mod stalls;
 pub mod stream_gens;
 pub mod streams;
 pub mod sybils;
 pub mod temporal;
+pub mod trust_lists; // held-out 5 misses, identity (branch `h5id`)
 
 use coordinator::core::InvariantViolation;
 use safety::SafetyKey;
