@@ -10,7 +10,7 @@ use super::http::{exchange, record_trust};
 use super::steps::Answer;
 use crate::spec::{Attack, AttackKind};
 use crate::world::World;
-use protocol::user_proof::{ProofRequest, HEADER};
+use protocol::user_proof::{ProofRequest, UserProof, HEADER};
 use router::HttpRequest;
 use serde_json::{json, Value};
 
@@ -44,6 +44,9 @@ pub(super) async fn run_attack(attack: &Attack, world: &mut World) -> Result<Ans
             return Ok(summary(answer, false));
         }
         _ => {
+            if let Some(edge_ms) = attack.replay_edge_ms {
+                wait_for_window_edge(world, attack, &victim, edge_ms).await;
+            }
             let (request, path) = attack_request(attack, world, &base, &victim)?;
             let shown = String::from_utf8_lossy(&request.body).into_owned();
             let answer = send(world, attack, request, &path, &shown).await;
@@ -128,6 +131,39 @@ fn attack_request(
         request.headers.push((HEADER.to_ascii_lowercase(), header));
     }
     Ok((request, path.to_owned()))
+}
+
+/// Held-out 5 misses, identity (branch `h5id`): before a replay, sleeps
+/// until the victim's last create's proof is `edge_ms` from the end of its
+/// window (issue time + the instance's `user_proof_window_ms`, the last
+/// instant `verify` accepts) and notes it; an instant already past is
+/// noted too late (the replay is then sent at once).
+async fn wait_for_window_edge(world: &mut World, attack: &Attack, victim: &str, edge_ms: i64) {
+    let issued_ms = (world.users.last_create(&attack.instance, victim))
+        .and_then(|sent| UserProof::from_header(&sent.header).ok())
+        .map(|proof| proof.issued_at_ms);
+    let window_ms = (world.nodes(&attack.instance).first())
+        .map_or(protocol::user_proof::WINDOW_MS, |node| {
+            node.timing().user_proof_window_ms
+        });
+    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
+    let sign = if edge_ms < 0 { "-" } else { "+" };
+    let at_ms = issued_ms.map(|issued| issued + window_ms + edge_ms);
+    let Some(at_ms) = at_ms.filter(|at| *at >= now_ms) else {
+        let text = format!(
+            "proof replay too late for its window's end {sign}{} ms",
+            edge_ms.abs()
+        );
+        world.transcript.log("harness", text);
+        return;
+    };
+    let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
+    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+    let text = format!(
+        "proof replay at its window's end {sign}{} ms",
+        edge_ms.abs()
+    );
+    world.transcript.log("harness", text);
 }
 
 /// Sends one request from the attacker's client and keeps the trust

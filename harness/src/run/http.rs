@@ -21,6 +21,23 @@ pub(super) async fn run_http(
     world: &mut World,
     vars: &mut Vars,
 ) -> Result<Answer, String> {
+    let answer = run_http_once(call, world, vars).await?;
+    if !call.retry_after || answer.status != Some(429) {
+        return Ok(answer);
+    }
+    // Held-out 5 misses, identity (branch `h5id`).
+    let retry_after_s = super::retry_after::wait_out(call, world, &answer).await;
+    let again = run_http_once(call, world, vars).await?;
+    super::retry_after::note_retry(call, world, retry_after_s, &again);
+    Ok(again)
+}
+
+/// One `http` call (with its paid retry, when it pays).
+async fn run_http_once(
+    call: &HttpCall,
+    world: &mut World,
+    vars: &mut Vars,
+) -> Result<Answer, String> {
     let latest;
     let call = if call.path.contains(LATEST_IN_PATH) {
         let job = latest_job(world, &call.instance);
@@ -567,11 +584,18 @@ pub(super) async fn exchange(
         None => world.http.clone(),
     };
     let watched = crate::world::proofs::Watched::of(world, instance, &request, path);
+    // Held-out 5 misses, identity (branch `h5id`).
+    let trust = crate::world::trust_lists::Watched::of(world, instance, &request, path);
     match transport.send(request).await {
         Ok(r) => {
             let body = logged_body(world, instance, r.status, &r.body);
             if let Some(w) = watched {
                 w.answered(world, Some(r.status));
+            }
+            if let Some(t) = trust {
+                let shown =
+                    String::from_utf8_lossy(&protocol::canonical::to_vec(&body)).into_owned();
+                t.answered(world, Some(r.status), shown);
             }
             world.acknowledged.record(r.status, body["job_id"].as_str());
             (world.acknowledged).record_latest(instance, r.status, body["job_id"].as_str());
@@ -588,6 +612,9 @@ pub(super) async fn exchange(
                 .log(instance, format!("< transport error: {e}"));
             if let Some(w) = watched {
                 w.answered(world, None);
+            }
+            if let Some(t) = trust {
+                t.answered(world, None, String::new());
             }
             Answer::body(json!({"transport_error": e.to_string()}))
         }

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod live;
 mod pair;
 pub mod panics;
+mod retry_after; // held-out 5 misses, identity (branch `h5id`)
 mod steps;
 mod stream;
 

@@ -144,6 +144,7 @@ fn post(pair: &Pair, path: &str, node: Option<u32>) -> HttpCall {
         node,
         user_proof: None,
         malformed: false,
+        retry_after: false,
     }
 }
 

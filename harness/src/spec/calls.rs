@@ -38,6 +38,11 @@ pub struct HttpCall {
     /// error (`world::malformed`).
     #[serde(default)]
     pub malformed: bool,
+    /// Held-out 5 misses, identity (branch `h5id`): a 429 answer is waited
+    /// out for exactly its `Retry-After` seconds, then the request is sent
+    /// once more; both are noted (`retry_after_refused` judges the retry).
+    #[serde(default)]
+    pub retry_after: bool,
 }
 
 /// `cancel`: `POST /v1/jobs/{job}/cancel` (decision 0022), answered like
@@ -75,6 +80,7 @@ impl CancelCall {
             node: self.node,
             user_proof: self.user_proof.clone(),
             malformed: false,
+            retry_after: false,
         }
     }
 }
@@ -129,6 +135,7 @@ impl PollCall {
             node: self.node,
             user_proof: None,
             malformed: false,
+            retry_after: false,
         }
     }
 }
@@ -217,6 +224,11 @@ pub struct Attack {
     /// The attacker's worker: a code the attacker obtains is claimed for
     /// this worker's key (the pairing attacks need it).
     pub worker: Option<String>,
+    /// Held-out 5 misses, identity (branch `h5id`): with `d`, a
+    /// `replay_create` waits until the replayed proof's issue time plus the
+    /// instance's proof window plus `d` ms (`d` may be negative): a replay
+    /// at the edge of the proof's validity.
+    pub replay_edge_ms: Option<i64>,
 }
 
 /// `pair`: a user pairs a worker honestly, as an owner's tooling would:

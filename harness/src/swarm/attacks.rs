@@ -46,6 +46,9 @@ pub struct AttackEvent {
     pub commits: u32,
     /// Numbers the commits' payloads apart.
     pub index: u32,
+    /// A `replay_create` sent this many ms from the end of the replayed
+    /// proof's window (drawn by [`super::proof_edges`]).
+    pub replay_edge_ms: Option<i64>,
 }
 
 impl AttackEvent {
@@ -119,6 +122,7 @@ fn draw_attack(rng: &mut ChaCha20Rng, world: &WorldSpec, n: u32) -> Option<Attac
         worker,
         commits: if pairs { rng.gen_range(1..=3) } else { 0 },
         index: 10_000 + n * 10,
+        replay_edge_ms: None,
     })
 }
 

@@ -123,6 +123,11 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::slot_caps::draw(world);
     super::restart_reads::draw(world);
     // (end of branch `h5core`'s draws)
+    // Held-out 5 misses, identity (branch `h5id`): streams 34, 40 and 41.
+    super::proof_edges::draw(world);
+    super::trust_restarts::draw(world);
+    super::retry_afters::draw(world);
+    // (end of branch `h5id`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -48,10 +48,12 @@ pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
+pub mod proof_edges; // held-out 5 misses, identity (branch `h5id`)
 pub mod remote_polls; // held-out 5 misses, core (branch `h5core`)
 pub mod render;
 pub mod restart_reads; // held-out 5 misses, core (branch `h5core`)
 pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
+pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)
 pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)
 pub mod settlement;
 pub mod share_floods;
@@ -72,11 +74,14 @@ mod tests_answers;
 #[cfg(test)]
 mod tests_h4id; // held-out 4 misses, identity (branch `h4id`)
 #[cfg(test)]
+mod tests_h5id; // held-out 5 misses, identity (branch `h5id`)
+#[cfg(test)]
 mod tests_identity;
 #[cfg(test)]
 mod tests_paid_retries;
 #[cfg(test)]
 mod tests_payments;
+pub mod trust_restarts; // held-out 5 misses, identity (branch `h5id`)
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

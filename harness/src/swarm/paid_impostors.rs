@@ -47,6 +47,7 @@ pub fn draw(world: &mut WorldSpec) {
             worker: None,
             commits: 0,
             index: 30_000 + n,
+            replay_edge_ms: None,
         };
         let Some(at) = super::code_edges::before_a_commit(&mut rng, world) else {
             return;

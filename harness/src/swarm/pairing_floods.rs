@@ -103,4 +103,5 @@ pub fn render(f: &PairingFlood) -> String {
 
 /// A key on the curve that no worker of a swarm world holds (secp256k1's
 /// generator): a claim with it is judged by its code, which is unknown.
-const PUBKEY: &str = "0x0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+pub(super) const PUBKEY: &str =
+    "0x0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";

@@ -387,6 +387,7 @@ fn render_attack(w: &mut String, world: &WorldSpec, a: &AttackEvent) {
         .worker
         .as_ref()
         .map_or(String::new(), |name| format!(", worker = {name:?}"));
+    let edge = (a.replay_edge_ms).map_or(String::new(), |d| format!(", replay_edge_ms = {d}"));
     let expect = if a.worker.is_none() {
         "\nexpect = { body = { refused = true } }"
     } else {
@@ -394,7 +395,7 @@ fn render_attack(w: &mut String, world: &WorldSpec, a: &AttackEvent) {
     };
     let _ = writeln!(
         w,
-        "\n[[steps]]\nname = \"attack: {kind} on {victim}\"\nattack = {{ instance = {instance:?}, kind = {kind:?}, victim = {victim:?}, attacker = {ATTACKER:?}{worker} }}{expect}",
+        "\n[[steps]]\nname = \"attack: {kind} on {victim}\"\nattack = {{ instance = {instance:?}, kind = {kind:?}, victim = {victim:?}, attacker = {ATTACKER:?}{worker}{edge} }}{expect}",
         kind = a.kind,
         victim = a.victim,
         instance = a.instance,
@@ -527,6 +528,9 @@ fn render_event(w: &mut String, event: &Event) {
         Event::Garbage(g) => write!(w, "{}", super::garbage::render(g)),
         Event::PairingFlood(f) => write!(w, "{}", super::pairing_floods::render(f)),
         Event::CodeBatch(b) => write!(w, "{}", super::code_batches::render(b)),
+        // Held-out 5 misses, identity (branch `h5id`).
+        Event::TrustRestart(t) => write!(w, "{}", super::trust_restarts::render(t)),
+        Event::RetryAfter(r) => write!(w, "{}", super::retry_afters::render(r)),
         Event::LostAnswer { instance, node } => writeln!(
             w,
             "\n[[steps]]\ninstance = {{ name = {instance:?}, action = \"lose_answer\", node = {node} }}"

@@ -160,6 +160,18 @@ pub enum Kind {
     /// new attempt streams (drawn by [`super::restart_reads`]).
     RestartReads,
     // (end of branch `h5core`'s kinds)
+    // Held-out 5 misses, identity (branch `h5id`).
+    /// A pairing made again, its create replayed at the proof window's
+    /// end -1, +0, +1 ms (drawn by [`super::proof_edges`]).
+    ProofEdges,
+    /// A worker key paired again with its user, then the user's trust
+    /// list read before and after a restart (drawn by
+    /// [`super::trust_restarts`]).
+    TrustRestarts,
+    /// Failed claims past the per-client limit, then a retry after
+    /// exactly the answered `Retry-After` (drawn by [`super::retry_afters`]).
+    RetryAfters,
+    // (end of branch `h5id`'s kinds)
 }
 
 impl Kind {
@@ -207,9 +219,11 @@ impl Kind {
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
     /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`], then
     /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`], then
-    /// [`Kind::RemotePolls`], [`Kind::SlotCaps`] and [`Kind::RestartReads`].
+    /// [`Kind::RemotePolls`], [`Kind::SlotCaps`] and [`Kind::RestartReads`],
+    /// then [`Kind::ProofEdges`], [`Kind::TrustRestarts`] and
+    /// [`Kind::RetryAfters`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 32];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 35];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -251,6 +265,10 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 29] = Kind::RemotePolls;
         all[Self::MAIN_STREAM.len() + 30] = Kind::SlotCaps;
         all[Self::MAIN_STREAM.len() + 31] = Kind::RestartReads;
+        // Held-out 5 misses, identity (branch `h5id`).
+        all[Self::MAIN_STREAM.len() + 32] = Kind::ProofEdges;
+        all[Self::MAIN_STREAM.len() + 33] = Kind::TrustRestarts;
+        all[Self::MAIN_STREAM.len() + 34] = Kind::RetryAfters;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -324,6 +342,10 @@ impl Kind {
             Kind::RemotePolls => "remote_polls",
             Kind::SlotCaps => "slot_caps",
             Kind::RestartReads => "restart_reads",
+            // Held-out 5 misses, identity (branch `h5id`).
+            Kind::ProofEdges => "proof_edges",
+            Kind::TrustRestarts => "trust_restarts",
+            Kind::RetryAfters => "retry_afters",
         }
     }
 }
@@ -595,6 +617,13 @@ pub enum Event {
     /// A paid commit sent again with the last payment (drawn by
     /// [`super::paid_retries`] and [`super::reused_payments`]).
     PaidRetry(super::paid_retries::Retry),
+    // Held-out 5 misses, identity (branch `h5id`).
+    /// A pairing made again, the user's list around a restart (drawn by
+    /// [`super::trust_restarts`]).
+    TrustRestart(super::trust_restarts::TrustRestart),
+    /// Failed claims past the limit, a 429 waited out, a retry (drawn by
+    /// [`super::retry_afters`]).
+    RetryAfter(super::retry_afters::RetryWait),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -727,6 +756,7 @@ impl WorldSpec {
             .filter(|i| i.payment == Some("success"))
             .map(|i| i.name)
             .collect();
+        self.keeps_h5id_events(&instances, &workers);
         self.normalize_events(&instances, &workers, &paid, &facilitated);
         self.normalize_beside(&instances, &paid);
         super::nodes::normalize(self);
@@ -734,7 +764,8 @@ impl WorldSpec {
 
     /// Keeps the timeline's events that still make sense: on instances and
     /// workers still there, a worker started only after it stopped, a
-    /// replay only after a payment, node events only on several nodes.
+    /// replay only after a payment, node events only on several nodes
+    /// (`h5id`'s events are judged before, by `keeps_h5id_events`).
     fn normalize_events(
         &mut self,
         instances: &[&'static str],
@@ -797,12 +828,29 @@ impl WorldSpec {
                 Event::Pair { .. } | Event::Attack(_) | Event::CodeBatch(_) => {
                     self.keeps_user_event(&t.event, instances, workers)
                 }
+                Event::TrustRestart(_) | Event::RetryAfter(_) => true,
             };
             if keep {
                 kept.push(t);
             }
         }
         self.events = kept;
+    }
+
+    /// Held-out 5 misses, identity (branch `h5id`): keeps a trust restart
+    /// (user auth on, its worker there) or a retry only where it still
+    /// makes sense: its one-node instance is there.
+    fn keeps_h5id_events(&mut self, instances: &[&'static str], workers: &[String]) {
+        let (user_auth, nodes) = (self.user_auth, self.instances.clone());
+        let single = |name: &str| nodes.iter().any(|i| i.name == name && i.nodes <= 1);
+        let single = |name: &'static str| instances.contains(&name) && single(name);
+        self.events.retain(|t| match &t.event {
+            Event::TrustRestart(t) => {
+                user_auth && single(t.instance) && workers.contains(&t.worker)
+            }
+            Event::RetryAfter(r) => single(r.instance),
+            _ => true,
+        });
     }
 
     /// Whether a pairing or an attack still makes sense: its instance and

@@ -242,7 +242,34 @@ fn check_pairing(
     super::code_edges::check(lines, world.transcript.epoch_ms())?;
     super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)?;
     // Held-out 4 misses, identity (branch `h4id`).
-    check_identity(scenario, world, snapshots)
+    check_identity(scenario, world, snapshots)?;
+    // Held-out 5 misses, identity (branch `h5id`).
+    check_durable_pairing(scenario, world, snapshots, lines)
+}
+
+/// Held-out 5 misses, identity (branch `h5id`): `trust_list_not_durable`
+/// (`crate::verify::trust_lists`) on the one-node simulated instances on
+/// SQLite, then `retry_after_refused` (`crate::verify::retry_afters`) on
+/// the one-node simulated instances.
+fn check_durable_pairing(
+    scenario: &Scenario,
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
+    let single = |name: &String, spec: &crate::spec::Instance| {
+        snapshots.contains_key(name) && spec.nodes <= 1
+    };
+    let kept: BTreeSet<String> = (scenario.instances.iter())
+        .filter(|(name, spec)| single(name, spec) && spec.store == crate::spec::StoreKind::Sqlite)
+        .map(|(name, _)| name.clone())
+        .collect();
+    super::trust_lists::check(&world.trust.all(), lines, &kept)?;
+    let judged: BTreeSet<String> = (scenario.instances.iter())
+        .filter(|(name, spec)| single(name, spec))
+        .map(|(name, _)| name.clone())
+        .collect();
+    super::retry_afters::check(lines, &judged)
 }
 
 /// Held-out 4 misses, identity (branch `h4id`): `proof_accepted_twice`

@@ -26,6 +26,7 @@ pub mod proof_replays;
 // Held-out 3 misses, identity (branch `hid`).
 pub mod rate_limits;
 pub mod resources;
+pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)
 pub mod safety;
 pub mod stalls;
 pub mod stream_gens;
@@ -33,6 +34,7 @@ pub mod stream_resumes; // held-out set 5, core (branch `h5core`)
 pub mod streams;
 pub mod sybils;
 pub mod temporal;
+pub mod trust_lists; // held-out 5 misses, identity (branch `h5id`)
 
 use coordinator::core::InvariantViolation;
 use safety::SafetyKey;

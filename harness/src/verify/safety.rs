@@ -89,11 +89,14 @@ pub enum SafetyKey {
     // Held-out set 4 misses, payments (branch `h4pay`).
     PaymentAnsweredOtherSubmission,
     PaidRetryRefused,
+    // Held-out 5 misses, identity (branch `h5id`).
+    TrustListNotDurable,
+    RetryAfterRefused,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 41] = [
+    pub const ALL: [SafetyKey; 43] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -145,6 +148,9 @@ impl SafetyKey {
         // Held-out set 4 misses, payments (branch `h4pay`).
         SafetyKey::PaymentAnsweredOtherSubmission,
         SafetyKey::PaidRetryRefused,
+        // Held-out 5 misses, identity (branch `h5id`).
+        SafetyKey::TrustListNotDurable,
+        SafetyKey::RetryAfterRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -190,6 +196,8 @@ impl SafetyKey {
             SafetyKey::NodeFencedEarly => "node_fenced_early",
             SafetyKey::PaymentAnsweredOtherSubmission => "payment_answered_other_submission",
             SafetyKey::PaidRetryRefused => "paid_retry_refused",
+            SafetyKey::TrustListNotDurable => "trust_list_not_durable",
+            SafetyKey::RetryAfterRefused => "retry_after_refused",
         }
     }
 }

@@ -358,6 +358,7 @@ pub(super) fn assemble(
         held_polls: Default::default(),
         malformed: Default::default(),
         proofs: Default::default(),
+        trust: Default::default(),
         codes: Default::default(),
         paid_commits: Default::default(),
         edge_deadlines: BTreeMap::new(),

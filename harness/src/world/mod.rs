@@ -30,6 +30,7 @@ pub mod streams;
 use build::{assemble, clocks, Parts};
 use instance::{memdb_path, SimNode};
 pub mod transcript;
+pub mod trust_lists; // held-out 5 misses, identity (branch `h5id`)
 pub mod users;
 
 pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs, PAYER_KEY};
@@ -134,6 +135,9 @@ pub struct World {
     /// the pairing codes created and claimed (`pairing_code_lost`).
     pub proofs: proofs::ProofLog,
     pub codes: codes::CodeLog,
+    /// Held-out 5 misses, identity (branch `h5id`): the pairing requests
+    /// and their answers (`trust_list_not_durable` judges the lists).
+    pub trust: trust_lists::TrustLog,
     /// Every commit sent with a payment header, and its answer
     /// (`payment_answered_other_submission` and `paid_retry_refused`).
     pub paid_commits: paid_commits::PaidCommitLog,
