@@ -48,6 +48,7 @@ pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
+pub mod range_edges; // held-out set 5 misses, ranges (branch `h5lead`)
 pub mod render;
 pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
 pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)

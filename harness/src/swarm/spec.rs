@@ -148,6 +148,10 @@ pub enum Kind {
     /// so at most one renewal fails (drawn by [`super::store_blips`]).
     StoreBlips,
     // (end of branch `h4core`'s kinds)
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    /// Requests at the inclusive ends of documented ranges (drawn by
+    /// [`super::range_edges`]).
+    RangeEdges,
 }
 
 impl Kind {
@@ -194,9 +198,10 @@ impl Kind {
     /// [`Kind::IdleCuts`], [`Kind::LongRetention`], [`Kind::LeaseAnswers`] and
     /// [`Kind::StreamRetries`], then [`Kind::CodeEdges`] and
     /// [`Kind::PairingFloods`], then [`Kind::CodeBatches`], then
-    /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`].
+    /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`], then
+    /// [`Kind::RangeEdges`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 29];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 30];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -234,6 +239,8 @@ impl Kind {
         // Held-out 4 misses, core (branch `h4core`).
         all[Self::MAIN_STREAM.len() + 27] = Kind::ResultPolls;
         all[Self::MAIN_STREAM.len() + 28] = Kind::StoreBlips;
+        // Held-out set 5 misses, ranges (branch `h5lead`).
+        all[Self::MAIN_STREAM.len() + 29] = Kind::RangeEdges;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -303,6 +310,8 @@ impl Kind {
             // Held-out 4 misses, core (branch `h4core`).
             Kind::ResultPolls => "result_polls",
             Kind::StoreBlips => "store_blips",
+            // Held-out set 5 misses, ranges (branch `h5lead`).
+            Kind::RangeEdges => "range_edges",
         }
     }
 }

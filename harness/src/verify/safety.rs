@@ -89,11 +89,13 @@ pub enum SafetyKey {
     // Held-out set 4 misses, payments (branch `h4pay`).
     PaymentAnsweredOtherSubmission,
     PaidRetryRefused,
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    InRangeRefused,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 41] = [
+    pub const ALL: [SafetyKey; 42] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -145,6 +147,8 @@ impl SafetyKey {
         // Held-out set 4 misses, payments (branch `h4pay`).
         SafetyKey::PaymentAnsweredOtherSubmission,
         SafetyKey::PaidRetryRefused,
+        // Held-out set 5 misses, ranges (branch `h5lead`).
+        SafetyKey::InRangeRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -190,6 +194,8 @@ impl SafetyKey {
             SafetyKey::NodeFencedEarly => "node_fenced_early",
             SafetyKey::PaymentAnsweredOtherSubmission => "payment_answered_other_submission",
             SafetyKey::PaidRetryRefused => "paid_retry_refused",
+            // Held-out set 5 misses, ranges (branch `h5lead`).
+            SafetyKey::InRangeRefused => "in_range_refused",
         }
     }
 }
@@ -349,6 +355,8 @@ pub fn check(
     found.extend(super::assigns::check(frames).err());
     // Held-out set 3, payments (branch `hpay`).
     found.extend(super::paid_assigns::check(frames).err());
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    found.extend(super::range_edges::check(frames).err());
     let settled_on_completion: BTreeSet<&str> = (instances.iter())
         .filter(|(_, s)| s.paid && s.settled.is_some())
         .map(|(name, _)| name.as_str())
