@@ -4,8 +4,8 @@
 //! largest wait (so a deadline rarely meets a coordinator timer), so no
 //! swarm world ever asked for exactly `wait_ms=30000`, which the spec allows
 //! ("0 to 30000"). Here one held poll of the latest job of a one-node
-//! instance asks for exactly the largest wait, at a random point of the
-//! timeline. `held_polls_over_cap` (`crate::verify::polls::check_caps`)
+//! instance asks for exactly the largest wait, right after a random commit
+//! to it. `held_polls_over_cap` (`crate::verify::polls::check_caps`)
 //! judges its answer: a held poll is answered 200 with the job or 404, never
 //! refused. And (`worker-with-most-slots-refused`) a worker of its own,
 //! [`WORKER`], says hello with exactly the largest slot count
@@ -49,8 +49,17 @@ pub fn draw(world: &mut WorldSpec) {
     let Some(instance) = one_node.choose(&mut rng).copied() else {
         return;
     };
+    // Right after a commit to the instance (its latest job is then that
+    // commit's), so no other kind's block is split between two events
+    // that must follow each other (a restart and its retry).
+    let commits: Vec<usize> = (world.events.iter().enumerate())
+        .filter(|(_, t)| matches!(&t.event, Event::Commit(c) if c.instance == instance))
+        .map(|(at, _)| at + 1)
+        .collect();
+    let Some(at) = commits.choose(&mut rng).copied() else {
+        return;
+    };
     world.kinds.0.push(Kind::RangeEdges);
-    let at = rng.gen_range(0..=world.events.len());
     // No pause before it: a held poll takes no time of the timeline, so
     // the events around it (perhaps another kind's block) keep their times.
     let poll = Timed {
@@ -66,8 +75,12 @@ pub fn draw(world: &mut WorldSpec) {
     add_worker(world, instance);
 }
 
-/// [`WORKER`] on `instance`: stopped first, started last.
+/// [`WORKER`] on `instance`: stopped first, started last; it streams
+/// its outputs where every other worker of the instance does (a kind
+/// such as `stream_retries` needs every attempt streamed).
 fn add_worker(world: &mut WorldSpec, instance: &'static str) {
+    let mut theirs = world.workers.iter().filter(|w| w.instance == instance);
+    let stream = theirs.clone().next().is_some() && theirs.all(|w| w.stream);
     world.workers.push(WorkerSpec {
         name: WORKER.into(),
         instance,
@@ -78,7 +91,7 @@ fn add_worker(world: &mut WorldSpec, instance: &'static str) {
         heartbeat: None,
         key_of: None,
         node: None,
-        stream: false,
+        stream,
     });
     let now = |event| Timed { after_ms: 0, event };
     world
