@@ -417,7 +417,8 @@ fn add_user_proof(
 }
 
 /// Keeps the ledger of proven pairings (`world::users`): a code created
-/// with its user's own proof, and every successful claim.
+/// with its user's own proof, every successful claim, and every claim whose
+/// answer was lost.
 pub(super) fn record_trust(
     world: &mut World,
     instance: &str,
@@ -429,7 +430,9 @@ pub(super) fn record_trust(
     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
     let path = path.split('?').next().unwrap_or_default();
     record_code(world, instance, path, &body, answer);
-    if !answer.status.is_some_and(|s| (200..300).contains(&s)) {
+    // A claim whose answer was lost may have paired (`Users::unanswered`).
+    let unanswered = answer.status.is_none() && path == "/v1/trust/claim";
+    if !unanswered && !answer.status.is_some_and(|s| (200..300).contains(&s)) {
         return;
     }
     match path {
@@ -453,7 +456,7 @@ pub(super) fn record_trust(
                 body["pairing_code"].as_str(),
                 body["provider_pubkey"].as_str(),
             ) {
-                world.users.record_claim(instance, code, key);
+                world.users.record_claim(instance, code, key, !unanswered);
             }
         }
         _ => {}

@@ -128,6 +128,9 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::trust_restarts::draw(world);
     super::retry_afters::draw(world);
     // (end of branch `h5id`'s draws)
+    // Held-out set 5 misses, ranges (branch `h5lead`): stream 47.
+    super::range_edges::draw(world);
+    // (end of branch `h5lead`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -49,6 +49,7 @@ pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
 pub mod proof_edges; // held-out 5 misses, identity (branch `h5id`)
+pub mod range_edges; // held-out set 5 misses, ranges (branch `h5lead`)
 pub mod remote_polls; // held-out 5 misses, core (branch `h5core`)
 pub mod render;
 pub mod restart_reads; // held-out 5 misses, core (branch `h5core`)

@@ -172,6 +172,10 @@ pub enum Kind {
     /// exactly the answered `Retry-After` (drawn by [`super::retry_afters`]).
     RetryAfters,
     // (end of branch `h5id`'s kinds)
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    /// Requests at the inclusive ends of documented ranges (drawn by
+    /// [`super::range_edges`]).
+    RangeEdges,
 }
 
 impl Kind {
@@ -221,9 +225,9 @@ impl Kind {
     /// [`Kind::ResultPolls`] and [`Kind::StoreBlips`], then
     /// [`Kind::RemotePolls`], [`Kind::SlotCaps`] and [`Kind::RestartReads`],
     /// then [`Kind::ProofEdges`], [`Kind::TrustRestarts`] and
-    /// [`Kind::RetryAfters`].
+    /// [`Kind::RetryAfters`], then [`Kind::RangeEdges`].
     pub const ALL: &'static [Kind] = &{
-        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 35];
+        let mut all = [Kind::Nodes; Self::MAIN_STREAM.len() + 36];
         all[Self::MAIN_STREAM.len() + 1] = Kind::UserAttacks;
         all[Self::MAIN_STREAM.len() + 2] = Kind::Cancels;
         all[Self::MAIN_STREAM.len() + 3] = Kind::SettlementFaults;
@@ -269,6 +273,8 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 32] = Kind::ProofEdges;
         all[Self::MAIN_STREAM.len() + 33] = Kind::TrustRestarts;
         all[Self::MAIN_STREAM.len() + 34] = Kind::RetryAfters;
+        // Held-out set 5 misses, ranges (branch `h5lead`).
+        all[Self::MAIN_STREAM.len() + 35] = Kind::RangeEdges;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
             all[i] = Self::MAIN_STREAM[i];
@@ -346,6 +352,8 @@ impl Kind {
             Kind::ProofEdges => "proof_edges",
             Kind::TrustRestarts => "trust_restarts",
             Kind::RetryAfters => "retry_afters",
+            // Held-out set 5 misses, ranges (branch `h5lead`).
+            Kind::RangeEdges => "range_edges",
         }
     }
 }

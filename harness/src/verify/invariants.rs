@@ -103,6 +103,7 @@ fn check_safety(
         return Ok(());
     }
     let proven = world.users.proven();
+    let unanswered = world.users.unanswered();
     let no_proofs = BTreeSet::new();
     let settled: BTreeMap<&String, BTreeMap<String, usize>> = world
         .instances
@@ -131,6 +132,7 @@ fn check_safety(
                 proven: spec
                     .filter(|i| i.user_auth == crate::spec::UserAuthSpec::On)
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
+                unanswered: unanswered.get(name),
                 settled: settled.get(name),
                 one_node: world.nodes(name).len() == 1,
                 charged: values.get(name).map(|values| super::prices::Charged {

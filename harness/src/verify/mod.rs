@@ -24,6 +24,7 @@ pub mod prices;
 // Held-out 4 misses, identity (branch `h4id`).
 pub mod proof_replays;
 // Held-out 3 misses, identity (branch `hid`).
+pub mod range_edges; // held-out set 5 misses, ranges (branch `h5lead`)
 pub mod rate_limits;
 pub mod resources;
 pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)

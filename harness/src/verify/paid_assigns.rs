@@ -9,13 +9,26 @@
 //! so the second job is never stored and its commit is never answered 201;
 //! but a worker was given its work. A job assigned again (a requeue, a
 //! takeover) keeps its id, so it is one job.
+//!
+//! A job lost with its process before it was durable never existed: a job
+//! is dispatched before its commit is on disk (decision 0007 holds back
+//! only the answers), so a crash inside the store writer's turn can erase
+//! a job a worker already read, with its payment's reservation; its commit
+//! was never answered 201 and nobody was charged, so the payer may spend
+//! the authorization again (swarm seed 2095: the same authorization sent
+//! with another prompt right after the crash). So an earlier job that no
+//! store holds at the end, that retention did not delete and whose commit
+//! no client saw answered 201 does not count as bought. The cluster case
+//! above is the other way round (the first job is stored, the second is
+//! not), so it is still judged.
 
 use super::safety::{SafetyKey, Violation};
 use crate::spec::frames::{Direction, FrameRecord};
 use std::collections::BTreeMap;
 
-/// Checks the `assign` frames every worker read.
-pub fn check(frames: &[FrameRecord]) -> Result<(), Violation> {
+/// Checks the `assign` frames every worker read; `lost` says whether a
+/// job was erased before it was durable (see the module's comment).
+pub fn check(frames: &[FrameRecord], lost: &dyn Fn(&str) -> bool) -> Result<(), Violation> {
     // The first job assigned with each payment reference.
     let mut bought: BTreeMap<&str, &str> = BTreeMap::new();
     for record in frames {
@@ -28,6 +41,10 @@ pub fn check(frames: &[FrameRecord]) -> Result<(), Violation> {
             continue;
         };
         let first = *bought.entry(payment).or_insert(job);
+        if first != job && lost(first) {
+            bought.insert(payment, job);
+            continue;
+        }
         if first != job {
             return Err(Violation {
                 invariant: SafetyKey::PaymentBoughtTwoJobs,
@@ -57,7 +74,31 @@ mod tests {
     }
 
     fn judge(frames: &[FrameRecord]) -> Option<&'static str> {
-        check(frames).err().map(|v| v.invariant.as_str())
+        check(frames, &|_| false)
+            .err()
+            .map(|v| v.invariant.as_str())
+    }
+
+    /// A first job erased before it was durable frees its payment; a
+    /// stored first job does not, nor does a lost second one.
+    #[test]
+    fn a_job_lost_before_it_was_durable_frees_its_payment() {
+        let frames = [
+            assign("w1", "j1", Some("x402:0xaa")),
+            assign("w1", "j2", Some("x402:0xaa")),
+        ];
+        let lost_j1 = |job: &str| job == "j1";
+        assert_eq!(check(&frames, &lost_j1).err(), None);
+        let lost_j2 = |job: &str| job == "j2";
+        let judged = check(&frames, &lost_j2).err().map(|v| v.invariant);
+        assert_eq!(judged, Some(SafetyKey::PaymentBoughtTwoJobs));
+        let third = [
+            frames[0].clone(),
+            frames[1].clone(),
+            assign("w2", "j3", Some("x402:0xaa")),
+        ];
+        let judged = check(&third, &lost_j1).err().map(|v| v.invariant);
+        assert_eq!(judged, Some(SafetyKey::PaymentBoughtTwoJobs));
     }
 
     /// One job assigned twice with its payment (a requeue to another

@@ -92,11 +92,13 @@ pub enum SafetyKey {
     // Held-out 5 misses, identity (branch `h5id`).
     TrustListNotDurable,
     RetryAfterRefused,
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    InRangeRefused,
 }
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 43] = [
+    pub const ALL: [SafetyKey; 44] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -151,6 +153,8 @@ impl SafetyKey {
         // Held-out 5 misses, identity (branch `h5id`).
         SafetyKey::TrustListNotDurable,
         SafetyKey::RetryAfterRefused,
+        // Held-out set 5 misses, ranges (branch `h5lead`).
+        SafetyKey::InRangeRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -198,6 +202,8 @@ impl SafetyKey {
             SafetyKey::PaidRetryRefused => "paid_retry_refused",
             SafetyKey::TrustListNotDurable => "trust_list_not_durable",
             SafetyKey::RetryAfterRefused => "retry_after_refused",
+            // Held-out set 5 misses, ranges (branch `h5lead`).
+            SafetyKey::InRangeRefused => "in_range_refused",
         }
     }
 }
@@ -238,6 +244,10 @@ pub struct InstanceState<'a> {
     /// id alone pairs, by design, and `private_to_unproven_pairing` does
     /// not judge the instance.
     pub proven: Option<&'a BTreeSet<(String, String)>>,
+    /// With user auth on: the pairings whose claim's answer was lost
+    /// (`world::users`): `private_to_unproven_pairing` allows them,
+    /// `pairing_lost` does not require them.
+    pub unanswered: Option<&'a BTreeSet<(String, String)>>,
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
@@ -360,7 +370,10 @@ pub fn check(
     // Held-out proposal 7 (branch `propb`).
     found.extend(super::assigns::check(frames).err());
     // Held-out set 3, payments (branch `hpay`).
-    found.extend(super::paid_assigns::check(frames).err());
+    let lost = lost_before_durable(lines, instances, &jobs);
+    found.extend(super::paid_assigns::check(frames, &lost).err());
+    // Held-out set 5 misses, ranges (branch `h5lead`).
+    found.extend(super::range_edges::check(frames).err());
     found.extend(check_reads(lines, streams, instances, &jobs));
     for (name, state) in instances {
         found.extend(check_store(name, state).err());
@@ -447,6 +460,31 @@ fn check_resumes(
     Ok(())
 }
 
+/// Whether a job was erased before it was durable: no store holds it at
+/// the end, retention did not delete it, and no commit of it was answered
+/// 201 (`crate::verify::paid_assigns`).
+fn lost_before_durable<'a>(
+    lines: &'a [String],
+    instances: &'a BTreeMap<String, InstanceState<'_>>,
+    jobs: &'a BTreeMap<(&str, String), &Job>,
+) -> impl Fn(&str) -> bool + 'a {
+    let acknowledged: BTreeSet<&str> = (lines.iter())
+        .filter_map(|line| {
+            line.split_once(" < 201 ")?
+                .1
+                .split_once("\"job_id\":\"")?
+                .1
+                .get(..36)
+        })
+        .collect();
+    move |id: &str| {
+        let stored = jobs.keys().any(|(_, job)| job == id);
+        let deleted =
+            (instances.values()).any(|s| s.results_deleted.is_some_and(|d| d.contains_key(id)));
+        !stored && !deleted && !acknowledged.contains(id)
+    }
+}
+
 /// Held-out 4 misses, core (branch `h4core`): held polls of `instance`
 /// answered early (`crate::verify::polls::check_early`), where no stop,
 /// crash or restart reached it (nor, on a cluster, a node's crash, store
@@ -499,7 +537,9 @@ fn check_proven(
         };
         let user = normal_user(&job.submission.user_id);
         let key = view.public_key.to_ascii_lowercase();
-        if !proven.contains(&(user.clone(), key)) {
+        let pair = (user.clone(), key);
+        let unanswered = instances.get(view.instance).and_then(|s| s.unanswered);
+        if !proven.contains(&pair) && !unanswered.is_some_and(|u| u.contains(&pair)) {
             return Err(Violation {
                 invariant: SafetyKey::PrivateToUnprovenPairing,
                 message: format!(
@@ -1286,6 +1326,7 @@ mod tests {
             results_kept: None,
             results_deleted: None,
             proven: None,
+            unanswered: None,
             settled: None,
             one_node: true,
             charged: None,
@@ -1655,6 +1696,15 @@ mod tests {
         let proven = BTreeSet::from([(ALICE.to_owned(), KEY_W.to_owned())]);
         assert_eq!(judge(Some(&proven)), None);
         assert_eq!(judge(None), None);
+        // A pairing whose claim's answer was lost may exist (swarm seed
+        // 3764): the user's PRIVATE job may go there.
+        let state = InstanceState {
+            proven: Some(&other),
+            unanswered: Some(&proven),
+            ..plain_state(&jobs)
+        };
+        let instances = BTreeMap::from([("chain_a".to_owned(), state)]);
+        assert!(check_proven(&frames, &instances, &workers, &index).is_ok());
     }
 
     /// With retention, where the harness cannot see retention's deletions

@@ -55,6 +55,9 @@ pub struct Users {
     honest_codes: BTreeMap<(String, String), HonestCode>,
     /// Successful claims: (instance, code in lowercase, key in lowercase).
     claims: BTreeSet<(String, String, String)>,
+    /// Claims whose answer was lost (no HTTP answer: the process was
+    /// killed mid-request): they may have paired, or not.
+    unanswered_claims: BTreeSet<(String, String, String)>,
 }
 
 /// 32 bytes of SHA-256 over a domain, the seed and a name: a ChaCha seed.
@@ -168,9 +171,13 @@ impl Users {
         );
     }
 
-    /// A `trust/claim` answered 2xx.
-    pub fn record_claim(&mut self, instance: &str, code: &str, key: &str) {
-        self.claims.insert((
+    /// A `trust/claim` answered 2xx (`answered`), or whose answer was lost.
+    pub fn record_claim(&mut self, instance: &str, code: &str, key: &str, answered: bool) {
+        let claims = match answered {
+            true => &mut self.claims,
+            false => &mut self.unanswered_claims,
+        };
+        claims.insert((
             instance.to_owned(),
             code.to_ascii_lowercase(),
             key.to_ascii_lowercase(),
@@ -195,8 +202,23 @@ impl Users {
     /// with its own proof, and, when the create named a worker key, only
     /// that key's claim.
     pub fn proven(&self) -> BTreeMap<String, BTreeSet<(String, String)>> {
+        self.pairings_of(&self.claims)
+    }
+
+    /// The pairings whose claim's answer was lost, as [`Self::proven`]
+    /// (swarm seed 3764: a claim cut by a crash at its store write was
+    /// committed): the user proved them, so a PRIVATE job may go there,
+    /// but nobody was told they exist, so they need not survive.
+    pub fn unanswered(&self) -> BTreeMap<String, BTreeSet<(String, String)>> {
+        self.pairings_of(&self.unanswered_claims)
+    }
+
+    fn pairings_of(
+        &self,
+        claims: &BTreeSet<(String, String, String)>,
+    ) -> BTreeMap<String, BTreeSet<(String, String)>> {
         let mut out: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
-        for (instance, code, key) in &self.claims {
+        for (instance, code, key) in claims {
             let Some(honest) = self.honest_codes.get(&(instance.clone(), code.clone())) else {
                 continue;
             };
