@@ -33,17 +33,16 @@ fn proof_edges_replay_a_fresh_create_at_its_window_end() {
         on += 1;
         assert!(world.user_auth && n == 3, "seed {seed}");
         // The block ends the timeline but for the other `h5id` kinds' and
-        // `long_retention`'s polls.
+        // `long_retention`'s polls, and `range_edges`' worker's start.
         let at = (world.events.iter())
             .position(|t| matches!(&t.event, Event::Attack(a) if a.replay_edge_ms.is_some()))
             .expect("the replays")
             - 1;
         let after = &world.events[at + 4..];
-        let others = |t: &&super::spec::Timed| {
-            matches!(
-                t.event,
-                Event::TrustRestart(_) | Event::RetryAfter(_) | Event::Poll { .. }
-            )
+        let others = |t: &&super::spec::Timed| match &t.event {
+            Event::TrustRestart(_) | Event::RetryAfter(_) | Event::Poll { .. } => true,
+            Event::StartWorker(w) => w == crate::verify::range_edges::WORKER,
+            _ => false,
         };
         assert!(after.iter().all(|t| others(&t)), "seed {seed}: {after:?}");
         let Event::Pair { user, .. } = &world.events[at].event else {
