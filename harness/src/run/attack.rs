@@ -146,24 +146,9 @@ async fn wait_for_window_edge(world: &mut World, attack: &Attack, victim: &str, 
         .map_or(protocol::user_proof::WINDOW_MS, |node| {
             node.timing().user_proof_window_ms
         });
-    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
-    let sign = if edge_ms < 0 { "-" } else { "+" };
     let at_ms = issued_ms.map(|issued| issued + window_ms + edge_ms);
-    let Some(at_ms) = at_ms.filter(|at| *at >= now_ms) else {
-        let text = format!(
-            "proof replay too late for its window's end {sign}{} ms",
-            edge_ms.abs()
-        );
-        world.transcript.log("harness", text);
-        return;
-    };
-    let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
-    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-    let text = format!(
-        "proof replay at its window's end {sign}{} ms",
-        edge_ms.abs()
-    );
-    world.transcript.log("harness", text);
+    let what = ("proof replay", "its window's end");
+    super::edge::sleep_until_edge(world, at_ms, what, edge_ms).await;
 }
 
 /// Sends one request from the attacker's client and keeps the trust

@@ -126,3 +126,29 @@ async fn deadline_of(
         _ => Some((pending_ms, "pending")),
     }
 }
+
+/// Sleeps until `at_ms` (ms since the epoch, on the transcript's clock) and
+/// notes "`what` at `edge` ±N ms"; an instant already past, or unknown, is
+/// noted "`what` too late for `edge` ±N ms" and not waited for. The edge
+/// claim of a `pair` step and the edge replay of an `attack` step wait so:
+/// the request is then sent in that instant, judged by the time it is made.
+pub(super) async fn sleep_until_edge(
+    world: &mut World,
+    at_ms: Option<i64>,
+    (what, edge): (&str, &str),
+    edge_ms: i64,
+) {
+    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
+    let sign = if edge_ms < 0 { "-" } else { "+" };
+    let offset = format!("{sign}{} ms", edge_ms.abs());
+    let Some(at_ms) = at_ms.filter(|at| *at >= now_ms) else {
+        let text = format!("{what} too late for {edge} {offset}");
+        world.transcript.log("harness", text);
+        return;
+    };
+    let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    world
+        .transcript
+        .log("harness", format!("{what} at {edge} {offset}"));
+}

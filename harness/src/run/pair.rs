@@ -110,24 +110,9 @@ async fn run_pair_batch(
 /// sent in that instant: a claim is judged by the time it is made, with no
 /// timer to race) and notes it; an instant already past is noted too late.
 async fn wait_for_edge(world: &mut World, code: &str, expires_at: &str, edge_ms: i64) {
-    let now_ms = world.transcript.epoch_ms() + world.transcript.elapsed_ms();
-    let sign = if edge_ms < 0 { "-" } else { "+" };
     let at_ms = protocol::time::parse_ms(expires_at).map(|e| e + edge_ms);
-    let Some(at_ms) = at_ms.filter(|at| *at >= now_ms) else {
-        let text = format!(
-            "{EDGE_CLAIM}{code} too late for its expiry {sign}{} ms",
-            edge_ms.abs()
-        );
-        world.transcript.log("harness", text);
-        return;
-    };
-    let wait_ms = u64::try_from(at_ms - now_ms).unwrap_or(0);
-    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-    let text = format!(
-        "{EDGE_CLAIM}{code} at its expiry {sign}{} ms",
-        edge_ms.abs()
-    );
-    world.transcript.log("harness", text);
+    let what = format!("{EDGE_CLAIM}{code}");
+    super::edge::sleep_until_edge(world, at_ms, (&what, "its expiry"), edge_ms).await;
 }
 
 /// A bodiless `POST path` to the pairing's instance, from the shared client.
