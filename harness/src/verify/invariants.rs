@@ -105,18 +105,11 @@ fn check_safety(
     let proven = world.users.proven();
     let unanswered = world.users.unanswered();
     let no_proofs = BTreeSet::new();
-    let settled: BTreeMap<&String, BTreeMap<String, usize>> = world
-        .instances
-        .iter()
-        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.counts())))
-        .collect();
-    let values: BTreeMap<&String, _> = world
-        .instances
-        .iter()
-        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.values())))
-        .collect();
+    let settled = from_ledgers(world, |l| l.counts());
+    let values = from_ledgers(world, |l| l.values());
     let deleted = results_deleted();
-    let refused = refused_payments(world);
+    let refused = from_ledgers(world, |l| l.refused_only());
+    let unlearnable = from_ledgers(world, |l| l.unlearnable());
     let instances = snapshots
         .iter()
         .map(|(name, s)| {
@@ -134,6 +127,7 @@ fn check_safety(
                     .map(|_| proven.get(name).unwrap_or(&no_proofs)),
                 unanswered: unanswered.get(name),
                 settled: settled.get(name),
+                unlearnable: unlearnable.get(name),
                 one_node: world.nodes(name).len() == 1,
                 charged: values.get(name).map(|values| super::prices::Charged {
                     values,
@@ -344,11 +338,14 @@ fn check_resources(world: &World, lines: &[String]) -> Result<(), safety::Violat
     super::resources::check(lines, epoch_ms, &exceeded, &refusals)
 }
 
-/// Each simulated paid instance's authorizations `/verify` refused and
-/// never found valid (`unfunded_job_accepted`).
-fn refused_payments(world: &World) -> BTreeMap<&String, BTreeSet<String>> {
+/// What each simulated paid instance's settlement ledger says
+/// (`world::settlements`), by instance.
+fn from_ledgers<T>(
+    world: &World,
+    read: impl Fn(&crate::world::settlements::SettleLedger) -> T,
+) -> BTreeMap<&String, T> {
     (world.instances.iter())
-        .filter_map(|(name, i)| Some((name, i.settlements.as_ref()?.refused_only())))
+        .filter_map(|(name, i)| Some((name, read(i.settlements.as_ref()?))))
         .collect()
 }
 

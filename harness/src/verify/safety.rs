@@ -251,6 +251,10 @@ pub struct InstanceState<'a> {
     /// A simulated paid instance's settlements by authorization nonce
     /// (`world::settlements`); `None` where the harness cannot see them.
     pub settled: Option<&'a BTreeMap<String, usize>>,
+    /// Of those, the settlements no process of the instance could learn of
+    /// before their retry deadline (`SettleLedger::unlearnable`): decision
+    /// 0021's residual, the one excuse of `charged_for_failed_job`.
+    pub unlearnable: Option<&'a BTreeSet<String>>,
     /// One node: a restart of it ends every session (`check_not_reopened`).
     pub one_node: bool,
     /// A simulated paid instance's settled amounts and price table
@@ -621,7 +625,7 @@ fn check_settlements(
             let message = format!("{instance}: the payment of job {id} was settled {count} times");
             return found(SafetyKey::SettledTwice, message, None);
         }
-        if job.status == JobStatus::Failed && count > 0 {
+        if job.status == JobStatus::Failed && count > 0 && !unlearned(job, &nonce, state) {
             let reason = job.error.map_or("failed", |r| r.as_str());
             let message =
                 format!("{instance}: job {id} failed ({reason}) and its payment was settled");
@@ -635,6 +639,16 @@ fn check_settlements(
         }
     }
     Ok(())
+}
+
+/// Decision 0021's residual: a paid job failed `payment_expired` though its
+/// settlement landed, because every answer and retry that could have told
+/// its one node was lost with a process that stayed down (or up only
+/// briefly) until the retry deadline.
+fn unlearned(job: &Job, nonce: &str, state: &InstanceState<'_>) -> bool {
+    job.error == Some(coordinator::core::FailureReason::PaymentExpired)
+        && state.one_node
+        && state.unlearnable.is_some_and(|u| u.contains(nonce))
 }
 
 /// `unfunded_job_accepted`: no job exists whose authorization the
@@ -1328,6 +1342,7 @@ mod tests {
             proven: None,
             unanswered: None,
             settled: None,
+            unlearnable: None,
             one_node: true,
             charged: None,
             end_bound: None,

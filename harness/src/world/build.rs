@@ -104,6 +104,7 @@ async fn sim_instance(
             net: peers.net.clone(),
             process: Arc::default(),
             crashed,
+            settlements: settlements.clone(),
             node,
             http_bounds: spec.http_bounds,
         };

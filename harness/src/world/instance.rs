@@ -22,6 +22,9 @@ pub struct SimInstance {
     pub(super) process: Arc<Mutex<Process>>,
     /// Set by an armed crash (`crash_after`).
     pub(super) crashed: Arc<AtomicBool>,
+    /// A paid instance's settlement ledger, told when a process starts and
+    /// stops (whether a coordinator could learn of a settlement).
+    pub(super) settlements: Option<super::settlements::SettleLedger>,
     /// A node of a several-node instance: started on the shared store.
     pub(super) node: Option<SimNode>,
     /// Serves with the binary's connection bounds (`http_bounds`).
@@ -106,11 +109,7 @@ impl SimInstance {
         if let Some(store) = started.store() {
             // The `store.writer.crash` fault point (a BUGGIFY run's only):
             // killed as an armed crash kills, restarted at the next step.
-            let (net, host, crashed) = (self.net.clone(), self.host.clone(), self.crashed.clone());
-            store.on_buggify_crash(move || {
-                net.crash(&host);
-                crashed.store(true, Ordering::SeqCst);
-            });
+            store.on_buggify_crash(self.killer());
         }
         if let Some(fenced) = started.fenced() {
             tokio::spawn(self.clone().supervise(fenced));
@@ -119,13 +118,35 @@ impl SimInstance {
         process.server = Some(started);
         process.keeper = None;
         self.crashed.store(false, Ordering::SeqCst);
+        self.note_life(true);
         Ok(())
+    }
+
+    /// What kills the process from inside a store write (an armed crash,
+    /// the `store.writer.crash` fault point): its connections are cut and
+    /// nothing it does afterwards reaches a peer; it is restarted at the
+    /// next step boundary.
+    pub(super) fn killer(&self) -> impl FnOnce() + Send + 'static {
+        let this = self.clone();
+        move || {
+            this.net.crash(&this.host);
+            this.crashed.store(true, Ordering::SeqCst);
+            this.note_life(false);
+        }
+    }
+
+    /// Tells the settlement ledger that a process started or stopped.
+    fn note_life(&self, up: bool) {
+        if let Some(ledger) = &self.settlements {
+            ledger.node_life(coordinator::clock::Clock::now_ms(&*self.clock), up);
+        }
     }
 
     /// Kills the running generation: its store writes nothing more, its
     /// tasks stop, and every connection it serves is cut.
     pub fn crash(&self) {
         self.net.crash(&self.host);
+        self.note_life(false);
         let mut process = self.process();
         if let Some(server) = process.server.take() {
             process.keeper = server.store().cloned();
@@ -203,6 +224,7 @@ impl SimInstance {
             server
         };
         server.shutdown().await;
+        self.note_life(false);
         if let Some(store) = &self.process().keeper {
             store.halt();
         }

@@ -525,15 +525,11 @@ impl World {
     /// wait for the supervisor to bring it back.
     pub async fn crash_after(&mut self, name: &str, write: StoreWrite) -> Result<(), WorldError> {
         let sim = self.sim_instance(name)?;
-        let (net, host, crashed) = (sim.net.clone(), sim.host.clone(), sim.crashed.clone());
         sim.wait_running().await?;
         let store = sim.store().ok_or("instance has no database")?;
-        store.crash_after(write, move || {
-            // Within the write itself: nothing the process does after it
-            // reaches a peer.
-            net.crash(&host);
-            crashed.store(true, Ordering::SeqCst);
-        });
+        // Within the write itself: nothing the process does after it
+        // reaches a peer.
+        store.crash_after(write, sim.killer());
         Ok(())
     }
 
