@@ -7,6 +7,12 @@
 //! failed claims per client). `rate_limit_exceeded` judges the answers
 //! against the limiter's fixed windows (`verify/rate_limits.rs`).
 //!
+//! In half the worlds with the kind (drawn from [`EDGE_STREAM`], so the
+//! bursts themselves stay as they were), the first burst is sent again at
+//! exactly the millisecond its windows end, 60,000 ms after it (held-out 5,
+//! patch 11): a window must be over for the event that counts in it as well
+//! as for the check, so the limits hold there too.
+//!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world
 //! exactly.
@@ -19,6 +25,10 @@ use std::fmt::Write as _;
 
 /// The seed's ChaCha stream this kind draws from (the world's is 0).
 const STREAM: u64 = 33;
+/// The stream of whether the first burst comes again at its windows' end.
+const EDGE_STREAM: u64 = 45;
+/// Every per-minute window's length (`coordinator/src/core/rate.rs`).
+const WINDOW_MS: u64 = coordinator::core::rate::WINDOW_MS.unsigned_abs();
 /// The flooder's client address (its own: the limits are per client).
 pub const CLIENT: &str = "pairing_flood";
 /// Requests of each burst: past the limits of 10 (and of 5 per user).
@@ -35,6 +45,8 @@ pub struct PairingFlood {
     pub count: u32,
     /// Numbers the burst's names and codes apart.
     pub index: u32,
+    /// The burst is sent again exactly when the windows it opened end.
+    pub again_at_window_end: bool,
 }
 
 /// Draws the kind for `world` (already drawn): in a third of the worlds
@@ -64,6 +76,7 @@ pub fn draw(world: &mut WorldSpec) {
             claims,
             count: rng.gen_range(BURST),
             index: n as u32,
+            again_at_window_end: false,
         };
         let Some(at) = super::code_edges::before_a_commit(&mut rng, world) else {
             return;
@@ -73,23 +86,56 @@ pub fn draw(world: &mut WorldSpec) {
         world.events.insert(at, Timed { after_ms, event });
     }
     world.kinds.0.push(Kind::PairingFloods);
+    draw_window_end(world);
+}
+
+/// In half the worlds with floods, the first burst comes again at exactly
+/// the end of the windows it opened.
+fn draw_window_end(world: &mut WorldSpec) {
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(EDGE_STREAM);
+    if !rng.gen_bool(0.5) {
+        return;
+    }
+    let first = world.events.iter_mut().find_map(|t| match &mut t.event {
+        Event::PairingFlood(f) => Some(f),
+        _ => None,
+    });
+    if let Some(flood) = first {
+        flood.again_at_window_end = true;
+    }
 }
 
 /// The burst's steps, from [`CLIENT`], none expecting an answer (the
 /// limits answer 429 past them; the safety key judges).
 pub fn render(f: &PairingFlood) -> String {
+    let mut w = burst(f, f.index);
+    if f.again_at_window_end {
+        // The burst's requests are answered in the instant they are sent,
+        // so its windows opened at that instant and end exactly here.
+        let _ = writeln!(
+            w,
+            "\n[[steps]]\nname = \"pairing flood: at its windows' end\"\nadvance = \"{WINDOW_MS}ms\""
+        );
+        w.push_str(&burst(f, f.index + 2));
+    }
+    w
+}
+
+/// One burst's steps, its names and codes numbered by `index`.
+fn burst(f: &PairingFlood, index: u32) -> String {
     let mut w = String::new();
     for k in 0..f.count {
         let (path, body) = if f.claims {
             // Codes are six hex digits; `ff` and the burst's numbers make
             // seven, so no code of the instance is ever guessed.
-            let code = format!("ff{:02x}{:03x}", f.index, k);
+            let code = format!("ff{index:02x}{k:03x}");
             (
                 "claim",
                 format!("{{ pairing_code = \"{code}\", provider_pubkey = \"{PUBKEY}\" }}"),
             )
         } else {
-            let user = format!("flood{}-{}", f.index, k % NAMES);
+            let user = format!("flood{index}-{}", k % NAMES);
             ("create", format!("{{ user_id = \"{user}\" }}"))
         };
         let _ = writeln!(

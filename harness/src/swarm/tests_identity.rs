@@ -137,7 +137,7 @@ fn code_edges_claim_at_the_three_edges_of_one_short_lived_instance() {
 /// instance hands out (seven hex digits).
 #[test]
 fn pairing_floods_burst_past_the_limits_from_a_client_of_their_own() {
-    let mut on = 0;
+    let (mut on, mut edges) = (0, 0);
     for seed in 0..400 {
         let world = WorldSpec::generate(seed);
         let floods: Vec<&pairing_floods::PairingFlood> = (world.events.iter())
@@ -163,8 +163,15 @@ fn pairing_floods_burst_past_the_limits_from_a_client_of_their_own() {
         let sent: Vec<&str> = (text.lines())
             .filter(|l| l.contains("client = \"pairing_flood\""))
             .collect();
-        let count: u32 = floods.iter().map(|f| f.count).sum();
+        // A burst sent again at its windows' end counts twice.
+        let bursts = |f: &&pairing_floods::PairingFlood| 1 + u32::from(f.again_at_window_end);
+        let count: u32 = floods.iter().map(|f| f.count * bursts(f)).sum();
         assert_eq!(sent.len(), count as usize, "seed {seed}");
+        let again = floods.iter().filter(|f| f.again_at_window_end).count();
+        assert!(again <= 1, "seed {seed}");
+        let window_ends = text.matches("name = \"pairing flood: at its windows' end\"");
+        assert_eq!(window_ends.count(), again, "seed {seed}");
+        edges += again;
         for line in sent {
             let code = line.split("pairing_code = \"").nth(1);
             assert!(code.is_none_or(|c| c.find('"') == Some(7)), "{line}");
@@ -176,4 +183,5 @@ fn pairing_floods_burst_past_the_limits_from_a_client_of_their_own() {
         );
     }
     assert!((30..=120).contains(&on), "{on} of 400 worlds");
+    assert!(edges * 4 >= on && edges * 4 <= on * 3, "{edges} of {on}");
 }
