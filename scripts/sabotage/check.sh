@@ -12,6 +12,10 @@ if ! git diff --quiet -- coordinator; then
   exit 2
 fi
 trap 'git checkout -q -- coordinator' EXIT
+# Each patch changes a few lines of one crate: incremental checking halves
+# each check (about 5 s instead of 11 s on 2 cores, for 71 patches), and its
+# cache holds only the coordinator's check (CI turns it off elsewhere).
+export CARGO_INCREMENTAL=1
 for patch in scripts/sabotage/*.patch; do
   git apply --check "$patch"
   git apply "$patch"
