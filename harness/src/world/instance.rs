@@ -126,20 +126,21 @@ impl SimInstance {
     /// the `store.writer.crash` fault point): its connections are cut and
     /// nothing it does afterwards reaches a peer; it is restarted at the
     /// next step boundary.
+    /// It holds no handle on the instance: the store keeps it, and the
+    /// instance keeps the store (a cycle would leak every world).
     pub(super) fn killer(&self) -> impl FnOnce() + Send + 'static {
-        let this = self.clone();
+        let (net, host, crashed) = (self.net.clone(), self.host.clone(), self.crashed.clone());
+        let (ledger, clock) = (self.settlements.clone(), self.clock.clone());
         move || {
-            this.net.crash(&this.host);
-            this.crashed.store(true, Ordering::SeqCst);
-            this.note_life(false);
+            net.crash(&host);
+            crashed.store(true, Ordering::SeqCst);
+            note_life(ledger.as_ref(), &clock, false);
         }
     }
 
     /// Tells the settlement ledger that a process started or stopped.
     fn note_life(&self, up: bool) {
-        if let Some(ledger) = &self.settlements {
-            ledger.node_life(coordinator::clock::Clock::now_ms(&*self.clock), up);
-        }
+        note_life(self.settlements.as_ref(), &self.clock, up);
     }
 
     /// Kills the running generation: its store writes nothing more, its
@@ -286,4 +287,12 @@ pub(super) fn memdb_path(instance: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("file:/sim-{n}-{instance}?vfs=memdb")
+}
+
+/// Tells a paid instance's settlement ledger that a process of it started
+/// (`up`) or stopped, now.
+fn note_life(ledger: Option<&super::settlements::SettleLedger>, clock: &TokioClock, up: bool) {
+    if let Some(ledger) = ledger {
+        ledger.node_life(coordinator::clock::Clock::now_ms(clock), up);
+    }
 }
