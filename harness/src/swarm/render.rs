@@ -94,14 +94,17 @@ fn render_buggify(w: &mut String, on: &str, why: &str) {
 }
 
 /// 1, unless the world uses what version 2 added (link faults, user auth,
-/// workloads, reboots, duplicate sessions, cancels, streams, polls, slow
-/// heads, workers dialling from a named client).
+/// workloads, reboots, duplicate sessions, cancels, streams or a streaming
+/// worker, polls, slow heads, workers dialling from a named client).
 fn schema_version(world: &WorldSpec) -> u32 {
     let plain = world.link_faults.is_empty()
         && !world.user_auth
         && world.loads.is_empty()
         && world.reboots.is_empty()
-        && world.workers.iter().all(|w| w.key_of.is_none())
+        && world
+            .workers
+            .iter()
+            .all(|w| w.key_of.is_none() && !w.stream)
         && !world.kinds.has(Kind::Cancels)
         && !world.kinds.has(Kind::Streams)
         && !world.kinds.has(Kind::Buggify)

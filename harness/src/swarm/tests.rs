@@ -42,6 +42,17 @@ fn every_drawn_world_renders_to_a_scenario_that_passes_harness_check() {
     }
 }
 
+/// A streaming worker needs version 2 whichever kind made it stream (seed
+/// 5126: `restart_reads`' streaming worker in an otherwise plain world
+/// rendered version 1, which the loader refuses).
+#[test]
+fn a_streaming_worker_makes_a_world_version_2() {
+    let world = WorldSpec::generate(5126);
+    assert!(world.workers.iter().any(|w| w.stream));
+    let problems = checked(&world);
+    assert!(problems.is_empty(), "seed 5126: {problems:#?}");
+}
+
 #[test]
 fn worlds_stay_valid_scenarios_after_any_removal() {
     for seed in 0..20 {
