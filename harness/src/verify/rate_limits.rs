@@ -31,8 +31,8 @@ use coordinator::config::Limits;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Window length of every per-minute limit (`core/rate.rs` `WINDOW_MS`).
-const WINDOW_MS: i64 = 60_000;
+/// Window length of every per-minute limit.
+use coordinator::core::rate::WINDOW_MS;
 
 /// One instance's limits, and whether its user ids are keys as sent.
 #[derive(Debug, Clone, Copy)]

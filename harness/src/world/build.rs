@@ -124,6 +124,9 @@ async fn sim_instance(
     })
 }
 
+/// How long the `slow_settle` facilitator takes to answer a `/settle`, ms.
+pub(super) const SLOW_SETTLE_MS: u64 = 20_000;
+
 /// A node's settler: its settlements go through the instance's ledger,
 /// and none leaves the node once it crashed.
 fn recording(
@@ -522,7 +525,7 @@ pub fn facilitator_script(script: FacilitatorScript) -> testkit::StubScript {
             testkit::StubScript::settle_failure("insufficient_funds")
         }
         FacilitatorScript::SlowSettle => {
-            testkit::StubScript::settle_delay(std::time::Duration::from_secs(20))
+            testkit::StubScript::settle_delay(std::time::Duration::from_millis(SLOW_SETTLE_MS))
         }
         FacilitatorScript::LoseSettle => testkit::StubScript::settle_lost_once(),
         FacilitatorScript::SpentElsewhere => testkit::StubScript::settle_spent_elsewhere_once(),

@@ -56,7 +56,15 @@ struct Landing {
 /// answer lost, the longest backoff and one more attempt, answered at once
 /// by the chain ("already used") after the stall. A process that ran this
 /// long between the landing and the retry deadline must have learned it.
-pub const LEARN_SETTLED_MS: i64 = 2_000 + 20_000 + 15_000 + 2_000 + 1_000;
+pub const LEARN_SETTLED_MS: i64 =
+    SLOW_STALL_MS + SLOW_SETTLE_MS + BACKOFF_MAX_MS + SLOW_STALL_MS + 1_000;
+/// `facilitator.slow`'s longest stall (`settle_once` in
+/// `coordinator/src/shell/settlements.rs`, a module the harness cannot name).
+const SLOW_STALL_MS: i64 = 2_000;
+/// The settlement task's longest backoff (`BACKOFF_MAX_MS` there).
+const BACKOFF_MAX_MS: i64 = 15_000;
+/// The slowest scripted facilitator's answer.
+const SLOW_SETTLE_MS: i64 = super::build::SLOW_SETTLE_MS as i64;
 
 /// What `/verify` answered for one authorization.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
