@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
 if [ -z "${BIN:-}" ]; then
-  cargo build -q -p harness -p coordinator --bins
+  cargo build -q --workspace --bins
   BIN="${CARGO_TARGET_DIR:-target}/debug"
 fi
 dir=$(mktemp -d /tmp/pg-cluster.XXXXXX)
@@ -28,12 +28,14 @@ url=$(scripts/pg-throwaway.sh start "$dir")
 echo "throwaway PostgreSQL at $url"
 export COORDINATOR_TEST_PG="$url"
 echo "-- the shared-store checks, in memory and on PostgreSQL"
-cargo test -q -p coordinator --lib cluster::tests
+# --workspace, not -p coordinator: the test build's feature set, so nothing is
+# rebuilt (-p alone changed dependencies' features: 78 s of CI rebuilding).
+cargo test -q --workspace --lib cluster::tests
 echo "-- a node survives a commit with U+0000 in every string field"
-cargo test -q -p coordinator --test cluster_nul
+cargo test -q --workspace --test cluster_nul
 echo "-- the live scenarios, every instance three nodes"
 "$BIN/harness" --live --coordinator-bin "$BIN/coordinator" --live-db "$url" --live-nodes 3 scenarios/*.toml
 for run in $(seq 1 "$runs"); do
   echo "-- kill -9 of one node of three under load, run $run of $runs"
-  cargo test -q -p coordinator --test cluster_kill -- --nocapture 2>&1 | grep -v 'WARN\|^$'
+  cargo test -q --workspace --test cluster_kill -- --nocapture 2>&1 | grep -v 'WARN\|^$'
 done
