@@ -37,7 +37,7 @@ use polls::HeldPolls;
 pub use polls::{HeldPoll, Watch};
 pub use proofs::NonceRefused;
 pub(crate) use settlements::run_settlements;
-pub use settlements::{BACKOFF_FIRST_MS, BACKOFF_MAX_MS};
+pub use settlements::{BACKOFF_FIRST_MS, BACKOFF_MAX_MS, FACILITATOR_STALL_MAX_MS};
 pub use streams::{Cursor, StreamView, StreamWatch, StreamsFull};
 pub(crate) use timers::run_timers;
 

@@ -28,6 +28,8 @@ use x402::{SettleOutcome, SettleTicket};
 pub const BACKOFF_FIRST_MS: u64 = 500;
 /// The longest wait between two attempts, ms.
 pub const BACKOFF_MAX_MS: u64 = 15_000;
+/// The longest a `facilitator.slow` fault point holds one `/settle`, ms.
+pub const FACILITATOR_STALL_MAX_MS: u64 = 2_000;
 
 /// Settles every job the core hands over, each in its own task of a
 /// `JoinSet` this task owns (dropped with it when the server stops).
@@ -151,7 +153,7 @@ fn unconfirmed(id: Uuid) -> Settled {
 /// late, or settles and loses its answer (the retry must then count the
 /// spent authorization as its own settlement, not charge twice).
 async fn settle_once(gate: &x402::PaymentGate, ticket: &SettleTicket) -> SettleOutcome {
-    buggify::stall(Site::FacilitatorSlow, 2_000).await;
+    buggify::stall(Site::FacilitatorSlow, FACILITATOR_STALL_MAX_MS).await;
     match gate.settle_ticket(ticket).await {
         SettleOutcome::Settled(_) if buggify::fire(Site::FacilitatorLost) => {
             SettleOutcome::Lost("buggify: the facilitator's answer was lost".into())

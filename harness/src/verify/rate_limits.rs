@@ -28,11 +28,9 @@ use super::edges::{disturbs, stamp_ms};
 use super::safety::{SafetyKey, Violation};
 use coordinator::api::validate::{is_compressed_key_shape, user_id_str};
 use coordinator::config::Limits;
+use coordinator::core::rate::WINDOW_MS;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Window length of every per-minute limit.
-use coordinator::core::rate::WINDOW_MS;
 
 /// One instance's limits, and whether its user ids are keys as sent.
 #[derive(Debug, Clone, Copy)]

@@ -14,7 +14,9 @@
 //! was spent, as a facilitator checks the time before the chain (so the
 //! simulation never tells a late retry more than a real facilitator would).
 
+use super::build::SLOW_SETTLE_MS;
 use coordinator::clock::{Clock, TokioClock};
+use coordinator::shell::{BACKOFF_MAX_MS, FACILITATOR_STALL_MAX_MS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,17 +56,11 @@ struct Landing {
 /// its own landed: the attempt in flight (the `facilitator.slow` stall and
 /// the slowest scripted facilitator, `slow_settle`'s 20 s), then, its
 /// answer lost, the longest backoff and one more attempt, answered at once
-/// by the chain ("already used") after the stall. A process that ran this
-/// long between the landing and the retry deadline must have learned it.
+/// by the chain ("already used") after the stall, and a second of margin.
+/// A process that ran this long between the landing and the retry deadline
+/// must have learned it.
 pub const LEARN_SETTLED_MS: i64 =
-    SLOW_STALL_MS + SLOW_SETTLE_MS + BACKOFF_MAX_MS + SLOW_STALL_MS + 1_000;
-/// `facilitator.slow`'s longest stall (`settle_once` in
-/// `coordinator/src/shell/settlements.rs`, a module the harness cannot name).
-const SLOW_STALL_MS: i64 = 2_000;
-/// The settlement task's longest backoff (`BACKOFF_MAX_MS` there).
-const BACKOFF_MAX_MS: i64 = 15_000;
-/// The slowest scripted facilitator's answer.
-const SLOW_SETTLE_MS: i64 = super::build::SLOW_SETTLE_MS as i64;
+    (2 * FACILITATOR_STALL_MAX_MS + SLOW_SETTLE_MS + BACKOFF_MAX_MS) as i64 + 1_000;
 
 /// What `/verify` answered for one authorization.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
