@@ -133,11 +133,11 @@ fn attack_request(
     Ok((request, path.to_owned()))
 }
 
-/// Held-out 5 misses, identity (branch `h5id`): before a replay, sleeps
-/// until the victim's last create's proof is `edge_ms` from the end of its
-/// window (issue time + the instance's `user_proof_window_ms`, the last
-/// instant `verify` accepts) and notes it; an instant already past is
-/// noted too late (the replay is then sent at once).
+/// Before a replay, sleeps until the victim's last create's proof is
+/// `edge_ms` from the end of its window (issue time + the instance's
+/// `user_proof_window_ms`, the last instant `verify` accepts) and notes it;
+/// an instant already past is noted too late (the replay is then sent at
+/// once).
 async fn wait_for_window_edge(world: &mut World, attack: &Attack, victim: &str, edge_ms: i64) {
     let issued_ms = (world.users.last_create(&attack.instance, victim))
         .and_then(|sent| UserProof::from_header(&sent.header).ok())

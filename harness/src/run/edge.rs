@@ -1,7 +1,7 @@
 //! The edge poll (`poll` with `edge_ms = d`): a poll of a job at exactly
-//! its deadline plus `d` ms (issue 33, item 2: times drawn at the edges of
-//! every timeout, not only inside them). The deadline of a job no worker
-//! took is `created_at + pending_timeout_ms`, or its payment's deadline
+//! its deadline plus `d` ms (times drawn at the edges of every timeout,
+//! not only inside them). The deadline of a job no worker took is
+//! `created_at + pending_timeout_ms`, or its payment's deadline
 //! (`validBefore` less the settle margin) where that comes first; a job a
 //! worker holds is polled at the end of its lease. The safety key
 //! `expiry_off_edge` judges what the poll shows there.

@@ -25,7 +25,7 @@ pub(super) async fn run_http(
     if !call.retry_after || answer.status != Some(429) {
         return Ok(answer);
     }
-    // Held-out 5 misses, identity (branch `h5id`).
+    // Waits out the 429 as told, then sends the request once more.
     let retry_after_s = super::retry_after::wait_out(call, world, &answer).await;
     let again = run_http_once(call, world, vars).await?;
     super::retry_after::note_retry(call, world, retry_after_s, &again);
@@ -135,10 +135,10 @@ fn record_paid_commit(
     });
 }
 
-/// Held-out 4 misses, identity (branch `h4id`): the requests of several
-/// `http` calls sent at once, none waiting for another's answer (one group
-/// commit may then hold what they change), each built, signed, logged and
-/// recorded as [`run_http`] does; no payment. The answers, in order.
+/// The requests of several `http` calls sent at once, none waiting for
+/// another's answer (one group commit may then hold what they change), each
+/// built, signed, logged and recorded as [`run_http`] does; no payment. The
+/// answers, in order.
 pub(super) async fn run_http_at_once(
     calls: &[HttpCall],
     world: &mut World,
@@ -587,7 +587,7 @@ pub(super) async fn exchange(
         None => world.http.clone(),
     };
     let watched = crate::world::proofs::Watched::of(world, instance, &request, path);
-    // Held-out 5 misses, identity (branch `h5id`).
+    // Pairing requests are logged for `trust_list_not_durable`.
     let trust = crate::world::trust_lists::Watched::of(world, instance, &request, path);
     match transport.send(request).await {
         Ok(r) => {

@@ -11,7 +11,7 @@ pub mod limits;
 pub mod live;
 mod pair;
 pub mod panics;
-mod retry_after; // held-out 5 misses, identity (branch `h5id`)
+mod retry_after;
 mod steps;
 mod stream;
 
@@ -195,7 +195,8 @@ pub fn run_simulated_limited(
     // The world is this thread's alone until the runtime drops: its fault
     // points and `sometimes` states are armed for the run (decision 0024).
     let _armed = coordinator::buggify::arm(seed, scenario.buggify);
-    // And its accounted memory and refusals watched (issue 33).
+    // And its accounted memory and refusals watched (for
+    // `resource_bound_exceeded` and `honest_starved`).
     let _watched = coordinator::resources::watch();
     // Time only: an accidental real socket or file wait fails loudly.
     let mut builder = tokio::runtime::Builder::new_current_thread();

@@ -57,11 +57,10 @@ pub(super) async fn run_pair(
     Ok(summary(claimed, paired))
 }
 
-/// Held-out 4 misses, identity (branch `h4id`): `codes` creates sent at
-/// once, each with its own proof (a group commit may hold them all), then,
-/// with `restart_before_claim`, a crash and restart of the instance, then
-/// a claim of each code created, in turn. Answers as the plain step, with
-/// `paired` true when every claim was answered 2xx.
+/// `codes` creates sent at once, each with its own proof (a group commit may
+/// hold them all), then, with `restart_before_claim`, a crash and restart of
+/// the instance, then a claim of each code created, in turn. Answers as the
+/// plain step, with `paired` true when every claim was answered 2xx.
 async fn run_pair_batch(
     pair: &Pair,
     create: &HttpCall,

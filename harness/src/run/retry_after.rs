@@ -1,10 +1,10 @@
-//! Held-out 5 misses, identity (branch `h5id`): an `http` step with
-//! `retry_after = true` waits out a 429 as a well-behaved client does:
-//! exactly the answered `Retry-After` seconds, nothing else sent
-//! meanwhile, then the same request once more. Both are noted as JSON
-//! (`harness retry after 429 {...}`, `harness retried after 429 {...}`) for
-//! `retry_after_refused` (`verify/retry_afters.rs`); the transcript's other
-//! lines do not show the header.
+//! An `http` step with `retry_after = true` waits out a 429 as a
+//! well-behaved client does: exactly the answered `Retry-After` seconds,
+//! nothing else sent meanwhile, then the same request once more. Both are
+//! noted as JSON (`harness retry after 429 {...}`,
+//! `harness retried after 429 {...}`) for `retry_after_refused`
+//! (`verify/retry_afters.rs`); the transcript's other lines do not show the
+//! header.
 
 use super::steps::Answer;
 use crate::spec::HttpCall;

@@ -38,9 +38,9 @@ pub struct HttpCall {
     /// error (`world::malformed`).
     #[serde(default)]
     pub malformed: bool,
-    /// Held-out 5 misses, identity (branch `h5id`): a 429 answer is waited
-    /// out for exactly its `Retry-After` seconds, then the request is sent
-    /// once more; both are noted (`retry_after_refused` judges the retry).
+    /// A 429 answer is waited out for exactly its `Retry-After` seconds, then
+    /// the request is sent once more; both are noted (`retry_after_refused`
+    /// judges the retry).
     #[serde(default)]
     pub retry_after: bool,
 }
@@ -224,10 +224,9 @@ pub struct Attack {
     /// The attacker's worker: a code the attacker obtains is claimed for
     /// this worker's key (the pairing attacks need it).
     pub worker: Option<String>,
-    /// Held-out 5 misses, identity (branch `h5id`): with `d`, a
-    /// `replay_create` waits until the replayed proof's issue time plus the
-    /// instance's proof window plus `d` ms (`d` may be negative): a replay
-    /// at the edge of the proof's validity.
+    /// With `d`, a `replay_create` waits until the replayed proof's issue time
+    /// plus the instance's proof window plus `d` ms (`d` may be negative): a
+    /// replay at the edge of the proof's validity.
     pub replay_edge_ms: Option<i64>,
 }
 
@@ -252,9 +251,9 @@ pub struct Pair {
     /// With `d`: the claim is sent at the code's `expires_at` plus `d` ms
     /// (`d` may be negative), an edge claim that `expiry_off_edge` judges.
     pub claim_edge_ms: Option<i64>,
-    /// Held-out 4 misses, identity (branch `h4id`): with `n` (2 to
-    /// [`PAIR_CODES_MAX`]), `n` creates, each with its own proof, sent at
-    /// once (one group commit may hold them all), then each code claimed.
+    /// With `n` (2 to [`PAIR_CODES_MAX`]), `n` creates, each with its own
+    /// proof, sent at once (one group commit may hold them all), then each code
+    /// claimed.
     pub codes: Option<u32>,
     /// The instance crashes and restarts (as an `instance` step's
     /// `restart`) between the creates and the claims (simulation only).

@@ -293,8 +293,8 @@ pub struct TimingOverrides {
     pub heartbeat_timeout_ms: Option<u64>,
     /// Time to send a request head (with `http_bounds`).
     pub http_head_timeout_ms: Option<u64>,
-    /// How long a pairing code can be claimed (held-out 3, patch 3: the
-    /// swarm claims codes at its edge, so it shortens it to seconds).
+    /// How long a pairing code can be claimed (the swarm claims codes at its
+    /// edge, so it shortens it to seconds).
     pub pairing_code_ttl_ms: Option<i64>,
 }
 

@@ -160,11 +160,11 @@ actions! {
     Buggify(BuggifySwitch) => "buggify",
         answers: false, simulation_only: true, version: 2;
     /// Unfinished request heads or silent connections from one client
-    /// (`calls::SlowHeads`; issue 33, review hole (c)).
+    /// (`calls::SlowHeads`).
     SlowHeads(SlowHeads) => "slow_heads",
         answers: true, simulation_only: true, version: 2;
     /// Bytes sent as they are, for request heads no HTTP client sends
-    /// (`calls::RawRequest`; issue 33, item 1).
+    /// (`calls::RawRequest`).
     RawRequest(RawRequest) => "raw_request",
         answers: true, simulation_only: false, version: 2;
 }

@@ -1,13 +1,13 @@
-//! The `code_batches` kind (held-out 4, `pairings-keyed-by-user-in-batch`):
+//! The `code_batches` kind (sabotage `pairings-keyed-by-user-in-batch`):
 //! with user auth on, a user creates two or three pairing codes for one
 //! honest worker at once, mid-timeline (a tool that retries a create it
-//! thinks lost, or a user pairing from two devices), so one group commit
-//! of the store may hold them all; the instance then crashes and restarts
+//! thinks lost, or a user pairing from two devices), so one group commit of
+//! the store may hold them all; the instance then crashes and restarts
 //! before the codes are claimed. A code answered 201 but not written is
 //! `invalid_code` to its claim after the restart, which `pairing_code_lost`
-//! judges (`verify/codes_kept.rs`). Before this kind no world ever had two
-//! pairing records of one user pending at once: every create and claim was
-//! one step that waited for its answer.
+//! judges (`verify/codes_kept.rs`). Without this kind no world has two
+//! pairing records of one honest user pending at once: every other create
+//! and claim is one step that waits for its answer.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

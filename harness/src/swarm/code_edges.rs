@@ -1,11 +1,11 @@
-//! The `code_edges` kind (held-out 3, patch 3): with user auth on, one
-//! instance's pairing codes live a few seconds (`timing.pairing_code_ttl_ms`,
-//! as an operator who wants codes typed in at once would set it) and a user
-//! pairs a worker three times mid-timeline, each claim sent at its fresh
-//! code's `expires_at` -1, +0 and +1 ms: a user who types the code in just
-//! as it runs out. `expiry_off_edge` judges each claim against the
-//! `expires_at` its create was answered with (`verify/code_edges.rs`):
-//! paired only before it.
+//! The `code_edges` kind (sabotage `pairing-code-claimable-at-expiry`):
+//! with user auth on, one instance's pairing codes live a few seconds
+//! (`timing.pairing_code_ttl_ms`, as an operator who wants codes typed in
+//! at once would set it) and a user pairs a worker three times
+//! mid-timeline, each claim sent at its fresh code's `expires_at` -1, +0
+//! and +1 ms: a user who types the code in just as it runs out.
+//! `expiry_off_edge` judges each claim against the `expires_at` its create
+//! was answered with (`verify/code_edges.rs`): paired only before it.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

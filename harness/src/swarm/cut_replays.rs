@@ -1,4 +1,4 @@
-//! A payment replayed during a store cut (held-out set 3,
+//! A payment replayed during a store cut (sabotage
 //! `nonce-reservation-fails-open`), under the `nodes` kind: a client that
 //! sends the last authorization again, with another body, to a node of a
 //! paid cluster while that node is cut from the shared store (a client

@@ -1,12 +1,12 @@
-//! The `poll_deadlines` kind (issue 33, item 2: times at the exact edges of
-//! every timeout): a long poll (`GET /v1/jobs/{id}?wait_ms=N`) of a job
-//! that cannot change while it is held, so it must be answered exactly at
-//! its deadline, not a millisecond later. At a random point of the
-//! timeline every worker of an unpaid one-node instance stops, a job is
-//! committed that no worker can take, and it is polled with a wait shorter
-//! than its pending timeout (it stays `pending` throughout); the workers
-//! start again once the wait is over. The safety key `poll_not_woken`
-//! judges the answer: held longer than its `wait_ms` is late.
+//! The `poll_deadlines` kind (times at the exact edges of every timeout): a
+//! long poll (`GET /v1/jobs/{id}?wait_ms=N`) of a job that cannot change
+//! while it is held, so it must be answered exactly at its deadline, not a
+//! millisecond later. At a random point of the timeline every worker of an
+//! unpaid one-node instance stops, a job is committed that no worker can
+//! take, and it is polled with a wait shorter than its pending timeout (it
+//! stays `pending` throughout); the workers start again once the wait is
+//! over. The safety key `poll_not_woken` judges the answer: held longer
+//! than its `wait_ms` is late.
 //!
 //! Drawn from the seed's stream 17, after every other kind, so a seed
 //! without it keeps its world exactly.

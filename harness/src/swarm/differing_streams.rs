@@ -1,4 +1,4 @@
-//! A stream that is not the output (held-out set 3,
+//! A stream that is not the output (sabotage
 //! `stream-text-differs-from-output`), under the `streams` kind: a
 //! streaming worker that already misbehaves (not honest) may also stream a
 //! text of its output's length that is not its output and then answer with

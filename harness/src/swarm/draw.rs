@@ -65,7 +65,10 @@ impl WorldSpec {
 }
 
 /// The kinds drawn after the main stream's world, each from a stream of
-/// its own, in this order.
+/// its own, in this order. The order is not the streams' numbering, and it
+/// is part of every seed's world: a kind reads, and appends to, the world
+/// the kinds above it drew, so moving one can change the world of any seed
+/// that has both.
 fn draw_own_streams(world: &mut WorldSpec) {
     super::nodes::draw(world);
     draw_caches(world);
@@ -91,46 +94,43 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::other_receipts::draw(world);
     super::lease_thaws::draw(world);
     super::idle_cuts::draw(world);
-    // Issue 33, held-out misses on streams (branch `hstream`).
+    // Streams across a retry: stream 25.
     super::stream_retries::draw(world);
-    // Held-out misses, sessions (branch `hsess`): streams 26 and 27.
+    // Answers with another payment's receipt or at a lease's end: streams 26
+    // and 27.
     super::other_payments::draw(world);
     super::lease_answers::draw(world);
-    // (end of branch `hsess`'s draws)
-    // Held-out set 3, payments (branch `hpay`): streams 28, 29 and 30.
+    // Receipts of another key, streams that are not the output, payments
+    // spent elsewhere or replayed in a store cut: streams 28, 29 and 30.
     super::foreign_keys::draw(world);
     super::differing_streams::draw(world);
     super::front_runs::draw(world);
-    // (end of branch `hpay`'s draws)
-    // Held-out 3 misses, identity (branch `hid`): streams 31 to 33.
+    // Paid impostors, claims at a code's expiry, pairing floods: streams 31
+    // to 33.
     super::paid_impostors::draw(world);
     super::code_edges::draw(world);
     super::pairing_floods::draw(world);
-    // (end of branch `hid`'s draws)
-    // Held-out 4 misses, identity (branch `h4id`): stream 35.
+    // Pairing codes created at once, claimed after a restart: stream 35.
     super::code_batches::draw(world);
-    // (end of branch `h4id`'s draws)
-    // Held-out 4 misses, core (branch `h4core`): streams 38 and 39.
+    // Held polls across a paid job's result, short store cuts of a node:
+    // streams 38 and 39.
     super::result_polls::draw(world);
     super::store_blips::draw(world);
-    // (end of branch `h4core`'s draws)
-    // Held-out set 4 misses, payments (branch `h4pay`): streams 36 and 37.
+    // Paid commits retried, or reused for another prompt: streams 36 and 37.
     super::paid_retries::draw(world);
     super::reused_payments::draw(world);
-    // (end of branch `h4pay`'s draws)
-    // Held-out set 5 misses, core (branch `h5core`): streams 42 to 44.
+    // Polls of a job another node holds, slot caps per address, reads
+    // resumed after a restart: streams 42 to 44.
     super::remote_polls::draw(world);
     super::slot_caps::draw(world);
     super::restart_reads::draw(world);
-    // (end of branch `h5core`'s draws)
-    // Held-out 5 misses, identity (branch `h5id`): streams 34, 40 and 41.
+    // Identity at its edges (proof windows, trust lists across a restart,
+    // Retry-After): streams 34, 40 and 41.
     super::proof_edges::draw(world);
     super::trust_restarts::draw(world);
     super::retry_afters::draw(world);
-    // (end of branch `h5id`'s draws)
-    // Held-out set 5 misses, ranges (branch `h5lead`): stream 47.
+    // The inclusive ends of documented ranges: stream 47.
     super::range_edges::draw(world);
-    // (end of branch `h5lead`'s draws)
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

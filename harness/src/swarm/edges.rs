@@ -1,13 +1,13 @@
-//! The `edges` kind (issue 33, item 2): times at the exact edges of a
-//! timeout, not only inside it. At a random point of the timeline every
-//! worker of a one-node instance stops, a job is committed that no worker
-//! can take, and it is polled at its deadline −1 ms, at it and +1 ms (edge
-//! polls, `poll` with `edge_ms`); then the workers start again. The
-//! deadline is the pending timeout's, or for a paid job whichever comes
-//! first of it and its payment's (`validBefore` less the settle margin,
-//! decision 0021; the short payment windows of `settlement_faults` put the
-//! payment's first). An unpaid edge and a paid edge are drawn apart. The
-//! safety key `expiry_off_edge` judges the answers: pending before, failed
+//! The `edges` kind: times at the exact edges of a timeout, not only inside
+//! it. At a random point of the timeline every worker of a one-node
+//! instance stops, a job is committed that no worker can take, and it is
+//! polled at its deadline −1 ms, at it and +1 ms (edge polls, `poll` with
+//! `edge_ms`); then the workers start again. The deadline is the pending
+//! timeout's, or for a paid job whichever comes first of it and its
+//! payment's (`validBefore` less the settle margin, decision 0021; the
+//! short payment windows of `settlement_faults` put the payment's first).
+//! An unpaid edge and a paid edge are drawn apart. The safety key
+//! `expiry_off_edge` judges the answers: pending before, failed
 //! (`no_eligible_worker` or `payment_expired`) at and after. A third draw
 //! puts a job at the edge of its lease (see [`draw_lease_edge`]).
 //!

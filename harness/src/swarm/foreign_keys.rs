@@ -1,4 +1,4 @@
-//! A receipt of another key (held-out set 3, `receipt-signed-by-another-key`),
+//! A receipt of another key (sabotage `receipt-signed-by-another-key`),
 //! under the `forged_receipt` kind: a worker that forges receipts
 //! (`bad_signature`) may also answer a job with its own output and a
 //! receipt that names another key and is signed by it

@@ -1,4 +1,4 @@
-//! A payment spent elsewhere (held-out set 3, `spent-elsewhere-counted-paid`),
+//! A payment spent elsewhere (sabotage `spent-elsewhere-counted-paid`),
 //! under the `settlement_faults` kind: the scripted facilitator refuses the
 //! next *first* `/settle` of a payment `invalid_exact_evm_nonce_already_used`
 //! (`spent_elsewhere`, one-shot): a payer who front-runs, spending the

@@ -1,17 +1,16 @@
-//! The `garbage` kind (issue 33, item 1: malformed and control-character
-//! input in every field). Mid-timeline, between the honest commits and
-//! while their jobs are live, an attacker ([`CLIENT`], an address of its
-//! own) sends bursts of malformed requests drawn from a catalogue: commits
-//! that are not JSON, have fields of the wrong type or missing, control
-//! characters (NUL, U+0001, ESC, DEL, U+0085, U+2028, U+200B) or lone
-//! surrogates in every string field, overlong strings, numbers past every
-//! bound; poll, cancel and event paths with malformed (percent-encoded)
-//! job ids; bad `wait_ms` and quote queries; pairing calls with malformed
-//! bodies; on instances with user auth, user proofs that are garbage; on
-//! paid instances, payment headers that are not base64, base64 of what is
-//! not JSON, JSON of the wrong shape; the OpenAI-compatible door with
-//! malformed bodies; and request heads no HTTP client sends
-//! (`raw_request`).
+//! The `garbage` kind: malformed and control-character input in every
+//! field. Mid-timeline, between the honest commits and while their jobs are
+//! live, an attacker ([`CLIENT`], an address of its own) sends bursts of
+//! malformed requests drawn from a catalogue: commits that are not JSON,
+//! have fields of the wrong type or missing, control characters (NUL,
+//! U+0001, ESC, DEL, U+0085, U+2028, U+200B) or lone surrogates in every
+//! string field, overlong strings, numbers past every bound; poll, cancel
+//! and event paths with malformed (percent-encoded) job ids; bad `wait_ms`
+//! and quote queries; pairing calls with malformed bodies; on instances
+//! with user auth, user proofs that are garbage; on paid instances, payment
+//! headers that are not base64, base64 of what is not JSON, JSON of the
+//! wrong shape; the OpenAI-compatible door with malformed bodies; and
+//! request heads no HTTP client sends (`raw_request`).
 //!
 //! Each request is one ordinary step (`http` or `raw_request` with
 //! `malformed = true`), so a failure shrinks to the one request and

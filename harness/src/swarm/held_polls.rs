@@ -1,12 +1,12 @@
-//! The `held_polls` kind (issue 33, item 2): 1 to 4 long polls
-//! (`GET /v1/jobs/{id}?wait_ms=N`) of the latest job a step committed on an
-//! instance, held in the background across the rest of the timeline,
-//! whatever the job then does: completes, fails by its pending timeout, by
-//! its attempts running out, by its payment expiring, or is cancelled. Each
-//! waits longer than one pending timeout and lease, so a failure the world
-//! provokes lands inside it; the safety key `poll_not_woken` judges its
-//! answer: a poll that waited its whole `wait_ms` and was then answered a
-//! finished job was not woken when the job finished.
+//! The `held_polls` kind: 1 to 4 long polls (`GET /v1/jobs/{id}?wait_ms=N`)
+//! of the latest job a step committed on an instance, held in the
+//! background across the rest of the timeline, whatever the job then does:
+//! completes, fails by its pending timeout, by its attempts running out, by
+//! its payment expiring, or is cancelled. Each waits longer than one
+//! pending timeout and lease, so a failure the world provokes lands inside
+//! it; the safety key `poll_not_woken` judges its answer: a poll that
+//! waited its whole `wait_ms` and was then answered a finished job was not
+//! woken when the job finished.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind, so a seed without it keeps its world exactly; one with it

@@ -1,13 +1,12 @@
-//! The `idle_cuts` kind (held-out proposal 5, `node_acted_unowned`): a
-//! cluster node with no workload of its own loses the shared store while
-//! its only worker holds a job. A node of its own is added to a cluster of
-//! two; one worker ([`IDLER`], one slot, TASK only) connects to it and
-//! holds every job without answering (the `silent` fault: a worker stuck
-//! on a job, still heartbeating), and one public TASK commit goes to that
-//! node, so the node assigns it to the idler at once. Then the node is cut
-//! from the shared store so that the job's lease lapses [`LAPSE_TENTHS`]
-//! tenths of a node lease into the cut, and the cut lasts
-//! [`CUT_LEASES`] node leases.
+//! The `idle_cuts` kind (judged by `node_acted_unowned`): a cluster node
+//! with no workload of its own loses the shared store while its only worker
+//! holds a job. A node of its own is added to a cluster of two; one worker
+//! ([`IDLER`], one slot, TASK only) connects to it and holds every job
+//! without answering (the `silent` fault: a worker stuck on a job, still
+//! heartbeating), and one public TASK commit goes to that node, so the node
+//! assigns it to the idler at once. Then the node is cut from the shared
+//! store so that the job's lease lapses [`LAPSE_TENTHS`] tenths of a node
+//! lease into the cut, and the cut lasts [`CUT_LEASES`] node leases.
 //!
 //! The world it models: a node in a quiet hour, whose link to the
 //! database breaks while its worker is stuck. It writes nothing during the

@@ -1,7 +1,6 @@
-//! The `lease_answers` kind (the held-out patch
-//! `stale-holder-result-accepted`): a worker whose work on a job ends at
-//! the very end of its lease. The `edges` kind's lease edge holds a job
-//! without answering; here the holder ([`ANSWERER`]) ends its job exactly
+//! The `lease_answers` kind: a worker whose work on a job ends at the very
+//! end of its lease. The `edges` kind's lease edge holds a job without
+//! answering; here the holder ([`ANSWERER`]) ends its job exactly
 //! `lease_ms` after taking it, or 1 ms later, while a second worker
 //! ([`TAKER`], honest) is free to take the retried job. It ends it with a
 //! result (a `slow` fault) or gives it up (`give_up`: a `reject` when its
@@ -12,8 +11,8 @@
 //! `result` of a job whose `cancel` it sent; a `reject` (or `accept`) it
 //! hands to the core, which must refuse it from a worker that no longer
 //! holds the job. The core's own invariants (a worker counts only jobs it
-//! holds), `result_accepted_twice` and `receipt_key_not_holder` judge it:
-//! a stale holder's frame that moves a job the taker now holds leaves the
+//! holds), `result_accepted_twice` and `receipt_key_not_holder` judge it: a
+//! stale holder's frame that moves a job the taker now holds leaves the
 //! taker counting a job it lost.
 //!
 //! Appended to the end of the timeline on an unpaid one-node instance

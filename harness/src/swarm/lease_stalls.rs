@@ -1,13 +1,13 @@
-//! The `lease_stalls` kind (issue 33, `resource_bound_exceeded`): a worker
-//! that stops reading while its leases lapse. A worker of its own
+//! The `lease_stalls` kind: a worker that stops reading while its leases
+//! lapse. A worker of its own
 //! ([`SINK`], TASK only, [`SINK_SLOTS`] slots) joins an unpaid one-node
 //! instance without retention whose lease (1 or 3 s) is drawn shorter than
 //! its heartbeat timeout (set to [`HEARTBEAT_LEASES`] leases): a send to
 //! the frozen worker blocks for up to the heartbeat timeout, and meanwhile
 //! every lapsed lease frees a slot the core fills with a new assign. Rounds
 //! of the flooder's commits of 100 to 200 KiB, one a lease, keep jobs
-//! queued for those slots. Before issue 33 the outbox grew by a slot's
-//! worth of assigns at every lease; now a frame that would take it past
+//! queued for those slots. Unbounded, the outbox would grow by a slot's
+//! worth of assigns at every lease; a frame that would take it past
 //! its bound (`slots × (body_bytes_max + 3 KiB)`) closes the session, and
 //! `resource_bound_exceeded` holds the coordinator to that bound after
 //! every event. The worker thaws 2 to 6 s after the heartbeat timeout.

@@ -1,15 +1,15 @@
-//! The `long_retention` kind (held-out proposal 6): a world that lives
-//! past a result's documented lifetime. Swarm worlds last minutes of
-//! simulated time, and instances with retention keep results 24 h, so no
-//! finished job ever reaches its lifetime; a retention that deletes too
-//! early (an hour written short) is never seen. Here one instance that runs
-//! retention keeps results one hour (`retention_hours = 1`, the shortest
-//! the configuration allows) and, after the timeline and its workloads,
-//! the world advances one to two hours, as a deployment lives on after a
-//! burst of work: a poll of the latest result well inside its hour, then
-//! one past it. The existing keys judge it: `acknowledged_job_lost`
-//! (retention's witness held to `KeptPromise`, which allows an age
-//! deletion only past the lifetime) and `honest_result_lost`.
+//! The `long_retention` kind: a world that lives past a result's documented
+//! lifetime. Swarm worlds last minutes of simulated time, and instances
+//! with retention keep results 24 h, so no finished job ever reaches its
+//! lifetime; a retention that deletes too early (an hour written short) is
+//! never seen. Here one instance that runs retention keeps results one hour
+//! (`retention_hours = 1`, the shortest the configuration allows) and,
+//! after the timeline and its workloads, the world advances one to two
+//! hours, as a deployment lives on after a burst of work: a poll of the
+//! latest result well inside its hour, then one past it. The existing keys
+//! judge it: `acknowledged_job_lost` (retention's witness held to
+//! `KeptPromise`, which allows an age deletion only past the lifetime) and
+//! `honest_result_lost`.
 //!
 //! Not drawn where a worker has a heartbeat fault: it would reconnect all
 //! along the hours, and its sessions alone fill the transcript.

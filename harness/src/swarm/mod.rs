@@ -20,15 +20,16 @@ pub mod attacks;
 pub mod buggify;
 pub mod cancels;
 pub mod cli;
-pub mod code_batches; // held-out 4 misses, identity (branch `h4id`)
-pub mod cut_replays; // held-out set 3, payments (branch `hpay`)
+pub mod code_batches;
+pub mod code_edges;
+pub mod cut_replays;
 pub mod deadlines;
-pub mod differing_streams; // held-out set 3, payments (branch `hpay`)
+pub mod differing_streams;
 pub mod draw;
 pub mod edges;
 pub mod floods;
-pub mod foreign_keys; // held-out set 3, payments (branch `hpay`)
-pub mod front_runs; // held-out set 3, payments (branch `hpay`)
+pub mod foreign_keys;
+pub mod front_runs;
 pub mod garbage;
 pub mod garbage_catalogue;
 pub mod held_polls;
@@ -41,30 +42,28 @@ pub mod nodes;
 pub mod other_payments;
 pub mod other_receipts;
 pub mod overclaims;
-// Held-out 3 misses, identity (branch `hid`).
-pub mod code_edges;
 pub mod paid_impostors;
-pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
+pub mod paid_retries;
 pub mod pairing_floods;
 pub mod pairings;
 pub mod poll_hoards;
-pub mod proof_edges; // held-out 5 misses, identity (branch `h5id`)
-pub mod range_edges; // held-out set 5 misses, ranges (branch `h5lead`)
-pub mod remote_polls; // held-out 5 misses, core (branch `h5core`)
+pub mod proof_edges;
+pub mod range_edges;
+pub mod remote_polls;
 pub mod render;
-pub mod restart_reads; // held-out 5 misses, core (branch `h5core`)
-pub mod result_polls; // held-out 4 misses, core (branch `h4core`)
-pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)
-pub mod reused_payments; // held-out set 4, payments (branch `h4pay`)
+pub mod restart_reads;
+pub mod result_polls;
+pub mod retry_afters;
+pub mod reused_payments;
 pub mod settlement;
 pub mod share_floods;
 pub mod shrink;
-pub mod slot_caps; // held-out 5 misses, core (branch `h5core`)
+pub mod slot_caps;
 pub mod slow_heads;
 pub mod spec;
 pub mod stalls;
 pub mod steer;
-pub mod store_blips; // held-out 4 misses, core (branch `h4core`)
+pub mod store_blips;
 pub mod stream_retries;
 pub mod streams;
 pub mod sybils;
@@ -73,16 +72,12 @@ mod tests;
 #[cfg(test)]
 mod tests_answers;
 #[cfg(test)]
-mod tests_h4id; // held-out 4 misses, identity (branch `h4id`)
-#[cfg(test)]
-mod tests_h5id; // held-out 5 misses, identity (branch `h5id`)
-#[cfg(test)]
 mod tests_identity;
 #[cfg(test)]
 mod tests_paid_retries;
 #[cfg(test)]
 mod tests_payments;
-pub mod trust_restarts; // held-out 5 misses, identity (branch `h5id`)
+pub mod trust_restarts;
 
 use crate::run::{self, Outcome, RunReport};
 use crate::spec::Scenario;

@@ -1,10 +1,9 @@
-//! Another payment's receipt (the held-out patch
-//! `receipt-payment-ref-unchecked`), under the `forged_receipt` kind: a
-//! worker that forges receipts (`bad_signature`) may also answer a job with
-//! its own output and a correctly signed receipt for that job bound to
-//! another payment (`other_payment_ref`, a worker-sim fault: the reference
-//! of the last paid job it was given, or one it made up). Only the
-//! receipt's `payment_ref` is wrong, so the coordinator must refuse it, and
+//! Another payment's receipt, under the `forged_receipt` kind: a worker
+//! that forges receipts (`bad_signature`) may also answer a job with its
+//! own output and a correctly signed receipt for that job bound to another
+//! payment (`other_payment_ref`, a worker-sim fault: the reference of the
+//! last paid job it was given, or one it made up). Only the receipt's
+//! `payment_ref` is wrong, so the coordinator must refuse it, and
 //! `receipt_invalid` (`check_store`) holds every stored receipt to its own
 //! job's payment reference (none for an unpaid job).
 //!

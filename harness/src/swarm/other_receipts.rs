@@ -1,10 +1,10 @@
-//! Another job's receipt (held-out proposal 2), under the `forged_receipt`
-//! kind: a worker that forges receipts (`bad_signature`) may also answer a
-//! job with the output and the correctly signed receipt of its previous
-//! result (`other_job_receipt`, a worker-sim fault). The receipt verifies
-//! against its output and key; only its `job_id` names the other job, so
-//! the coordinator must refuse it, and `receipt_invalid` (`check_store`)
-//! holds every stored receipt to its own job's id.
+//! Another job's receipt, under the `forged_receipt` kind: a worker that
+//! forges receipts (`bad_signature`) may also answer a job with the output
+//! and the correctly signed receipt of its previous result
+//! (`other_job_receipt`, a worker-sim fault). The receipt verifies against
+//! its output and key; only its `job_id` names the other job, so the
+//! coordinator must refuse it, and `receipt_invalid` (`check_store`) holds
+//! every stored receipt to its own job's id.
 //!
 //! Drawn from a stream of the seed's own ([`STREAM`]), after every other
 //! kind, and only on workers that already forge receipts (so the honest

@@ -1,11 +1,11 @@
-//! The `overclaims` kind (held-out proposal 1): on a world with user auth
-//! off, an attacker reads an honest user's plain pairing code over its
-//! shoulder and claims it for a worker of its own *after* the owner's
-//! worker claimed it; the victim then commits PRIVATE jobs, which a second
-//! claim answered 200 would let reach the attacker's worker. The safety key
-//! `pairing_claimed_twice` judges the transcript: no pairing code is
-//! answered 200 by two `/v1/trust/claim` requests (the code is single-use,
-//! spec: "a code can be claimed once").
+//! The `overclaims` kind: on a world with user auth off, an attacker reads
+//! an honest user's plain pairing code over its shoulder and claims it for
+//! a worker of its own *after* the owner's worker claimed it; the victim
+//! then commits PRIVATE jobs, which a second claim answered 200 would let
+//! reach the attacker's worker. The safety key `pairing_claimed_twice`
+//! judges the transcript: no pairing code is answered 200 by two
+//! `/v1/trust/claim` requests (the code is single-use, spec: "a code can be
+//! claimed once").
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind, so a seed without it keeps its world exactly; one with it
@@ -71,11 +71,11 @@ pub fn draw(world: &mut WorldSpec) {
     }
 }
 
-/// Held-out 3, patch 10: an operator's restart (a deploy, a crash) between
-/// the owner's claim and the attacker's, so a claim that was answered but
-/// not kept by the store is seen when the code is claimed again. Drawn
-/// after every other draw of this stream, so a world without it keeps the
-/// rest of its overclaims exactly.
+/// An operator's restart (a deploy, a crash) between the owner's claim and
+/// the attacker's, so a claim that was answered but not kept by the store
+/// is seen when the code is claimed again. Drawn after every other draw of
+/// this stream, so a world without it keeps the rest of its overclaims
+/// exactly.
 fn draw_restarts(rng: &mut ChaCha20Rng, world: &mut WorldSpec) {
     for p in world.pairings.iter_mut().filter(|p| p.overclaim.is_some()) {
         p.overclaim_restart = rng.gen_bool(RESTART_P);

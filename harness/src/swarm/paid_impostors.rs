@@ -1,12 +1,13 @@
-//! Held-out 3, patch 7 (`paid-private-by-any-payer`): in a `user_attacks`
-//! world with a paid instance, the attacker commits a PRIVATE job in a
-//! victim's name with no `X-User-Proof`, paid from its own funded wallet
-//! (the scenario payer, whose address is no user's). The coordinator takes
-//! a paid commit without a proof as the user's only when the verified payer
-//! is the user's own address (`api/jobs.rs` `paid_by_the_user`), so this
-//! one must be refused; one that gets a job id would run the attacker's
-//! work as the victim on the victim's paired workers. The step's
-//! expectation (no `job_id` in the answer, whatever the refusal) judges it.
+//! Paid impostors (sabotage `paid-private-by-any-payer`): in a
+//! `user_attacks` world with a paid instance, the attacker commits a
+//! PRIVATE job in a victim's name with no `X-User-Proof`, paid from its own
+//! funded wallet (the scenario payer, whose address is no user's). The
+//! coordinator takes a paid commit without a proof as the user's only when
+//! the verified payer is the user's own address (`api/jobs.rs`
+//! `paid_by_the_user`), so this one must be refused; one that gets a job id
+//! would run the attacker's work as the victim on the victim's paired
+//! workers. The step's expectation (no `job_id` in the answer, whatever the
+//! refusal) judges it.
 //!
 //! Models a real party: a stranger who knows a victim's public user id and
 //! has money of its own. Drawn from a stream of the seed's own

@@ -1,12 +1,12 @@
-//! A paid commit retried across a restart (held-out set 4,
+//! A paid commit retried across a restart (sabotage
 //! `restart-forgets-paid-index`): a client that lost the 201 of a paid
 //! commit sends it again, with the same payment, after the instance
-//! restarted. Decision 0008 promises 201 with the job the payment bought;
-//! a coordinator that rebuilt its jobs but not the index of which payment
+//! restarted. Decision 0008 promises 201 with the job the payment bought; a
+//! coordinator that rebuilt its jobs but not the index of which payment
 //! bought which job refuses it 402 `nonce_already_used`, and
-//! `paid_retry_refused` (`verify/paid_retries.rs`) judges that. The swarm
-//! retried paid commits only with another body (`payment_replay`, the cut
-//! replays), never the same one, so no seed reached the window.
+//! `paid_retry_refused` (`verify/paid_retries.rs`) judges that. The swarm's
+//! other retries of a paid commit send another body (`payment_replay`, the
+//! cut replays), never the same one, so none reaches the window.
 //!
 //! Drawn from a stream of the seed's own ([`STREAM`]), after every other
 //! kind but `long_retention`, only where the world already restarts a

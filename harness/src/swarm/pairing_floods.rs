@@ -1,17 +1,18 @@
-//! The `pairing_floods` kind (held-out 3, patch 2): on an instance with
-//! user auth off, a client of its own sends 11 to 15 pairing-code creates
-//! for names of its own (a script that pairs a fleet, or an attacker
-//! hoarding codes) and 11 to 15 claims of codes that do not exist (an
-//! attacker guessing codes), each burst within one instant: past every
-//! per-minute limit of pairing (10 creates per client, 5 per user, 10
+//! The `pairing_floods` kind (sabotage `rate-window-allows-one-more`): on
+//! an instance with user auth off, a client of its own sends 11 to 15
+//! pairing-code creates for names of its own (a script that pairs a fleet,
+//! or an attacker hoarding codes) and 11 to 15 claims of codes that do not
+//! exist (an attacker guessing codes), each burst within one instant: past
+//! every per-minute limit of pairing (10 creates per client, 5 per user, 10
 //! failed claims per client). `rate_limit_exceeded` judges the answers
 //! against the limiter's fixed windows (`verify/rate_limits.rs`).
 //!
 //! In half the worlds with the kind (drawn from [`EDGE_STREAM`], so the
 //! bursts themselves stay as they were), the first burst is sent again at
-//! exactly the millisecond its windows end, 60,000 ms after it (held-out 5,
-//! patch 11): a window must be over for the event that counts in it as well
-//! as for the check, so the limits hold there too.
+//! exactly the millisecond its windows end, 60,000 ms after it (sabotage
+//! `rate-window-not-restarted-at-its-end`): a window must be over for the
+//! event that counts in it as well as for the check, so the limits hold
+//! there too.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

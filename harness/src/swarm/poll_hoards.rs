@@ -1,14 +1,14 @@
-//! The `poll_hoards` kind (issue 33, item 1: long-poll hoarding). On a
-//! one-node instance with small held-poll bounds (`limits.held_polls_max`
-//! and `limits.held_polls_per_client_max`, drawn here), 2 to 4 hoarders,
-//! each a client of its own address, send bursts of long polls
+//! The `poll_hoards` kind: long-poll hoarding. On a one-node instance with
+//! small held-poll bounds (`limits.held_polls_max` and
+//! `limits.held_polls_per_client_max`, drawn here), 2 to 4 hoarders, each a
+//! client of its own address, send bursts of long polls
 //! (`GET /v1/jobs/{id}?wait_ms=N`, a `poll` step with `count`) of each of
-//! two jobs committed at once (polled while unfinished), more than a
-//! client's bound, and together more than the total; an honest poll of the
-//! scenario client follows each burst. The
-//! bound in all is then reached, so a newcomer's poll takes the place of
-//! the heaviest hoarder's oldest (answered early, the `sometimes` point
-//! "a held poll was answered early to make room").
+//! two jobs committed at once (polled while unfinished), more than a client's
+//! bound, and together more than the total; an honest poll of the scenario
+//! client follows each burst. The bound in all is then reached, so a
+//! newcomer's poll takes the place of the heaviest hoarder's oldest
+//! (answered early, the `sometimes` point "a held poll was answered early
+//! to make room").
 //!
 //! Judged by `held_polls_over_cap` (no client holds more than its bound,
 //! nobody more than the total, and every poll is answered with its job,

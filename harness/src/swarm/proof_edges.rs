@@ -1,12 +1,12 @@
-//! The `proof_edges` kind (held-out 5, `proof-nonce-forgotten-at-window-end`):
+//! The `proof_edges` kind (sabotage `proof-nonce-forgotten-at-window-end`):
 //! with user auth on, at the end of the timeline a user pairs one of its
 //! workers again (a fresh create with its own proof), and the attacker
-//! replays that create, proof and all, at the proof's window end -1, +0
-//! and +1 ms (issue time + `user_proof_window_ms`, the last instant a proof
-//! is valid, then the first it is not). A nonce forgotten at that last
-//! instant lets the replay at +0 through, which `proof_accepted_twice`
-//! judges (`verify/proof_replays.rs`). Before this kind a `replay_create`
-//! came at a random place in the timeline, never on the window's edge.
+//! replays that create, proof and all, at the proof's window end -1, +0 and
+//! +1 ms (issue time + `user_proof_window_ms`, the last instant a proof is
+//! valid, then the first it is not). A nonce forgotten at that last instant
+//! lets the replay at +0 through, which `proof_accepted_twice` judges
+//! (`verify/proof_replays.rs`). The `user_attacks` kind's `replay_create`
+//! comes at a random place in the timeline, never on the window's edge.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

@@ -1,4 +1,4 @@
-//! The `range_edges` kind (held-out set 5, `poll-wait-at-its-maximum-refused`):
+//! The `range_edges` kind (sabotage `poll-wait-at-its-maximum-refused`):
 //! requests at the inclusive ends of documented ranges, not only inside
 //! them. Every other kind draws a long poll's `wait_ms` odd and below the
 //! largest wait (so a deadline rarely meets a coordinator timer), so no

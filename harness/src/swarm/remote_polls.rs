@@ -1,4 +1,4 @@
-//! The `remote_polls` kind (held-out set 5, `remote-long-poll-answers-stale-status`):
+//! The `remote_polls` kind (sabotage `remote-long-poll-answers-stale-status`):
 //! a chain of two held polls sent to a node of a cluster that does not
 //! hold their job, across the job's result on the node that does. Such a
 //! poll reads the shared store and is woken by the node's remote watch

@@ -382,7 +382,8 @@ fn render_signed_commit(w: &mut String, c: &Commit) {
 /// An attack; after a pairing attack, the victim's signed PRIVATE commits
 /// (the jobs that would reach the attacker's worker had it got through).
 fn render_attack(w: &mut String, world: &WorldSpec, a: &AttackEvent) {
-    // Held-out 3 misses, identity (branch `hid`).
+    // A paid impostor commits through an ordinary paid `http` step, with
+    // no user proof, not through an `attack` step.
     if a.kind == super::paid_impostors::KIND {
         return super::paid_impostors::render(w, a);
     }
@@ -531,7 +532,6 @@ fn render_event(w: &mut String, event: &Event) {
         Event::Garbage(g) => write!(w, "{}", super::garbage::render(g)),
         Event::PairingFlood(f) => write!(w, "{}", super::pairing_floods::render(f)),
         Event::CodeBatch(b) => write!(w, "{}", super::code_batches::render(b)),
-        // Held-out 5 misses, identity (branch `h5id`).
         Event::TrustRestart(t) => write!(w, "{}", super::trust_restarts::render(t)),
         Event::RetryAfter(r) => write!(w, "{}", super::retry_afters::render(r)),
         Event::LostAnswer { instance, node } => writeln!(

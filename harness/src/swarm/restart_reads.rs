@@ -1,4 +1,4 @@
-//! The `restart_reads` kind (held-out set 5, `stream-generation-repeats-after-restart`):
+//! The `restart_reads` kind (sabotage `stream-generation-repeats-after-restart`):
 //! a reader cut mid-stream comes back after its instance restarted, with
 //! an event id of the earlier process, while the job's new attempt
 //! streams. Decision 0023 numbers generations from the clock so that such

@@ -1,4 +1,4 @@
-//! The `result_polls` kind (held-out set 4, `poll-waiters-dropped-on-same-status`):
+//! The `result_polls` kind (sabotage `poll-waiters-dropped-on-same-status`):
 //! a chain of two held polls of a paid job across its worker's result. A
 //! paid job's result awaits its settlement in `running` (decision 0021),
 //! so the result changes the job, not its status, and a held poll must

@@ -1,12 +1,12 @@
-//! The `retry_afters` kind (held-out 5, `pairing-retry-after-rounds-down`):
-//! at the end of the timeline, a client of its own fails as many pairing
+//! The `retry_afters` kind (sabotage `pairing-retry-after-rounds-down`): at
+//! the end of the timeline, a client of its own fails as many pairing
 //! claims at once as its per-minute limit allows (codes that do not exist),
 //! waits a time off the whole second, has its next claim refused 429, then
 //! waits exactly the answered `Retry-After` and claims once more (an `http`
 //! step with `retry_after = true`). The 429 comes with part of a second of
 //! its window left, so a `Retry-After` rounded down sends the retry into
 //! the same window; `retry_after_refused` (`verify/retry_afters.rs`) judges
-//! the retry. Before this kind no step ever waited out a 429.
+//! the retry. No other step waits out a 429.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

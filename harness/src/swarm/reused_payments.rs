@@ -1,4 +1,4 @@
-//! A payment reused for another prompt (held-out set 4,
+//! A payment reused for another prompt (sabotage
 //! `paid-retry-ignores-submission`): right after a valid paid commit, the
 //! same client sends the same commit with another prompt (same user, job
 //! type and tier, so the same price) and the same payment. The payment
@@ -6,9 +6,9 @@
 //! `nonce_already_used`; a coordinator that matches a retry by its tier
 //! alone answers 201 with the first job, and the second prompt silently
 //! never runs: `payment_answered_other_submission`
-//! (`verify/paid_retries.rs`). The swarm's replays sent another body too,
-//! but nothing judged a 201 naming a job its payment had bought before, so
-//! no seed failed.
+//! (`verify/paid_retries.rs`). The swarm's other replays send another body
+//! too, but only that key judges a 201 that names a job its payment bought
+//! before.
 //!
 //! Drawn from a stream of the seed's own ([`STREAM`]), after
 //! [`super::paid_retries`], on every paid instance; a seed without a valid

@@ -1,5 +1,5 @@
-//! The `share_floods` kind (issue 33): floods from one client that must
-//! not disturb the others.
+//! The `share_floods` kind: floods from one client that must not disturb
+//! the others.
 //!
 //! - Shares (`honest_starved`): on an unpaid one-node instance with a small
 //!   queued budget (`limits.queued_bytes_max` of [`QUEUED_BYTES_MAX`], a

@@ -1,4 +1,4 @@
-//! The `slot_caps` kind (held-out set 5, `worker-slot-cap-ignores-new-session`):
+//! The `slot_caps` kind (sabotage `worker-slot-cap-ignores-new-session`):
 //! the Sybils of the `sybils` kind declare several slots each, and their
 //! instance caps the slots of one address's worker sessions together
 //! (`limits.worker_slots_per_client_max`) below what its session cap

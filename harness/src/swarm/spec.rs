@@ -67,13 +67,14 @@ pub enum Kind {
     /// A worker of its own stops reading its socket while a burst of large
     /// jobs is sent to it (drawn by [`super::stalls`]).
     Stalls,
-    /// Long polls held across what the latest job then does (issue 33;
-    /// drawn by [`super::held_polls`]).
+    /// Long polls held across what the latest job then does (drawn by
+    /// [`super::held_polls`]).
     HeldPolls,
     /// Edge polls of a job no worker can take, at its pending deadline
-    /// −1, 0 and +1 ms (issue 33; drawn by [`super::edges`]).
+    /// −1, 0 and +1 ms (drawn by [`super::edges`]).
     Edges,
-    // Issue 33, hostile clients (branch `hostile`).
+    // Hostile clients: unfinished request heads, Sybil workers from one
+    // address.
     /// One instance serves with the binary's connection bounds and a
     /// slowloris client opens unfinished heads (drawn by
     /// [`super::slow_heads`]).
@@ -81,7 +82,8 @@ pub enum Kind {
     /// Sybil workers from one address that reject or ignore every job
     /// (drawn by [`super::sybils`]).
     Sybils,
-    // Issue 33, accounted memory and shares (branch `resources`).
+    // Accounted memory and shares (a stalled worker's outbox, one client's
+    // share of the queue), and a long poll answered at its deadline.
     /// A worker stops reading while its leases, shorter than its send
     /// deadline, lapse and free slots for new assigns (drawn by
     /// [`super::lease_stalls`]).
@@ -92,16 +94,18 @@ pub enum Kind {
     /// [`super::share_floods`]).
     ShareFloods,
     /// A long poll of a job that cannot change while it is held, answered
-    /// exactly at its deadline (issue 33; drawn by [`super::deadlines`]).
+    /// exactly at its deadline (drawn by [`super::deadlines`]).
     PollDeadlines,
-    // Issue 33, held-poll hoarding (branch `inputs`).
+    // Held-poll bounds against hoarders.
     /// Hoarders from addresses of their own hold bursts of long polls
     /// past the held-poll bounds (drawn by [`super::poll_hoards`]).
     PollHoards,
-    // Issue 33, malformed input in every field (branch `garbage`).
+    // Malformed input in every field.
     /// An attacker sends bursts of malformed requests, every field of
     /// every door (drawn by [`super::garbage`]).
     Garbage,
+    // A code claimed once, every frame on a kept session, a node acting only
+    // for the jobs it owns, results kept their whole lifetime.
     /// On an instance with user auth off, an attacker claims an honest
     /// plain pairing code again after its owner did (drawn by
     /// [`super::overclaims`]).
@@ -115,17 +119,18 @@ pub enum Kind {
     /// An instance keeps results one hour and the world lives one to two
     /// hours past its timeline (drawn by [`super::long_retention`]).
     LongRetention,
-    // Held-out misses, sessions (branch `hsess`).
+    // A worker's answer racing its lease's end.
     /// A worker answers at its lease's end (+0 or +1 ms) while another is
     /// free to take the retried job (drawn by [`super::lease_answers`]).
     LeaseAnswers,
-    // (end of branch `hsess`'s kinds)
-    // Issue 33, held-out misses on streams (branch `hstream`).
+    // Streams across a retry: readers who follow a job, or resume it, after
+    // its attempt died mid-stream.
     /// A streaming worker loses each job mid-stream as its lease lapses;
     /// readers follow it across the retry and resume from the dead
     /// attempt's event ids (drawn by [`super::stream_retries`]).
     StreamRetries,
-    // Held-out 3 misses, identity (branch `hid`).
+    // Pairing codes: claims at their expiry, floods past the per-minute
+    // limits, codes created at once and claimed after a restart.
     /// An instance's pairing codes live seconds; a user's worker claims
     /// fresh codes at their expiry -1, +0 and +1 ms (drawn by
     /// [`super::code_edges`]).
@@ -133,13 +138,12 @@ pub enum Kind {
     /// One client sends bursts of pairing creates and claims of unknown
     /// codes past the per-minute limits (drawn by [`super::pairing_floods`]).
     PairingFloods,
-    // (end of branch `hid`'s kinds)
-    // Held-out 4 misses, identity (branch `h4id`).
     /// A user creates two or three pairing codes at once, the instance
     /// restarts, then the codes are claimed (drawn by
     /// [`super::code_batches`]).
     CodeBatches,
-    // Held-out 4 misses, core (branch `h4core`).
+    // Wake-ups and fences on time: a held poll woken by a paid job's result,
+    // a node fenced only after half a lease without a renewal.
     /// Chains of held polls of a paid job across its worker's result, on
     /// a one-node instance with a worker of its own (drawn by
     /// [`super::result_polls`]).
@@ -147,8 +151,9 @@ pub enum Kind {
     /// Store cuts of a cluster node shorter than a sixth of its lease,
     /// so at most one renewal fails (drawn by [`super::store_blips`]).
     StoreBlips,
-    // (end of branch `h4core`'s kinds)
-    // Held-out set 5 misses, core (branch `h5core`).
+    // Across nodes, addresses and processes: a poll woken on a node that
+    // does not hold its job, slots capped per address, a stream resumed
+    // after a restart.
     /// Chains of held polls sent to a cluster node that does not hold
     /// their job, across its result on the node that does (drawn by
     /// [`super::remote_polls`]).
@@ -159,8 +164,8 @@ pub enum Kind {
     /// A reader cut mid-stream resumes after a restart, while the job's
     /// new attempt streams (drawn by [`super::restart_reads`]).
     RestartReads,
-    // (end of branch `h5core`'s kinds)
-    // Held-out 5 misses, identity (branch `h5id`).
+    // Identity at its edges: proofs replayed at the last valid millisecond,
+    // trust lists across restarts, Retry-After.
     /// A pairing made again, its create replayed at the proof window's
     /// end -1, +0, +1 ms (drawn by [`super::proof_edges`]).
     ProofEdges,
@@ -171,8 +176,7 @@ pub enum Kind {
     /// Failed claims past the per-client limit, then a retry after
     /// exactly the answered `Retry-After` (drawn by [`super::retry_afters`]).
     RetryAfters,
-    // (end of branch `h5id`'s kinds)
-    // Held-out set 5 misses, ranges (branch `h5lead`).
+    // The inclusive ends of documented ranges.
     /// Requests at the inclusive ends of documented ranges (drawn by
     /// [`super::range_edges`]).
     RangeEdges,
@@ -238,42 +242,42 @@ impl Kind {
         all[Self::MAIN_STREAM.len() + 8] = Kind::Stalls;
         all[Self::MAIN_STREAM.len() + 9] = Kind::HeldPolls;
         all[Self::MAIN_STREAM.len() + 10] = Kind::Edges;
-        // Issue 33, hostile clients (branch `hostile`).
+        // Hostile clients.
         all[Self::MAIN_STREAM.len() + 11] = Kind::SlowHeads;
         all[Self::MAIN_STREAM.len() + 12] = Kind::Sybils;
-        // Issue 33, accounted memory and shares (branch `resources`).
+        // Accounted memory and shares, a poll's deadline.
         all[Self::MAIN_STREAM.len() + 13] = Kind::LeaseStalls;
         all[Self::MAIN_STREAM.len() + 14] = Kind::ShareFloods;
         all[Self::MAIN_STREAM.len() + 15] = Kind::PollDeadlines;
-        // Issue 33, held-poll hoarding (branch `inputs`).
+        // Held-poll hoarding.
         all[Self::MAIN_STREAM.len() + 16] = Kind::PollHoards;
-        // Issue 33, malformed input in every field (branch `garbage`).
+        // Malformed input.
         all[Self::MAIN_STREAM.len() + 17] = Kind::Garbage;
+        // Single-use codes, kept sessions, node ownership, result lifetimes.
         all[Self::MAIN_STREAM.len() + 18] = Kind::Overclaims;
         all[Self::MAIN_STREAM.len() + 19] = Kind::LeaseThaws;
         all[Self::MAIN_STREAM.len() + 20] = Kind::IdleCuts;
         all[Self::MAIN_STREAM.len() + 21] = Kind::LongRetention;
-        // Held-out misses, sessions (branch `hsess`).
+        // A worker's answer at its lease's end.
         all[Self::MAIN_STREAM.len() + 22] = Kind::LeaseAnswers;
-        // Issue 33, held-out misses on streams (branch `hstream`).
+        // Streams across a retry.
         all[Self::MAIN_STREAM.len() + 23] = Kind::StreamRetries;
-        // Held-out 3 misses, identity (branch `hid`).
+        // Pairing codes.
         all[Self::MAIN_STREAM.len() + 24] = Kind::CodeEdges;
         all[Self::MAIN_STREAM.len() + 25] = Kind::PairingFloods;
-        // Held-out 4 misses, identity (branch `h4id`).
         all[Self::MAIN_STREAM.len() + 26] = Kind::CodeBatches;
-        // Held-out 4 misses, core (branch `h4core`).
+        // Wake-ups and fences on time.
         all[Self::MAIN_STREAM.len() + 27] = Kind::ResultPolls;
         all[Self::MAIN_STREAM.len() + 28] = Kind::StoreBlips;
-        // Held-out set 5 misses, core (branch `h5core`).
+        // Across nodes, addresses and processes.
         all[Self::MAIN_STREAM.len() + 29] = Kind::RemotePolls;
         all[Self::MAIN_STREAM.len() + 30] = Kind::SlotCaps;
         all[Self::MAIN_STREAM.len() + 31] = Kind::RestartReads;
-        // Held-out 5 misses, identity (branch `h5id`).
+        // Identity at its edges.
         all[Self::MAIN_STREAM.len() + 32] = Kind::ProofEdges;
         all[Self::MAIN_STREAM.len() + 33] = Kind::TrustRestarts;
         all[Self::MAIN_STREAM.len() + 34] = Kind::RetryAfters;
-        // Held-out set 5 misses, ranges (branch `h5lead`).
+        // The inclusive ends of documented ranges.
         all[Self::MAIN_STREAM.len() + 35] = Kind::RangeEdges;
         let mut i = 0;
         while i < Self::MAIN_STREAM.len() {
@@ -336,31 +340,30 @@ impl Kind {
         }
     }
 
-    /// The names of the kinds built for held-out misses (apart from
-    /// [`Self::as_str`], which names the others, to keep each short).
+    /// The names of the kinds from [`Kind::LeaseAnswers`] on (apart from
+    /// [`Self::as_str`], which names the others, to keep each match short).
     fn held_out_name(self) -> &'static str {
         match self {
-            // Held-out misses, sessions (branch `hsess`).
+            // A worker's answer at its lease's end.
             Kind::LeaseAnswers => "lease_answers",
-            // Issue 33, held-out misses on streams (branch `hstream`).
+            // Streams across a retry.
             Kind::StreamRetries => "stream_retries",
-            // Held-out 3 misses, identity (branch `hid`).
+            // Pairing codes.
             Kind::CodeEdges => "code_edges",
             Kind::PairingFloods => "pairing_floods",
-            // Held-out 4 misses, identity (branch `h4id`).
             Kind::CodeBatches => "code_batches",
-            // Held-out 4 misses, core (branch `h4core`).
+            // Wake-ups and fences on time.
             Kind::ResultPolls => "result_polls",
             Kind::StoreBlips => "store_blips",
-            // Held-out set 5 misses, core (branch `h5core`).
+            // Across nodes, addresses and processes.
             Kind::RemotePolls => "remote_polls",
             Kind::SlotCaps => "slot_caps",
             Kind::RestartReads => "restart_reads",
-            // Held-out 5 misses, identity (branch `h5id`).
+            // Identity at its edges.
             Kind::ProofEdges => "proof_edges",
             Kind::TrustRestarts => "trust_restarts",
             Kind::RetryAfters => "retry_afters",
-            // Held-out set 5 misses, ranges (branch `h5lead`).
+            // The inclusive ends of documented ranges.
             Kind::RangeEdges => "range_edges",
             named => unreachable!("{named:?} is named by as_str"),
         }
@@ -427,7 +430,6 @@ pub struct InstanceSpec {
     /// `retention_hours` when drawn short (by [`super::long_retention`]);
     /// `None` renders 24 where a kept budget turns retention on.
     pub retention_hours: Option<u64>,
-    // Held-out 3 misses, identity (branch `hid`).
     /// `timing.pairing_code_ttl_ms` when drawn short (by
     /// [`super::code_edges`]); `None` renders none (one hour).
     pub pairing_code_ttl_ms: Option<i64>,
@@ -519,7 +521,6 @@ pub struct Pairing {
     /// With user auth off: an attacker claims the code again for this
     /// worker of its own after the owner's claim ([`super::overclaims`]).
     pub overclaim: Option<String>,
-    // Held-out 3 misses, identity (branch `hid`).
     /// With `overclaim`: the instance crashes and restarts between the
     /// owner's claim and the attacker's, so the claim must have been kept
     /// (drawn by [`super::overclaims`]).
@@ -584,7 +585,7 @@ pub enum Event {
         user: String,
         worker: String,
         /// With `d`: the claim waits for the code's expiry plus `d` ms
-        /// (drawn by [`super::code_edges`]; held-out 3 misses, `hid`).
+        /// (drawn by [`super::code_edges`]).
         claim_edge_ms: Option<i64>,
     },
     /// A `cancel` of the latest job committed on the instance, whatever
@@ -622,19 +623,15 @@ pub enum Event {
     Hoard(super::poll_hoards::HoardEvent),
     /// One malformed request (drawn by [`super::garbage`]).
     Garbage(super::garbage::GarbageRequest),
-    // Held-out 3 misses, identity (branch `hid`).
     /// A burst of pairing creates or failed claims from one client (drawn
     /// by [`super::pairing_floods`]).
     PairingFlood(super::pairing_floods::PairingFlood),
-    // Held-out 4 misses, identity (branch `h4id`).
     /// Pairing codes created at once, a restart, their claims (drawn by
     /// [`super::code_batches`]).
     CodeBatch(super::code_batches::CodeBatch),
-    // Held-out set 4 misses, payments (branch `h4pay`).
     /// A paid commit sent again with the last payment (drawn by
     /// [`super::paid_retries`] and [`super::reused_payments`]).
     PaidRetry(super::paid_retries::Retry),
-    // Held-out 5 misses, identity (branch `h5id`).
     /// A pairing made again, the user's list around a restart (drawn by
     /// [`super::trust_restarts`]).
     TrustRestart(super::trust_restarts::TrustRestart),
@@ -782,7 +779,8 @@ impl WorldSpec {
     /// Keeps the timeline's events that still make sense: on instances and
     /// workers still there, a worker started only after it stopped, a
     /// replay only after a payment, node events only on several nodes
-    /// (`h5id`'s events are judged before, by `keeps_h5id_events`).
+    /// (trust restarts and retries after a 429 are judged before, by
+    /// `keeps_h5id_events`).
     fn normalize_events(
         &mut self,
         instances: &[&'static str],
@@ -854,9 +852,9 @@ impl WorldSpec {
         self.events = kept;
     }
 
-    /// Held-out 5 misses, identity (branch `h5id`): keeps a trust restart
-    /// (user auth on, its worker there) or a retry only where it still
-    /// makes sense: its one-node instance is there.
+    /// Keeps a trust restart (user auth on, its worker there) or a retry
+    /// after a 429 only where it still makes sense: its one-node instance
+    /// is there.
     fn keeps_h5id_events(&mut self, instances: &[&'static str], workers: &[String]) {
         let (user_auth, nodes) = (self.user_auth, self.instances.clone());
         let single = |name: &str| nodes.iter().any(|i| i.name == name && i.nodes <= 1);

@@ -1,4 +1,4 @@
-//! The `store_blips` kind (held-out set 4, `lease-renewal-time-not-kept`):
+//! The `store_blips` kind (sabotage `lease-renewal-time-not-kept`):
 //! short store cuts of one cluster node, each shorter than a sixth of its
 //! node lease, so that at most one of its lease renewals fails in each
 //! (renewals come every third of the lease). The world it models: a

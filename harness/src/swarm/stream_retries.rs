@@ -1,21 +1,20 @@
-//! The `stream_retries` kind (issue 33, the held-out misses on streams): a
-//! streamed job whose attempt dies after it sent deltas, retried on
-//! another streaming worker and completed there, read by readers who
-//! follow it across the retry and by readers who come back with an event
-//! id of the dead attempt. On a streaming world's unpaid one-node instance
-//! (paid jobs show no deltas before their end, decision 0021) a worker of
-//! its own ([`STALLER`], LLM only) streams every job it takes over two to
-//! three leases and so loses it mid-stream when its lease lapses: a GPU
-//! worker that hangs part-way through a generation. Every worker of the
-//! instance streams, its lease is 1 or 3 s, and its jobs get at least
-//! three attempts. Each of 1 to 3 rounds commits an LLM job (the staller
-//! takes it when it wins the tie among idle workers, the lowest session:
-//! not always, as a worker's session follows its connection, not its
-//! name; measured in benches/results/held-out-2026-11-29-misses-streams.md)
-//! and reads it three ways: at
-//! its pace, slowly (a pause of one to three leases after each event,
-//! across the lapse and the retry), and cut after one to three events and
-//! resumed one to three leases later with its last event id. The
+//! The `stream_retries` kind: a streamed job whose attempt dies after it
+//! sent deltas, retried on another streaming worker and completed there,
+//! read by readers who follow it across the retry and by readers who come
+//! back with an event id of the dead attempt. On a streaming world's unpaid
+//! one-node instance (paid jobs show no deltas before their end, decision
+//! 0021) a worker of its own ([`STALLER`], LLM only) streams every job it
+//! takes over two to three leases and so loses it mid-stream when its lease
+//! lapses: a GPU worker that hangs part-way through a generation. Every
+//! worker of the instance streams, its lease is 1 or 3 s, and its jobs get
+//! at least three attempts. Each of 1 to 3 rounds commits an LLM job (the
+//! staller takes it when it wins the tie among idle workers, the lowest
+//! session: not always, as a worker's session follows its connection, not
+//! its name; measured:
+//! benches/results/held-out-2026-11-29-misses-streams.md) and reads it
+//! three ways: at its pace, slowly (a pause of one to three leases after
+//! each event, across the lapse and the retry), and cut after one to three
+//! events and resumed one to three leases later with its last event id. The
 //! always-on `deltas_disagree_with_output` judges what they were shown
 //! (`verify::stream_gens`).
 //!

@@ -1,8 +1,8 @@
-//! The `sybils` kind: Sybil worker sessions (issue 33; decision 0019). On
-//! one instance of one node, a group of workers ([`SYBIL`]-0, -1, ...)
-//! dial from one client address of their own and reject every job they
-//! are offered (or say nothing of it, and let its lease lapse); there are
-//! more of them than the instance's small per-address session cap
+//! The `sybils` kind: Sybil worker sessions (decision 0019). On one
+//! instance of one node, a group of workers ([`SYBIL`]-0, -1, ...) dial
+//! from one client address of their own and reject every job they are
+//! offered (or say nothing of it, and let its lease lapse); there are more
+//! of them than the instance's small per-address session cap
 //! (`limits.worker_sessions_per_client_max`). `sessions_over_cap` holds the
 //! instance to never holding more of their sessions at once than the cap;
 //! `job_end_overdue` and the heal hold the honest jobs to ending, and the

@@ -329,9 +329,9 @@ fn the_shrinker_drops_nodes_the_failure_does_not_need() {
     assert!(checked(&small).is_empty());
 }
 
-/// Issue 33, item 7: a shrunk world must be a file `harness FILE` accepts,
-/// whatever the shrinker removed. One shrank to a file with no `[[steps]]`,
-/// which the loader's checks refuse on any build.
+/// A shrunk world must be a file `harness FILE` accepts, whatever the
+/// shrinker removed, even a world shrunk to nothing (a file with no
+/// `[[steps]]` is refused by the loader's checks on any build).
 #[test]
 fn a_world_shrunk_to_nothing_still_loads_and_checks() {
     for seed in 0..40 {

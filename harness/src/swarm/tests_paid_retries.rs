@@ -1,5 +1,5 @@
-//! The draws of held-out set 4's payment misses (`paid_retries` and
-//! `reused_payments`, streams 36 and 37): each retry sits where its
+//! The draws of paid commits sent again with their payment (`paid_retries`
+//! and `reused_payments`, streams 36 and 37): each retry sits where its
 //! premise holds, is drawn in enough seeds, and renders to a scenario the
 //! ordinary checks accept, sending its commit's body with the last payment.
 

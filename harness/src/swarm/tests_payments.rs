@@ -1,4 +1,6 @@
-//! The draws of held-out set 3's payment misses (`foreign_keys`,
+//! The draws of answers and payments the coordinator must refuse: a
+//! receipt of another key, a stream that is not the output, a payment spent
+//! elsewhere or replayed during a store cut (`foreign_keys`,
 //! `differing_streams`, `front_runs` and `cut_replays`, streams 28 to 30):
 //! each is on only where it should be, is drawn in some seeds, and renders
 //! to a scenario the ordinary checks accept.

@@ -1,12 +1,11 @@
-//! The `trust_restarts` kind (held-out 5, `repaired-key-keeps-old-paired-at`):
+//! The `trust_restarts` kind (sabotage `repaired-key-keeps-old-paired-at`):
 //! with user auth on, at the end of the timeline a user pairs a worker it
-//! paired in the set-up once more (a fresh code, claimed later: pairing
-//! the same key again refreshes its `paired_at`), lists its workers, the
+//! paired in the set-up once more (a fresh code, claimed later: pairing the
+//! same key again refreshes its `paired_at`), lists its workers, the
 //! instance crashes and restarts, and the user lists them again.
 //! `trust_list_not_durable` (`verify/trust_lists.rs`) judges that the list
-//! after the restart answers what the list before it did. Before this kind
-//! no world paired one key with one user twice, and no world listed a
-//! user's workers on both sides of a restart.
+//! after the restart answers what the list before it did. No other kind
+//! lists a user's workers on both sides of a restart.
 //!
 //! The kind draws from a stream of the seed's own ([`STREAM`]), after every
 //! other kind but `long_retention`, so a seed without it keeps its world

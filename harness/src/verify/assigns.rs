@@ -1,12 +1,12 @@
-//! `assign_lost` (held-out proposal 7): a session delivers every frame the
-//! core queued for it, in order, or ends. The coordinator promises
-//! (docs/security.md, accounted memory) that a frame which would take a
-//! session's outbox past its bound is not queued and the session is
-//! closed: its jobs go back to the queue and nothing more reaches the
-//! worker on it. So a worker never reads, on one session, a `cancel` for
-//! a lapsed lease (`lease_expired`) of a job whose `assign` it never read
-//! on that session: the core believed the job assigned to the session, so
-//! its assign was dropped while the session was kept.
+//! `assign_lost`: a session delivers every frame the core queued for it, in
+//! order, or ends. The coordinator promises (docs/security.md, accounted
+//! memory) that a frame which would take a session's outbox past its bound
+//! is not queued and the session is closed: its jobs go back to the queue
+//! and nothing more reaches the worker on it. So a worker never reads, on
+//! one session, a `cancel` for a lapsed lease (`lease_expired`) of a job
+//! whose `assign` it never read on that session: the core believed the job
+//! assigned to the session, so its assign was dropped while the session was
+//! kept.
 //!
 //! A session is told from the worker's frames: it begins with the
 //! `welcome` the worker reads once its key is proven. Not with the

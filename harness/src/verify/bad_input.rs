@@ -1,11 +1,11 @@
-//! `bad_input_mishandled` (issue 33, item 1: malformed and control-character
-//! input in every field). Judged from what clients saw: every request a
-//! step sent malformed on purpose (`malformed = true`, the swarm's
-//! `garbage` kind; `world::malformed`) was answered 4xx, never 2xx and
-//! never 5xx, with the API's JSON error: `{"error": "..."}`, a non-empty
-//! string (a refused user proof adds `message`, a 402 x402's `accepts`),
-//! or on the OpenAI-compatible door OpenAI's `{"error": {"message": ...}}`.
-//! A request that got no answer (its instance was down) is not judged.
+//! `bad_input_mishandled` (malformed and control-character input in every
+//! field). Judged from what clients saw: every request a step sent
+//! malformed on purpose (`malformed = true`, the swarm's `garbage` kind;
+//! `world::malformed`) was answered 4xx, never 2xx and never 5xx, with the
+//! API's JSON error: `{"error": "..."}`, a non-empty string (a refused user
+//! proof adds `message`, a 402 x402's `accepts`), or on the
+//! OpenAI-compatible door OpenAI's `{"error": {"message": ...}}`. A request
+//! that got no answer (its instance was down) is not judged.
 //!
 //! And from what the instances hold: no job's user id, prompt, model or
 //! input holds a control character the validators refuse (other than tab,

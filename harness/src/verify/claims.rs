@@ -1,10 +1,10 @@
-//! `pairing_claimed_twice` (held-out proposal 1): a pairing code is
-//! single-use (spec: a code can be claimed once; a second claim answers
-//! `already_claimed`), so no code of an instance is answered 200 by two
-//! `/v1/trust/claim` requests. Judged over the transcript: each claim
-//! request an instance logged (`chain_a > POST /v1/trust/claim {..}`) is
-//! paired with that actor's next answer; one answered 200 with a pairing's
-//! shape (`user_id` and `paired_at`) counts as a claim of its code.
+//! `pairing_claimed_twice`: a pairing code is single-use (spec: a code can
+//! be claimed once; a second claim answers `already_claimed`), so no code
+//! of an instance is answered 200 by two `/v1/trust/claim` requests. Judged
+//! over the transcript: each claim request an instance logged
+//! (`chain_a > POST /v1/trust/claim {..}`) is paired with that actor's next
+//! answer; one answered 200 with a pairing's shape (`user_id` and
+//! `paired_at`) counts as a claim of its code.
 
 use super::safety::{SafetyKey, Violation};
 use serde_json::Value;

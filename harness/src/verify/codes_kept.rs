@@ -1,4 +1,4 @@
-//! `pairing_code_lost` (held-out 4, `pairings-keyed-by-user-in-batch`): a
+//! `pairing_code_lost` (sabotage `pairings-keyed-by-user-in-batch`): a
 //! pairing code answered 201 exists until it is forgotten, which is never
 //! before its expiry (`core/trust.rs`: only dead codes are forgotten), and
 //! an answer means it is durable, across every crash and restart after it

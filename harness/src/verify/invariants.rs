@@ -168,7 +168,6 @@ fn check_requests(
 ) -> Result<(), safety::Violation> {
     let jobs = snapshots.iter().map(|(n, s)| (n.as_str(), &s.jobs[..]));
     super::bad_input::check(world.malformed.all(), jobs)?;
-    // Held-out set 4 misses, payments (branch `h4pay`).
     check_paid_retries(world, snapshots)
 }
 
@@ -212,10 +211,10 @@ fn listed_prices(spec: Option<&crate::spec::Instance>) -> coordinator::config::P
     })
 }
 
-/// Held-out 3 misses, identity (branch `hid`): `expiry_off_edge` of pairing
-/// codes (`crate::verify::code_edges`), then `rate_limit_exceeded`
-/// (`crate::verify::rate_limits`) on the simulated one-node instances, with
-/// the limits their configuration holds; then [`check_identity`].
+/// `expiry_off_edge` of pairing codes (`crate::verify::code_edges`), then
+/// `rate_limit_exceeded` (`crate::verify::rate_limits`) on the simulated
+/// one-node instances, with the limits their configuration holds; then
+/// [`check_identity`] and [`check_durable_pairing`].
 fn check_pairing(
     scenario: &Scenario,
     world: &World,
@@ -237,16 +236,13 @@ fn check_pairing(
         .collect();
     super::code_edges::check(lines, world.transcript.epoch_ms())?;
     super::rate_limits::check(lines, world.transcript.epoch_ms(), &limits)?;
-    // Held-out 4 misses, identity (branch `h4id`).
     check_identity(scenario, world, snapshots)?;
-    // Held-out 5 misses, identity (branch `h5id`).
     check_durable_pairing(scenario, world, snapshots, lines)
 }
 
-/// Held-out 5 misses, identity (branch `h5id`): `trust_list_not_durable`
-/// (`crate::verify::trust_lists`) on the one-node simulated instances on
-/// SQLite, then `retry_after_refused` (`crate::verify::retry_afters`) on
-/// the one-node simulated instances.
+/// `trust_list_not_durable` (`crate::verify::trust_lists`) on the one-node
+/// simulated instances on SQLite, then `retry_after_refused`
+/// (`crate::verify::retry_afters`) on the one-node simulated instances.
 fn check_durable_pairing(
     scenario: &Scenario,
     world: &World,
@@ -268,11 +264,10 @@ fn check_durable_pairing(
     super::retry_afters::check(lines, &judged)
 }
 
-/// Held-out 4 misses, identity (branch `h4id`): `proof_accepted_twice`
-/// (`crate::verify::proof_replays`) on the simulated instances with user
-/// auth on, then `pairing_code_lost` (`crate::verify::codes_kept`) on the
-/// one-node simulated instances on SQLite (plain memory keeps nothing
-/// across a restart).
+/// `proof_accepted_twice` (`crate::verify::proof_replays`) on the simulated
+/// instances with user auth on, then `pairing_code_lost`
+/// (`crate::verify::codes_kept`) on the one-node simulated instances on
+/// SQLite (plain memory keeps nothing across a restart).
 fn check_identity(
     scenario: &Scenario,
     world: &World,
@@ -304,9 +299,9 @@ fn check_nodes(
     check_ownership(world).and_then(|()| check_fences(scenario, lines))
 }
 
-/// Held-out 4 misses, core (branch `h4core`): `node_fenced_early`
-/// (`crate::verify::fences`) on every several-node instance, with its node
-/// lease and whether renewals may come late (fault points on).
+/// `node_fenced_early` (`crate::verify::fences`) on every several-node
+/// instance, with its node lease and whether renewals may come late (fault
+/// points on).
 fn check_fences(scenario: &Scenario, lines: &[String]) -> Result<(), safety::Violation> {
     let leases = (scenario.instances.iter())
         .filter(|(_, spec)| spec.is_cluster())

@@ -6,36 +6,31 @@
 pub mod assigns;
 pub mod bad_input;
 pub mod claims;
-// Held-out 4 misses, identity (branch `h4id`).
-pub mod codes_kept;
-// Held-out 3 misses, identity (branch `hid`).
 pub mod code_edges;
+pub mod codes_kept;
 pub mod connections;
 pub mod edges;
-// Held-out 4 misses, core (branch `h4core`).
 pub mod fences;
 pub mod invariants;
 pub mod overdue;
 pub mod ownership;
-pub mod paid_assigns; // held-out set 3, payments (branch `hpay`)
-pub mod paid_retries; // held-out set 4, payments (branch `h4pay`)
+pub mod paid_assigns;
+pub mod paid_retries;
 pub mod polls;
 pub mod prices;
-// Held-out 4 misses, identity (branch `h4id`).
 pub mod proof_replays;
-// Held-out 3 misses, identity (branch `hid`).
-pub mod range_edges; // held-out set 5 misses, ranges (branch `h5lead`)
+pub mod range_edges;
 pub mod rate_limits;
 pub mod resources;
-pub mod retry_afters; // held-out 5 misses, identity (branch `h5id`)
+pub mod retry_afters;
 pub mod safety;
 pub mod stalls;
 pub mod stream_gens;
-pub mod stream_resumes; // held-out set 5, core (branch `h5core`)
+pub mod stream_resumes;
 pub mod streams;
 pub mod sybils;
 pub mod temporal;
-pub mod trust_lists; // held-out 5 misses, identity (branch `h5id`)
+pub mod trust_lists;
 
 use coordinator::core::InvariantViolation;
 use safety::SafetyKey;

@@ -1,15 +1,15 @@
-//! `node_acted_unowned` (held-out proposal 5): in a several-node world a
-//! node acts only for jobs it owns. docs/cluster.md: a node that could not
-//! renew its lease for half of it fences itself, so it has stopped before
-//! its lease lapses and another node can take its jobs over; a node's jobs
-//! are its own until then. So no node queues an `assign` of a job the
-//! shared store names another node the owner of, unless it fenced itself
-//! since it last joined. Judged over the coordinator's own record
-//! (`coordinator::buggify::ownership`): every owner change the shared
-//! store made, every `assign` a node queued, every fence and join, in the
-//! order they happened. A job the store has no row of yet (written after
-//! its assign, in the node's next batch) or holds in the pool is not
-//! judged: only another node's ownership is a contradiction.
+//! `node_acted_unowned`: in a several-node world a node acts only for jobs
+//! it owns. docs/cluster.md: a node that could not renew its lease for half
+//! of it fences itself, so it has stopped before its lease lapses and
+//! another node can take its jobs over; a node's jobs are its own until
+//! then. So no node queues an `assign` of a job the shared store names
+//! another node the owner of, unless it fenced itself since it last joined.
+//! Judged over the coordinator's own record
+//! (`coordinator::buggify::ownership`): every owner change the shared store
+//! made, every `assign` a node queued, every fence and join, in the order
+//! they happened. A job the store has no row of yet (written after its
+//! assign, in the node's next batch) or holds in the pool is not judged:
+//! only another node's ownership is a contradiction.
 
 use super::safety::{SafetyKey, Violation};
 use coordinator::buggify::Ownership;

@@ -1,4 +1,4 @@
-//! `payment_bought_two_jobs`, over the work done (held-out set 3,
+//! `payment_bought_two_jobs`, over the work done (sabotage
 //! `nonce-reservation-fails-open`): one payment buys one job (x402's replay
 //! protection, docs/payments.md), so no two jobs are ever assigned to
 //! workers with one payment reference (`payment_ref`, `x402:<nonce>` of

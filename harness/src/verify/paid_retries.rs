@@ -7,7 +7,7 @@
 //!   payment but another submission (another body, or another tier) was
 //!   answered 201 with that job. The decision promises 402
 //!   `nonce_already_used`: the job runs the first body, so the second
-//!   client's prompt silently never runs (held-out set 4,
+//!   client's prompt silently never runs (sabotage
 //!   `paid-retry-ignores-submission`). Only bodies that are different
 //!   submissions once parsed as the commit door parses them (user ids in
 //!   normal form) count.
@@ -16,8 +16,8 @@
 //!   `nonce_already_used` though the job the payment bought is still held
 //!   at the end (retention never deleted it: the decision's one exception).
 //!   The client that lost the first 201 can then never learn the job it
-//!   paid for (held-out set 4, `restart-forgets-paid-index`: a restart
-//!   that forgets which payment bought which job). Judged on one-node
+//!   paid for (sabotage `restart-forgets-paid-index`: a restart that
+//!   forgets which payment bought which job). Judged on one-node
 //!   instances only: a cluster node cut from the shared store cannot look
 //!   a job held by another node up, and answers the used nonce.
 //!

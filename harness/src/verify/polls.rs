@@ -150,7 +150,7 @@ pub fn assign_windows(
 /// owner's later `assign` may precede the store's record of the status
 /// before it, so the window above is not enough. Such a job left
 /// `running` at most once and never came back to it, so a woken poll that
-/// reads it again shows another status (held-out set 5,
+/// reads it again shows another status (sabotage
 /// `remote-long-poll-answers-stale-status`).
 pub fn check_early(
     answers: &[HeldAnswer],
@@ -443,7 +443,7 @@ mod tests {
     fn on_a_cluster_an_early_running_answer_is_judged_only_for_a_job_assigned_once() {
         // A poll sent to the node that does not hold the job, woken by the
         // remote watch when the job completed on its owner, answered the
-        // record it read before waiting (held-out set 5).
+        // record it read before waiting.
         let once: AssignWindows = [("j".to_owned(), vec![(0, 0)])].into();
         let first = chained(120, 101, 101, "running", 1);
         let stale = chained(222, 5001, 900, "running", 2);

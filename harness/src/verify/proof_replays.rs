@@ -1,4 +1,4 @@
-//! `proof_accepted_twice` (held-out 4, `proof-nonce-forgotten-at-issue`):
+//! `proof_accepted_twice` (sabotage `proof-nonce-forgotten-at-issue`):
 //! a user proof's nonce is accepted once while the proof could be valid
 //! (decision 0017: each (address, nonce) once within the ±300 s window; the
 //! set is not persisted and is one per node, so a restart or another node

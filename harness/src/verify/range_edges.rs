@@ -1,12 +1,12 @@
-//! `in_range_refused` (held-out set 5, `worker-with-most-slots-refused`): a
+//! `in_range_refused` (sabotage `worker-with-most-slots-refused`): a
 //! request at the inclusive end of a documented range is served, not
 //! refused as out of range. Judged on the worker the swarm's `range_edges`
-//! kind adds ([`WORKER`]): it says hello with
-//! the largest slot count docs/worker-protocol.md allows ("slots is 1 to
-//! 64"), on an address of its own (no cap of the address can refuse it)
-//! and with a key of its own, so no `invalid_hello` may ever answer it.
-//! (The other end, a held poll at the largest `wait_ms`, is judged by
-//! `held_polls_over_cap`: a held poll is answered with its job or 404.)
+//! kind adds ([`WORKER`]): it says hello with the largest slot count
+//! docs/worker-protocol.md allows ("slots is 1 to 64"), on an address of
+//! its own (no cap of the address can refuse it) and with a key of its own,
+//! so no `invalid_hello` may ever answer it. (The other end, a held poll at
+//! the largest `wait_ms`, is judged by `held_polls_over_cap`: a held poll
+//! is answered with its job or 404.)
 
 use super::safety::{SafetyKey, Violation};
 use crate::spec::frames::{Direction, FrameRecord};

@@ -1,9 +1,10 @@
-//! `rate_limit_exceeded` (held-out 3, patch 2): the per-minute limits of
-//! pairing hold exactly as the coordinator's limiter counts them
-//! (`coordinator/src/core/rate.rs`): a fixed window per key that opens at
-//! the key's first counted event when no window of it is open, counts the
-//! events of the next 60,000 ms, and lets at most the limit through in it.
-//! Per single-node instance, judged over the transcript:
+//! `rate_limit_exceeded` (sabotage `rate-window-allows-one-more`): the
+//! per-minute limits of pairing hold exactly as the coordinator's limiter
+//! counts them (`coordinator/src/core/rate.rs`): a fixed window per key
+//! that opens at the key's first counted event when no window of it is
+//! open, counts the events of the next 60,000 ms, and lets at most the
+//! limit through in it. Per single-node instance, judged over the
+//! transcript:
 //!
 //! - per client address, creates answered 201 (only a create that got its
 //!   code is counted) within one window: at most

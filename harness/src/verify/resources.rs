@@ -1,5 +1,5 @@
-//! `resource_bound_exceeded` and `honest_starved` (issue 33), judged from
-//! what the coordinator noted in this thread's simulated world
+//! `resource_bound_exceeded` and `honest_starved`, judged from what the
+//! coordinator noted in this thread's simulated world
 //! (`coordinator::resources`, a witness kept only while the harness
 //! watches).
 //!

@@ -1,4 +1,4 @@
-//! `retry_after_refused` (held-out 5, `pairing-retry-after-rounds-down`):
+//! `retry_after_refused` (sabotage `pairing-retry-after-rounds-down`):
 //! a 429 of a per-client rate limit (docs/cluster.md: "Windows are fixed
 //! minutes (`Retry-After` until the window ends)") tells the client how
 //! long to wait; a client that waits exactly that and sends nothing else

@@ -58,41 +58,43 @@ pub enum SafetyKey {
     PairingLost,
     HonestResultLost,
     StalledSessionKept,
-    // Issue 33, timing oracles (branch `oracles`).
+    // Timing: jobs ended by their deadline, polls woken, expiries to the ms.
     JobEndOverdue,
     PollNotWoken,
     ExpiryOffEdge,
-    // Issue 33, hostile clients (branch `hostile`).
+    // Hostile clients: unfinished heads, connections and sessions per address.
     UnfinishedHeadKept,
     ConnectionsOverCap,
     SessionsOverCap,
-    // Issue 33, accounted memory and shares (branch `resources`).
+    // Accounted memory, shares of the queue, unfunded payments.
     ResourceBoundExceeded,
     HonestStarved,
     UnfundedJobAccepted,
-    // Issue 33, held-poll hoarding (branch `inputs`).
+    // Held-poll bounds.
     HeldPollsOverCap,
-    // Issue 33, malformed input in every field (branch `garbage`).
+    // Malformed input in every field.
     BadInputMishandled,
+    // A code claimed once, every frame on a kept session.
     PairingClaimedTwice,
     AssignLost,
-    // Held-out proposal 5: a node acting for a job it does not own.
+    // A node acting only for the jobs it owns, a payer charged the listed
+    // price.
     NodeActedUnowned,
     ChargedOffPrice,
-    // Held-out 3 misses, identity (branch `hid`).
+    // Pairing rate limits.
     RateLimitExceeded,
-    // Held-out 4 misses, identity (branch `h4id`).
+    // A user proof used once, pairing codes kept across a restart.
     ProofAcceptedTwice,
     PairingCodeLost,
-    // Held-out 4 misses, core (branch `h4core`).
+    // A node fenced only after half a lease without a renewal.
     NodeFencedEarly,
-    // Held-out set 4 misses, payments (branch `h4pay`).
+    // A paid commit sent again with its payment.
     PaymentAnsweredOtherSubmission,
     PaidRetryRefused,
-    // Held-out 5 misses, identity (branch `h5id`).
+    // Trust lists across a restart, a retry after its `Retry-After`.
     TrustListNotDurable,
     RetryAfterRefused,
-    // Held-out set 5 misses, ranges (branch `h5lead`).
+    // Values at the inclusive ends of documented ranges.
     InRangeRefused,
 }
 
@@ -119,41 +121,42 @@ impl SafetyKey {
         SafetyKey::PairingLost,
         SafetyKey::HonestResultLost,
         SafetyKey::StalledSessionKept,
-        // Issue 33, timing oracles (branch `oracles`).
+        // Timing: jobs ended by their deadline, polls woken, expiries to the ms.
         SafetyKey::JobEndOverdue,
         SafetyKey::PollNotWoken,
         SafetyKey::ExpiryOffEdge,
-        // Issue 33, hostile clients (branch `hostile`).
+        // Hostile clients: unfinished heads, connections and sessions per address.
         SafetyKey::UnfinishedHeadKept,
         SafetyKey::ConnectionsOverCap,
         SafetyKey::SessionsOverCap,
-        // Issue 33, accounted memory and shares (branch `resources`).
+        // Accounted memory, shares of the queue, unfunded payments.
         SafetyKey::ResourceBoundExceeded,
         SafetyKey::HonestStarved,
         SafetyKey::UnfundedJobAccepted,
-        // Issue 33, held-poll hoarding (branch `inputs`).
+        // Held-poll bounds.
         SafetyKey::HeldPollsOverCap,
-        // Issue 33, malformed input in every field (branch `garbage`).
+        // Malformed input in every field.
         SafetyKey::BadInputMishandled,
+        // A code claimed once, every frame on a kept session.
         SafetyKey::PairingClaimedTwice,
         SafetyKey::AssignLost,
-        // Held-out proposal 5.
+        // Node ownership, prices charged.
         SafetyKey::NodeActedUnowned,
         SafetyKey::ChargedOffPrice,
-        // Held-out 3 misses, identity (branch `hid`).
+        // Pairing rate limits.
         SafetyKey::RateLimitExceeded,
-        // Held-out 4 misses, identity (branch `h4id`).
+        // A user proof used once, pairing codes kept across a restart.
         SafetyKey::ProofAcceptedTwice,
         SafetyKey::PairingCodeLost,
-        // Held-out 4 misses, core (branch `h4core`).
+        // A node fenced only after half a lease without a renewal.
         SafetyKey::NodeFencedEarly,
-        // Held-out set 4 misses, payments (branch `h4pay`).
+        // A paid commit sent again with its payment.
         SafetyKey::PaymentAnsweredOtherSubmission,
         SafetyKey::PaidRetryRefused,
-        // Held-out 5 misses, identity (branch `h5id`).
+        // Trust lists across a restart, a retry after its `Retry-After`.
         SafetyKey::TrustListNotDurable,
         SafetyKey::RetryAfterRefused,
-        // Held-out set 5 misses, ranges (branch `h5lead`).
+        // Values at the inclusive ends of documented ranges.
         SafetyKey::InRangeRefused,
     ];
 
@@ -202,7 +205,6 @@ impl SafetyKey {
             SafetyKey::PaidRetryRefused => "paid_retry_refused",
             SafetyKey::TrustListNotDurable => "trust_list_not_durable",
             SafetyKey::RetryAfterRefused => "retry_after_refused",
-            // Held-out set 5 misses, ranges (branch `h5lead`).
             SafetyKey::InRangeRefused => "in_range_refused",
         }
     }
@@ -368,15 +370,13 @@ pub fn check(
     let mut found = Vec::new();
     found.extend(check_lines(lines, instances, workers, &jobs).err());
     found.extend(check_fences(lines).err());
-    // Held-out proposal 1 (branch `propa`).
     found.extend(super::claims::check(lines).err());
     found.extend(check_proven(frames, instances, workers, &jobs).err());
-    // Held-out proposal 7 (branch `propb`).
     found.extend(super::assigns::check(frames).err());
-    // Held-out set 3, payments (branch `hpay`).
+    // No two jobs assigned with one payment; a job erased before it was
+    // durable was never bought.
     let lost = lost_before_durable(lines, instances, &jobs);
     found.extend(super::paid_assigns::check(frames, &lost).err());
-    // Held-out set 5 misses, ranges (branch `h5lead`).
     found.extend(super::range_edges::check(frames).err());
     found.extend(check_reads(lines, streams, instances, &jobs));
     for (name, state) in instances {
@@ -406,8 +406,7 @@ pub fn check(
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
-        // Held-out set 5, core (branch `h5core`): polls sent to a node
-        // that does not hold their job.
+        // Polls sent to a cluster node that does not hold their job.
         if let Some(caps) = state.cluster_held_caps {
             found.extend(check_early_polls(lines, frames, name, state, (caps, true)).err());
         }
@@ -421,9 +420,9 @@ pub fn check(
     }
 }
 
-/// What the stream readers were shown (`crate::verify::streams`), and
-/// (held-out set 5, core, branch `h5core`) the readers that resumed after
-/// their one-node instance restarted (`crate::verify::stream_resumes`).
+/// What the stream readers were shown (`crate::verify::streams`), and the
+/// readers that resumed after their one-node instance restarted
+/// (`crate::verify::stream_resumes`).
 fn check_reads(
     lines: &[String],
     streams: &crate::world::streams::StreamLog,
@@ -489,11 +488,11 @@ fn lost_before_durable<'a>(
     }
 }
 
-/// Held-out 4 misses, core (branch `h4core`): held polls of `instance`
-/// answered early (`crate::verify::polls::check_early`), where no stop,
-/// crash or restart reached it (nor, on a cluster, a node's crash, store
-/// cut or lost answer: each is an instance control line too). `caps`: its
-/// held-poll bounds, and whether it has several nodes.
+/// Held polls of `instance` answered early
+/// (`crate::verify::polls::check_early`), where no stop, crash or restart
+/// reached it (nor, on a cluster, a node's crash, store cut or lost answer:
+/// each is an instance control line too). `caps`: its held-poll bounds, and
+/// whether it has several nodes.
 fn check_early_polls(
     lines: &[String],
     frames: &[FrameRecord],
@@ -1276,16 +1275,15 @@ fn check_receipt(
     receipt
         .verify(output)
         .map_err(|e| format!("{instance}: job {} receipt: {e}", job.id))?;
-    // Held-out proposal 2 (branch `propa`): a receipt signs its job id,
-    // so another job's valid receipt proves nothing about this one.
+    // A receipt signs its job id, so another job's valid receipt proves
+    // nothing about this one.
     if receipt.job_id != job.id {
         return Err(format!(
             "{instance}: job {} holds the receipt of job {}",
             job.id, receipt.job_id
         ));
     }
-    // Held-out patch `receipt-payment-ref-unchecked` (branch `hsess`): the
-    // receipt signs the payment it was done for (the spec's receipt
+    // The receipt signs the payment it was done for (the spec's receipt
     // fields), so a receipt bound to another payment, or to one where the
     // job had none, proves nothing about this job's.
     if receipt.payment_ref != job.payment_ref {
@@ -1873,7 +1871,7 @@ mod tests {
         assert_eq!(judge(keep, Some(1), 1_001), None);
     }
 
-    /// Held-out proposal 2: a completed job holding another job's receipt
+    /// A completed job holding another job's receipt
     /// (correctly signed, of the same output) is `receipt_invalid`; its
     /// own receipt is not.
     #[test]
@@ -1901,8 +1899,7 @@ mod tests {
         assert_eq!(v.invariant, SafetyKey::ReceiptInvalid);
     }
 
-    /// Held-out patch `receipt-payment-ref-unchecked` (branch `hsess`): a
-    /// completed job whose receipt (correctly signed, of this job and its
+    /// A completed job whose receipt (correctly signed, of this job and its
     /// output) names another payment, or a payment where the job had none,
     /// or none where it had one, is `receipt_invalid`; a receipt naming the
     /// job's own payment is not.

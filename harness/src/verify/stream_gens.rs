@@ -1,14 +1,13 @@
-//! `deltas_disagree_with_output`, event by event (issue 33, the held-out
-//! misses on streams). Decision 0023 promises: each attempt's text is a
-//! generation of its own; every event but `end` carries the reader's
-//! cursor `{generation}.{bytes}` as its id; a `restart` tells a reader to
-//! drop what it had when the attempt it followed died; and the deltas a
-//! reader keeps always join to the completed job's output. The end check
-//! (`verify::streams`) sees only what a reader holds at its `job` event,
-//! which the coordinator can mend after a splice (a cursor past the end of
-//! the output is restarted), and not a splice of two attempts whose text
-//! is the same (the simulation's workers all make a job's one output). So,
-//! at every event of a job's events read:
+//! `deltas_disagree_with_output`, event by event. Decision 0023 promises:
+//! each attempt's text is a generation of its own; every event but `end`
+//! carries the reader's cursor `{generation}.{bytes}` as its id; a
+//! `restart` tells a reader to drop what it had when the attempt it
+//! followed died; and the deltas a reader keeps always join to the
+//! completed job's output. The end check (`verify::streams`) sees only what
+//! a reader holds at its `job` event, which the coordinator can mend after
+//! a splice (a cursor past the end of the output is restarted), and not a
+//! splice of two attempts whose text is the same (the simulation's workers
+//! all make a job's one output). So, at every event of a job's events read:
 //! - **one generation**: while the reader holds text since its last
 //!   `restart` (or the bytes its `Last-Event-ID` named), every event id
 //!   names that text's generation; text shown under another generation's

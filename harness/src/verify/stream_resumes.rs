@@ -1,4 +1,4 @@
-//! `deltas_disagree_with_output`, across a restart (held-out set 5,
+//! `deltas_disagree_with_output`, across a restart (sabotage
 //! `stream-generation-repeats-after-restart`). Decision 0023 numbers each
 //! attempt's generation from the clock "so a cursor from an earlier
 //! process never matches by chance", and a stream's buffer is lost with

@@ -42,7 +42,7 @@ pub fn check(
             .as_ref()
             .and_then(|id| jobs.get(&(read.instance.as_str(), id.clone())).copied());
         found.extend(check_output(read, job).err());
-        // Issue 33, held-out misses on streams (branch `hstream`).
+        // Event by event: a splice the end check cannot see.
         found.extend(super::stream_gens::check(read, job).err());
         found.extend(check_leak(read, job, committers).err());
         if settled_on_completion.contains(read.instance.as_str()) {

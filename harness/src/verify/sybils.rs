@@ -10,7 +10,7 @@
 //! left open). Two spans overlap when one opened before the other closed;
 //! a close and an open in the same millisecond count as closed first.
 //!
-//! The same spans judge the address's worker slots (held-out set 5,
+//! The same spans judge the address's worker slots (sabotage
 //! `worker-slot-cap-ignores-new-session`): the slots of its sessions open
 //! at once, each the slots its worker's hello declares (the harness's own
 //! worker config), never exceed `limits.worker_slots_per_client_max`.

@@ -1,4 +1,4 @@
-//! `trust_list_not_durable` (held-out 5, `repaired-key-keeps-old-paired-at`):
+//! `trust_list_not_durable` (sabotage `repaired-key-keeps-old-paired-at`):
 //! what `GET /v1/trust/list` answered is durable. A list is answered only
 //! after the store holds what it read (`api/trust.rs` waits for
 //! `durable()`), and pairings are never removed (no unpairing, no

@@ -30,7 +30,7 @@ pub mod streams;
 use build::{assemble, clocks, Parts};
 use instance::{memdb_path, SimNode};
 pub mod transcript;
-pub mod trust_lists; // held-out 5 misses, identity (branch `h5id`)
+pub mod trust_lists;
 pub mod users;
 
 pub use build::{coordinator_config, facilitator_script, stub_key, worker_configs, PAYER_KEY};
@@ -130,13 +130,13 @@ pub struct World {
     /// The answers to requests sent malformed on purpose
     /// (`bad_input_mishandled` judges them).
     pub malformed: malformed::MalformedLog,
-    /// Held-out 4 misses, identity (branch `h4id`): the user proofs sent to
-    /// the doors that spend them (`proof_accepted_twice` judges them), and
-    /// the pairing codes created and claimed (`pairing_code_lost`).
+    /// The user proofs sent to the doors that spend them
+    /// (`proof_accepted_twice` judges them), and the pairing codes created and
+    /// claimed (`pairing_code_lost`).
     pub proofs: proofs::ProofLog,
     pub codes: codes::CodeLog,
-    /// Held-out 5 misses, identity (branch `h5id`): the pairing requests
-    /// and their answers (`trust_list_not_durable` judges the lists).
+    /// The pairing requests and their answers (`trust_list_not_durable` judges
+    /// the lists).
     pub trust: trust_lists::TrustLog,
     /// Every commit sent with a payment header, and its answer
     /// (`payment_answered_other_submission` and `paid_retry_refused`).

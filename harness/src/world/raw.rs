@@ -1,7 +1,7 @@
 //! `raw_request`: bytes sent as they are, for request heads that no HTTP
 //! client would send (a control character in a header or in the request
 //! line, a malformed request line): what hyper's parser refuses before any
-//! route runs (principle 4; issue 33, item 1).
+//! route runs (principle 4).
 
 use super::{sim_host, World, WorldError};
 use std::time::Duration;

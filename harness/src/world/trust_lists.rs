@@ -1,10 +1,9 @@
-//! Held-out 5 misses, identity (branch `h5id`): the pairing requests the
-//! harness sent to a simulated node (`trust/create`, `trust/claim`,
-//! `trust/list`), each with its answer, which process of its node was up
-//! when it was sent and when it was answered, and the transcript lines of
-//! both. `trust_list_not_durable` (`verify/trust_lists.rs`) judges the
-//! lists' answers across restarts; the claims tell it when trust could
-//! have changed in between.
+//! The pairing requests the harness sent to a simulated node
+//! (`trust/create`, `trust/claim`, `trust/list`), each with its answer,
+//! which process of its node was up when it was sent and when it was
+//! answered, and the transcript lines of both. `trust_list_not_durable`
+//! (`verify/trust_lists.rs`) judges the lists' answers across restarts; the
+//! claims tell it when trust could have changed in between.
 //!
 //! Kept beside the transcript, not in it, so no committed transcript
 //! changes.
