@@ -7,10 +7,15 @@
 //! replays.
 //!
 //! Layout:
-//! - [`world`]: what a seed draws, and its rendering as a scenario file.
+//! - [`spec`]: a world as data (its kinds, instances, workers, timeline).
+//! - [`draw`]: what a seed draws, kind by kind, each from its own stream;
+//!   one module per kind beside it (`attacks`, `stalls`, `code_edges`, ...).
+//! - [`render`]: a world rendered as a scenario file.
 //! - [`nodes`]: several-node worlds (node crashes, store partitions).
-//! - [`streams`]: streaming workers and readers of jobs' events.
 //! - [`shrink`]: reducing a failing world while it fails the same way.
+//! - [`steer`]: rounds that draw variations of seeds which reached a new
+//!   `sometimes` state first.
+//! - [`cli`]: the command line, the progress bar and the coverage table.
 //!
 //! Seeds run in parallel threads; each world is still one deterministic
 //! single-threaded simulation, so a seed's verdict never depends on the

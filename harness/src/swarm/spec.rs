@@ -336,13 +336,13 @@ impl Kind {
             Kind::LeaseThaws => "lease_thaws",
             Kind::IdleCuts => "idle_cuts",
             Kind::LongRetention => "long_retention",
-            held_out => held_out.held_out_name(),
+            later => later.later_kind_name(),
         }
     }
 
     /// The names of the kinds from [`Kind::LeaseAnswers`] on (apart from
     /// [`Self::as_str`], which names the others, to keep each match short).
-    fn held_out_name(self) -> &'static str {
+    fn later_kind_name(self) -> &'static str {
         match self {
             // A worker's answer at its lease's end.
             Kind::LeaseAnswers => "lease_answers",
@@ -770,7 +770,7 @@ impl WorldSpec {
             .filter(|i| i.payment == Some("success"))
             .map(|i| i.name)
             .collect();
-        self.keeps_h5id_events(&instances, &workers);
+        self.keep_trust_restarts_and_retry_afters(&instances, &workers);
         self.normalize_events(&instances, &workers, &paid, &facilitated);
         self.normalize_beside(&instances, &paid);
         super::nodes::normalize(self);
@@ -780,7 +780,7 @@ impl WorldSpec {
     /// workers still there, a worker started only after it stopped, a
     /// replay only after a payment, node events only on several nodes
     /// (trust restarts and retries after a 429 are judged before, by
-    /// `keeps_h5id_events`).
+    /// `keep_trust_restarts_and_retry_afters`).
     fn normalize_events(
         &mut self,
         instances: &[&'static str],
@@ -855,7 +855,11 @@ impl WorldSpec {
     /// Keeps a trust restart (user auth on, its worker there) or a retry
     /// after a 429 only where it still makes sense: its one-node instance
     /// is there.
-    fn keeps_h5id_events(&mut self, instances: &[&'static str], workers: &[String]) {
+    fn keep_trust_restarts_and_retry_afters(
+        &mut self,
+        instances: &[&'static str],
+        workers: &[String],
+    ) {
         let (user_auth, nodes) = (self.user_auth, self.instances.clone());
         let single = |name: &str| nodes.iter().any(|i| i.name == name && i.nodes <= 1);
         let single = |name: &'static str| instances.contains(&name) && single(name);
