@@ -71,6 +71,12 @@ pub enum JobFault {
     /// one that would tie its work to a payment it can settle elsewhere;
     /// it must be refused (`receipt.payment_ref` is not the job's).
     OtherPaymentRef,
+    /// Answer with this job's output and a correctly signed receipt for
+    /// this job that names no payment (`payment_ref` null): a worker that
+    /// leaves the binding out. On a paid job it must be refused
+    /// (`receipt.payment_ref` is not the job's); on an unpaid job it is the
+    /// honest receipt.
+    NoPaymentRef,
     /// Answer with this job's output and a receipt that names another key
     /// (this worker's `wrong_key`) and is signed by it, so it verifies on
     /// its own: a worker that signs with a key its owner never paired (a
@@ -114,6 +120,7 @@ impl JobFault {
             JobFault::InvalidOutput => "invalid_output",
             JobFault::OtherJobReceipt => "other_job_receipt",
             JobFault::OtherPaymentRef => "other_payment_ref",
+            JobFault::NoPaymentRef => "no_payment_ref",
             JobFault::ForeignKeyReceipt => "foreign_key_receipt",
             JobFault::DeltasDiffer => "deltas_differ",
             JobFault::DuplicateResult => "duplicate_result",

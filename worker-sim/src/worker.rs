@@ -801,6 +801,11 @@ impl Worker {
                 });
                 (output, receipt.sign(&self.key))
             }
+            Some(JobFault::NoPaymentRef) => {
+                let mut receipt = body(&output);
+                receipt.payment_ref = None;
+                (output, receipt.sign(&self.key))
+            }
             Some(JobFault::ForeignKeyReceipt) => {
                 let mut receipt = body(&output);
                 receipt.provider_pubkey = self.wrong_key.public_key_hex();

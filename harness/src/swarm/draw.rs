@@ -131,6 +131,8 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::retry_afters::draw(world);
     // The inclusive ends of documented ranges: stream 47.
     super::range_edges::draw(world);
+    // Receipts that name no payment: stream 46.
+    super::other_payments::draw_unbound(world);
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }

@@ -18,9 +18,23 @@ use super::spec::WorldSpec;
 
 /// The seed's ChaCha stream this draw uses (the world's is 0).
 const STREAM: u64 = 26;
+/// The stream of [`draw_unbound`], drawn after every other kind but the
+/// one that lives past the timeline, so it changes no other kind's draws.
+const UNBOUND_STREAM: u64 = 46;
 
 /// Each worker that forges receipts also binds receipts to another
 /// payment, with probability 0.7, at 20 to 60 % of its jobs.
 pub fn draw(world: &mut WorldSpec) {
     add_to_forgers(world, STREAM, "kind = \"other_payment_ref\"");
+}
+
+/// Each worker that forges receipts also leaves the payment out of its
+/// receipts (`no_payment_ref`), with probability 0.7, at 20 to 60 % of its
+/// jobs. On a paid job the receipt names no payment where the job has one,
+/// so it must be refused as a receipt bound to another payment is; on an
+/// unpaid job it is the honest receipt. A coordinator that compared the
+/// reference only when the receipt carried one was missed by every other
+/// draw (sabotage `receipt-without-payment-ref-accepted-for-a-paid-job`).
+pub fn draw_unbound(world: &mut WorldSpec) {
+    add_to_forgers(world, UNBOUND_STREAM, "kind = \"no_payment_ref\"");
 }

@@ -1,37 +1,37 @@
-//! The draws of worker answers that carry another payment's receipt or
-//! race a lease's end (`other_payments`, `lease_answers`, streams 26 and 27):
+//! The draws of worker answers that carry a receipt bound to another
+//! payment or to none, or race a lease's end (`other_payments`,
+//! `lease_answers`, streams 26, 46 and 27):
 //! each is on only where it should be, keeps every other seed's world, and
 //! renders to a scenario the ordinary checks accept.
 
 use super::spec::{Event, Kind, WorldSpec};
 use super::*;
 
-/// `other_payment_ref` goes only to workers that already forge receipts,
-/// in `forged_receipt` worlds, is drawn in some of them, and renders to a
-/// worker fault `harness check` accepts.
+/// `other_payment_ref` and `no_payment_ref` go only to workers that
+/// already forge receipts, in `forged_receipt` worlds, are each drawn in
+/// some of them, and render to worker faults `harness check` accepts.
 #[test]
-fn another_payments_receipt_is_drawn_only_for_workers_that_forge() {
-    let mut drawn = 0;
-    for seed in 0..300 {
-        let world = WorldSpec::generate(seed);
-        let before = drawn;
-        for worker in &world.workers {
-            let has = |kind: &str| worker.faults.iter().any(|f| f.toml.contains(kind));
-            if has("other_payment_ref") {
-                assert!(world.kinds.has(Kind::ForgedReceipt), "seed {seed}");
-                assert!(has("bad_signature"), "seed {seed}: {}", worker.name);
-                drawn += 1;
+fn receipts_bound_to_another_or_no_payment_are_drawn_only_for_workers_that_forge() {
+    for fault in ["other_payment_ref", "no_payment_ref"] {
+        let mut drawn = 0;
+        for seed in 0..300 {
+            let world = WorldSpec::generate(seed);
+            let before = drawn;
+            for worker in &world.workers {
+                let has = |kind: &str| worker.faults.iter().any(|f| f.toml.contains(kind));
+                if has(fault) {
+                    assert!(world.kinds.has(Kind::ForgedReceipt), "seed {seed}");
+                    assert!(has("bad_signature"), "seed {seed}: {}", worker.name);
+                    drawn += 1;
+                }
+            }
+            if drawn > before {
+                let problems = super::tests::checked(&world);
+                assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
             }
         }
-        if drawn > before {
-            let problems = super::tests::checked(&world);
-            assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
-        }
+        assert!(drawn > 10, "{fault} drawn {drawn} times in 300 seeds");
     }
-    assert!(
-        drawn > 10,
-        "other_payment_ref drawn {drawn} times in 300 seeds"
-    );
 }
 
 /// `lease_answers` appends its block to the end of the timeline on an
