@@ -201,6 +201,49 @@ pub fn check_early(
     Ok(())
 }
 
+/// `poll_not_woken`, for a change that is not an end: a held poll
+/// answered at its deadline though its job was first assigned while it was
+/// held (a worker received the job's first `assign` strictly after the
+/// poll was sent and strictly before its answer) was not woken by that
+/// change of status, pending to assigned (decision 0004). [`check`] sees a
+/// missed wake only where the job ended while held, so a coordinator that
+/// woke polls only for a job's end (sabotage
+/// `held-polls-woken-only-when-their-job-ends`) passed it. Judged where
+/// [`check_early`] is, on one-node instances: there the status changes in
+/// the instant the `assign` is sent, and a woken poll is answered then.
+pub fn check_late(
+    answers: &[HeldAnswer],
+    instance: &str,
+    assigns: &AssignWindows,
+) -> Result<(), Violation> {
+    let ours = answers.iter().filter(|a| a.instance == instance);
+    for held in ours.filter(|a| a.status == 200) {
+        let Some((held_ms, body)) = &held.answer else {
+            continue;
+        };
+        let (Some(id), true) = (body["id"].as_str(), *held_ms >= held.wait_ms) else {
+            continue;
+        };
+        let answered_ms = held.sent_ms + i64::try_from(*held_ms).unwrap_or(i64::MAX / 2);
+        let Some(&(from_ms, to_ms)) = assigns.get(id).and_then(|w| w.first()) else {
+            continue;
+        };
+        if from_ms > held.sent_ms && to_ms < answered_ms {
+            return Err(Violation {
+                invariant: SafetyKey::PollNotWoken,
+                message: format!(
+                    "{instance}: a poll of job {id} with a wait of {} ms was answered {} at its deadline, \
+                     though a worker received the job's first assign at +{to_ms} ms, while it was held: \
+                     the change from pending did not wake it",
+                    held.wait_ms, body["status"]
+                ),
+                line: Some(held.line),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// When a held poll was answered showing its job `running` (ms after
 /// `+0.000s`), and the job's id.
 fn running_at(held: &HeldAnswer) -> Option<(i64, &str)> {
@@ -329,6 +372,35 @@ mod tests {
             status: 200,
             answer: Some((after, json!({"id": "j", "status": status}))),
         }
+    }
+
+    /// The late side: a poll held to its deadline is not woken only where
+    /// its job's first assign came strictly inside the hold.
+    #[test]
+    fn a_first_assign_inside_the_hold_must_wake_the_poll() {
+        let late = |assign: (i64, i64), after: u64, status: &str| {
+            let assigns = AssignWindows::from([("j".to_owned(), vec![assign, (9000, 9000)])]);
+            check_late(&[held(after, status)], "chain_a", &assigns)
+                .err()
+                .map(|v| v.invariant)
+        };
+        assert_eq!(
+            late((10, 10), 5001, "running"),
+            Some(SafetyKey::PollNotWoken)
+        );
+        assert_eq!(
+            late((10, 10), 5001, "assigned"),
+            Some(SafetyKey::PollNotWoken)
+        );
+        // Woken at the assign: answered then, not at the deadline.
+        assert_eq!(late((10, 10), 10, "assigned"), None);
+        // Assigned in the instant the poll was sent, or at its deadline:
+        // either side of the hold, no change inside it is certain.
+        assert_eq!(late((0, 0), 5001, "running"), None);
+        assert_eq!(late((5001, 5001), 5001, "running"), None);
+        // A job no worker received: nothing is known of its changes.
+        let none = check_late(&[held(5001, "pending")], "chain_a", &AssignWindows::new());
+        assert!(none.is_ok());
     }
 
     /// A poll of `client` sent at `sent_ms`, held `held_ms`.

@@ -402,13 +402,13 @@ pub fn check(
                     super::polls::check_caps(&state.held_polls, name, bound.held_caps).err(),
                 );
                 let caps = (bound.held_caps, false);
-                found.extend(check_early_polls(lines, frames, name, state, caps).err());
+                found.extend(check_poll_wakes(lines, frames, name, state, caps).err());
                 found.extend(super::edges::check(lines, name, state.jobs, bound).err());
             }
         }
         // Polls sent to a cluster node that does not hold their job.
         if let Some(caps) = state.cluster_held_caps {
-            found.extend(check_early_polls(lines, frames, name, state, (caps, true)).err());
+            found.extend(check_poll_wakes(lines, frames, name, state, (caps, true)).err());
         }
     }
     match found
@@ -489,11 +489,13 @@ fn lost_before_durable<'a>(
 }
 
 /// Held polls of `instance` answered early
-/// (`crate::verify::polls::check_early`), where no stop, crash or restart
+/// (`crate::verify::polls::check_early`), or at their deadline after a
+/// first assign on a one-node instance (`crate::verify::polls::check_late`),
+/// where no stop, crash or restart
 /// reached it (nor, on a cluster, a node's crash, store cut or lost answer:
 /// each is an instance control line too). `caps`: its held-poll bounds, and
 /// whether it has several nodes.
-fn check_early_polls(
+fn check_poll_wakes(
     lines: &[String],
     frames: &[FrameRecord],
     instance: &str,
@@ -505,7 +507,11 @@ fn check_early_polls(
     }
     let assigns = super::polls::assign_windows(frames, lines);
     let polls = &state.held_polls;
-    super::polls::check_early(polls, instance, &assigns, held_caps, several_nodes)
+    super::polls::check_early(polls, instance, &assigns, held_caps, several_nodes)?;
+    if several_nodes {
+        return Ok(());
+    }
+    super::polls::check_late(polls, instance, &assigns)
 }
 
 /// `private_to_unproven_pairing`: on an instance with user auth on, every
