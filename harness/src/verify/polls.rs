@@ -221,7 +221,10 @@ pub fn check_late(
         let Some((held_ms, body)) = &held.answer else {
             continue;
         };
-        let (Some(id), true) = (body["id"].as_str(), *held_ms >= held.wait_ms) else {
+        if *held_ms < held.wait_ms {
+            continue;
+        }
+        let Some(id) = body["id"].as_str() else {
             continue;
         };
         let answered_ms = held.sent_ms + i64::try_from(*held_ms).unwrap_or(i64::MAX / 2);
