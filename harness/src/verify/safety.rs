@@ -491,10 +491,9 @@ fn lost_before_durable<'a>(
 /// Held polls of `instance` answered early
 /// (`crate::verify::polls::check_early`), or at their deadline after a
 /// first assign on a one-node instance (`crate::verify::polls::check_late`),
-/// where no stop, crash or restart
-/// reached it (nor, on a cluster, a node's crash, store cut or lost answer:
-/// each is an instance control line too). `caps`: its held-poll bounds, and
-/// whether it has several nodes.
+/// where no stop, crash or restart reached it (nor, on a cluster, a node's
+/// crash, store cut or lost answer: each is an instance control line too).
+/// `caps`: its held-poll bounds, and whether it has several nodes.
 fn check_poll_wakes(
     lines: &[String],
     frames: &[FrameRecord],
