@@ -118,7 +118,7 @@ const STATES_MAX: usize = 256;
 const DELETED_MAX: usize = 100_000;
 
 /// At most this many worker sessions are noted per world.
-const SESSIONS_MAX: usize = 10_000;
+pub const SESSIONS_MAX: usize = 10_000;
 
 /// The chance an enabled site fires on one call: 1 in this.
 const FIRE_ONE_IN: u32 = 4;
@@ -150,6 +150,39 @@ pub struct SessionSpan {
     /// When its task ended it; `None` while it runs, or when its process
     /// died with it.
     pub closed_ms: Option<i64>,
+    /// Why its task ended it; `None` while it runs, or when the task was
+    /// dropped instead (a crash).
+    pub end: Option<SessionEnd>,
+}
+
+/// Why a worker session's task ended it: the `reason` label of
+/// `worker_sessions_closed_total`, and what the harness judges a closed
+/// session by (a worker that reads every frame is never closed for its
+/// outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The coordinator sent it a closing error (a session of the same key
+    /// replaced it, the process is stopping).
+    ClosedByCoordinator,
+    /// Its outbox was closed: a frame would have taken it past its bound
+    /// (`resources::outbox_bytes_max`), or the session was unregistered.
+    OutboxClosed,
+    /// A send or a read failed, or the worker broke the protocol.
+    ConnectionClosed,
+    /// No frame within the heartbeat timeout.
+    HeartbeatTimeout,
+}
+
+impl SessionEnd {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionEnd::ClosedByCoordinator => "closed by coordinator",
+            SessionEnd::OutboxClosed => "outbox closed",
+            SessionEnd::ConnectionClosed => "connection closed",
+            SessionEnd::HeartbeatTimeout => "heartbeat timeout",
+        }
+    }
 }
 
 /// A finished job retention deleted (see [`result_deleted`]): a result,
@@ -309,21 +342,23 @@ pub fn session_opened(pubkey: &str, session: u64, at_ms: i64) {
                     session,
                     opened_ms: at_ms,
                     closed_ms: None,
+                    end: None,
                 });
             }
         }
     });
 }
 
-/// Notes that the session's task ended it (the latest open one of that
-/// key and id: ids restart with each process). Free when unarmed.
-pub fn session_closed(pubkey: &str, session: u64, at_ms: i64) {
+/// Notes that the session's task ended it, for `end` (the latest open one
+/// of that key and id: ids restart with each process). Free when unarmed.
+pub fn session_closed(pubkey: &str, session: u64, at_ms: i64, end: Option<SessionEnd>) {
     ARMED.with(|a| {
         if let Some(armed) = a.borrow_mut().as_mut() {
             let open = (armed.sessions.iter_mut().rev())
                 .find(|s| s.closed_ms.is_none() && s.session == session && s.pubkey == pubkey);
             if let Some(span) = open {
                 span.closed_ms = Some(at_ms);
+                span.end = end;
             }
         }
     });

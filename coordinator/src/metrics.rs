@@ -374,10 +374,11 @@ impl Metrics {
             .inc();
     }
 
-    /// `reason` is one of the session's fixed end reasons.
-    pub fn session_closed(&self, reason: &'static str) {
+    pub fn session_closed(&self, end: crate::buggify::SessionEnd) {
         self.sessions_closed
-            .get_or_create(&ReasonLabel { reason })
+            .get_or_create(&ReasonLabel {
+                reason: end.as_str(),
+            })
             .inc();
     }
 

@@ -15,7 +15,7 @@
 
 use super::deltas::DeltaRate;
 use super::result::{check_result, Held, OutputShape};
-use crate::buggify::{self, Site};
+use crate::buggify::{self, SessionEnd, Site};
 use crate::core::{FailureReason, Outbound, SessionId};
 use crate::shell::{Coordinator, OutboxRx};
 use protocol::api::JobType;
@@ -77,11 +77,16 @@ pub async fn run_admitted<C: FrameConnection>(
         return;
     };
     tracing::info!(session = peer.session, pubkey = %peer.pubkey, "worker connected");
-    let witnessed = Witnessed::open(&c, &peer);
-    let reason = serve(&c, &mut conn, &mut peer).await;
+    let mut witnessed = Witnessed::open(&c, &peer);
+    let end = serve(&c, &mut conn, &mut peer).await;
+    witnessed.end = Some(end);
     drop(witnessed);
-    tracing::info!(session = peer.session, reason, "worker disconnected");
-    c.metrics().session_closed(reason);
+    tracing::info!(
+        session = peer.session,
+        reason = end.as_str(),
+        "worker disconnected"
+    );
+    c.metrics().session_closed(end);
     c.unregister_worker(peer.session);
     conn.close().await;
 }
@@ -93,6 +98,8 @@ struct Witnessed<'a> {
     c: &'a Coordinator,
     pubkey: String,
     session: SessionId,
+    /// Why `serve` ended; `None` when a crash dropped the task.
+    end: Option<SessionEnd>,
 }
 
 impl<'a> Witnessed<'a> {
@@ -102,13 +109,14 @@ impl<'a> Witnessed<'a> {
             c,
             pubkey: peer.pubkey.clone(),
             session: peer.session,
+            end: None,
         }
     }
 }
 
 impl Drop for Witnessed<'_> {
     fn drop(&mut self) {
-        buggify::session_closed(&self.pubkey, self.session, self.c.now_ms());
+        buggify::session_closed(&self.pubkey, self.session, self.c.now_ms(), self.end);
     }
 }
 
@@ -462,7 +470,7 @@ async fn serve<C: FrameConnection>(
     c: &Coordinator,
     conn: &mut Timed<C>,
     peer: &mut Peer,
-) -> &'static str {
+) -> SessionEnd {
     let heartbeat_timeout = Duration::from_millis(c.config().timing.heartbeat_timeout_ms);
     let mut silent_until = Instant::now() + heartbeat_timeout;
     conn.silent_until = Some(silent_until);
@@ -476,12 +484,12 @@ async fn serve<C: FrameConnection>(
                     Some(Outbound::Frame(frame)) => frame,
                     Some(Outbound::Close(code, message)) => {
                         let _ = send_error(conn, code, message, None).await;
-                        return "closed by coordinator";
+                        return SessionEnd::ClosedByCoordinator;
                     }
-                    None => return "outbox closed",
+                    None => return SessionEnd::OutboxClosed,
                 };
                 if send_frame(conn, &frame).await.is_err() {
-                    return "connection closed";
+                    return SessionEnd::ConnectionClosed;
                 }
                 // After the send: this task reads the worker's next frame
                 // only once it is back in the loop.
@@ -497,19 +505,19 @@ async fn serve<C: FrameConnection>(
             }
             _ = sleep_until(silent_until) => {
                 let _ = send_error(conn, ErrorCode::HeartbeatTimeout, "no frame within the heartbeat timeout", None).await;
-                return "heartbeat timeout";
+                return SessionEnd::HeartbeatTimeout;
             }
             incoming = conn.recv() => {
                 // Any frame, even a bad one, shows the worker is alive.
                 silent_until = Instant::now() + heartbeat_timeout;
                 conn.silent_until = Some(silent_until);
                 let frame = match parse_frame(c, conn, incoming).await {
-                    Err(_) => return "connection closed",
+                    Err(_) => return SessionEnd::ConnectionClosed,
                     Ok(None) => continue,
                     Ok(Some(frame)) => frame,
                 };
                 if handle(c, conn, peer, &mut held, frame).await.is_err() {
-                    return "connection closed";
+                    return SessionEnd::ConnectionClosed;
                 }
             }
         }

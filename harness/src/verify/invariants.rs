@@ -146,6 +146,7 @@ fn check_safety(
     let checked = world.transcript.with_lines(|lines| {
         safety::check(lines, &frames, &world.streams, &instances, &workers)
             .and_then(|()| check_stalls(scenario, world, lines))
+            .and_then(|()| check_private_admission(world, snapshots))
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world))
             .and_then(|()| check_resources(world, lines))
@@ -363,8 +364,42 @@ fn since_epoch(epoch_ms: i64, opened_ms: &mut i64, closed_ms: &mut Option<i64>) 
     *closed_ms = closed_ms.map(|c| c - epoch_ms);
 }
 
-/// `stalled_session_kept` (`crate::verify::stalls`), over the sessions the
-/// coordinator noted in this thread's simulated world.
+/// `private_admitted_offline` (`crate::verify::private_admission`) on the
+/// one-node instances, over the sessions the coordinator noted in this
+/// thread's simulated world (on its own clock, as the stores are).
+fn check_private_admission(
+    world: &World,
+    snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
+) -> Result<(), safety::Violation> {
+    let sessions = coordinator::buggify::sessions();
+    // Past the witness's bound later sessions are not noted.
+    if sessions.len() >= coordinator::buggify::SESSIONS_MAX {
+        return Ok(());
+    }
+    let mut capable: BTreeMap<String, BTreeSet<protocol::api::JobType>> = BTreeMap::new();
+    for w in world.workers.values() {
+        let types = capable
+            .entry(w.public_key.to_ascii_lowercase())
+            .or_default();
+        types.extend(w.config.capabilities.iter().copied());
+    }
+    let one_node = snapshots
+        .iter()
+        .filter(|(name, _)| world.nodes(name).len() == 1);
+    for (name, s) in one_node {
+        let admitted = super::private_admission::Admitted {
+            instance: name,
+            jobs: &s.jobs,
+            trust: &s.trust,
+        };
+        super::private_admission::check(&admitted, &sessions, &capable)?;
+    }
+    Ok(())
+}
+
+/// `stalled_session_kept` and `reading_session_closed`
+/// (`crate::verify::stalls`), over the sessions the coordinator noted in
+/// this thread's simulated world.
 fn check_stalls(
     scenario: &Scenario,
     world: &World,
@@ -389,6 +424,7 @@ fn check_stalls(
         })
         .collect();
     stalls::check(lines, &sessions, &workers)
+        .and_then(|()| stalls::check_reading(lines, &sessions, &workers))
 }
 
 /// `unfinished_head_kept` and `connections_over_cap`

@@ -18,6 +18,7 @@ pub mod paid_assigns;
 pub mod paid_retries;
 pub mod polls;
 pub mod prices;
+pub mod private_admission;
 pub mod proof_replays;
 pub mod range_edges;
 pub mod rate_limits;

@@ -46,6 +46,9 @@ pub enum SafetyKey {
     PrivateToUntrusted,
     PrivateToUnprovenPairing,
     PrivateBeforeAuth,
+    /// A PRIVATE job accepted while none of its user's trusted workers
+    /// that serve its type was online.
+    PrivateAdmittedOffline,
     PaymentBoughtTwoJobs,
     UnpaidJobDispatched,
     NodeFencedUnprovoked,
@@ -58,6 +61,8 @@ pub enum SafetyKey {
     PairingLost,
     HonestResultLost,
     StalledSessionKept,
+    /// A worker that read every frame was closed for its outbox.
+    ReadingSessionClosed,
     // Timing: jobs ended by their deadline, polls woken, expiries to the ms.
     JobEndOverdue,
     PollNotWoken,
@@ -100,7 +105,7 @@ pub enum SafetyKey {
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 44] = [
+    pub const ALL: [SafetyKey; 46] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -158,6 +163,10 @@ impl SafetyKey {
         SafetyKey::RetryAfterRefused,
         // Values at the inclusive ends of documented ranges.
         SafetyKey::InRangeRefused,
+        // A worker that reads every frame kept, whatever it was sent.
+        SafetyKey::ReadingSessionClosed,
+        // A PRIVATE job accepted only while a trusted worker could take it.
+        SafetyKey::PrivateAdmittedOffline,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -206,6 +215,8 @@ impl SafetyKey {
             SafetyKey::TrustListNotDurable => "trust_list_not_durable",
             SafetyKey::RetryAfterRefused => "retry_after_refused",
             SafetyKey::InRangeRefused => "in_range_refused",
+            SafetyKey::ReadingSessionClosed => "reading_session_closed",
+            SafetyKey::PrivateAdmittedOffline => "private_admitted_offline",
         }
     }
 }

@@ -11,10 +11,19 @@
 //! witness recorded only in an armed world, and ended by a crash too). A
 //! session of that worker open when it froze must end within the heartbeat
 //! timeout plus [`SLACK_MS`] of the freeze, if the freeze lasted that long.
+//!
+//! The converse, `reading_session_closed`: a worker that reads every frame
+//! is never closed for its outbox (held-out set 6, patch 6: an outbox whose
+//! count only grew closed every healthy worker once it had been sent its
+//! bound in all). Its outbox drains as fast as frames are queued, so
+//! only a send that blocks can fill it; a session the coordinator notes as
+//! ended by its closed outbox (`SessionEnd::OutboxClosed`) is judged when
+//! its worker never froze and no link fault (hold, partition, delay) ever
+//! named it.
 
 use super::safety::{SafetyKey, Violation};
-use coordinator::buggify::SessionSpan;
-use std::collections::BTreeMap;
+use coordinator::buggify::{SessionEnd, SessionSpan};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Beyond the heartbeat timeout: a frame written just before the freeze
 /// still arrives (a link delay of up to 500 ms), and fault points delay a
@@ -81,6 +90,50 @@ pub fn check(
     Ok(())
 }
 
+/// Checks that no session of a worker that always read ended by its closed
+/// outbox (times in the transcript's ms).
+pub fn check_reading(
+    lines: &[String],
+    sessions: &[SessionSpan],
+    workers: &BTreeMap<String, Frozen<'_>>,
+) -> Result<(), Violation> {
+    let stopped = ever_stopped(lines);
+    let reading = (workers.iter()).filter(|(name, w)| w.judged && !stopped.contains(name.as_str()));
+    for (name, w) in reading {
+        let closed = sessions.iter().find(|s| {
+            s.end == Some(SessionEnd::OutboxClosed) && s.pubkey.eq_ignore_ascii_case(w.public_key)
+        });
+        if let Some(s) = closed {
+            let at_ms = s.closed_ms.unwrap_or(0);
+            return Err(Violation {
+                invariant: SafetyKey::ReadingSessionClosed,
+                message: format!(
+                    "worker {name} read every frame, but its session {} was closed for its outbox at +{at_ms} ms",
+                    s.session
+                ),
+                line: lines.iter().position(|l| line_ms(l) >= at_ms),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The workers that froze, or that a link fault named, at any time.
+fn ever_stopped(lines: &[String]) -> BTreeSet<&str> {
+    let mut stopped = BTreeSet::new();
+    for line in lines {
+        let Some(text) = line.split_once("] harness ").map(|(_, t)| t) else {
+            continue;
+        };
+        match text.split(' ').collect::<Vec<_>>()[..] {
+            ["worker", w, "freeze"] => stopped.insert(w),
+            ["fault", _, _, "between", w, "and", _] => stopped.insert(w),
+            _ => continue,
+        };
+    }
+    stopped
+}
+
 /// Every freeze: `harness worker W freeze` to `harness worker W thaw`, and
 /// `harness fault NAME: hold between W and I` to its repair.
 fn freezes(lines: &[String]) -> Vec<Freeze> {
@@ -132,12 +185,27 @@ mod tests {
     const KEY: &str = "ab12";
 
     fn judge(lines: &[&str], closed_ms: Option<i64>) -> Option<&'static str> {
+        let end = closed_ms.map(|_| SessionEnd::HeartbeatTimeout);
+        judge_with(check, lines, closed_ms, end)
+    }
+
+    /// `check` or `check_reading`.
+    type Check =
+        fn(&[String], &[SessionSpan], &BTreeMap<String, Frozen<'_>>) -> Result<(), Violation>;
+
+    fn judge_with(
+        check: Check,
+        lines: &[&str],
+        closed_ms: Option<i64>,
+        end: Option<SessionEnd>,
+    ) -> Option<&'static str> {
         let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
         let sessions = [SessionSpan {
             pubkey: KEY.into(),
             session: 1,
             opened_ms: 100,
             closed_ms,
+            end,
         }];
         let workers = BTreeMap::from([(
             "w1".to_owned(),
@@ -150,6 +218,37 @@ mod tests {
         check(&lines, &sessions, &workers)
             .err()
             .map(|v| v.invariant.as_str())
+    }
+
+    /// A worker that never stopped reading is never closed for its outbox;
+    /// one that froze, or that a link fault held, may be, and other ends
+    /// are not judged here.
+    #[test]
+    fn a_reading_workers_session_is_never_closed_for_its_outbox() {
+        let reading = ["[+1.000s] harness worker w2 freeze", "[+5.000s] note end"];
+        let outbox = Some(SessionEnd::OutboxClosed);
+        assert_eq!(
+            judge_with(check_reading, &reading, Some(2_000), outbox),
+            Some("reading_session_closed")
+        );
+        for end in [
+            SessionEnd::HeartbeatTimeout,
+            SessionEnd::ConnectionClosed,
+            SessionEnd::ClosedByCoordinator,
+        ] {
+            assert_eq!(
+                judge_with(check_reading, &reading, Some(2_000), Some(end)),
+                None
+            );
+        }
+        assert_eq!(judge_with(check_reading, &reading, None, None), None);
+        let frozen = ["[+1.000s] harness worker w1 freeze", "[+5.000s] note end"];
+        assert_eq!(
+            judge_with(check_reading, &frozen, Some(2_000), outbox),
+            None
+        );
+        let held = ["[+1.000s] harness fault link0: delay between w1 and chain_a"];
+        assert_eq!(judge_with(check_reading, &held, Some(2_000), outbox), None);
     }
 
     /// Frozen at 1 s for 9 s with a 2 s heartbeat timeout: the session

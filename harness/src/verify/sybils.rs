@@ -101,6 +101,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use coordinator::buggify::SessionEnd;
 
     fn span(pubkey: &str, opened_ms: i64, closed_ms: Option<i64>) -> SessionSpan {
         SessionSpan {
@@ -108,6 +109,7 @@ mod tests {
             session: 1,
             opened_ms,
             closed_ms,
+            end: closed_ms.map(|_| SessionEnd::ConnectionClosed),
         }
     }
 
