@@ -144,8 +144,8 @@ pub struct SessionSpan {
     /// The worker's key, as its hello named it.
     pub pubkey: String,
     pub session: u64,
-    /// When it was authenticated (the coordinator's clock, ms since the
-    /// epoch).
+    /// When the core registered it, once authenticated and before its
+    /// welcome is sent (the coordinator's clock, ms since the epoch).
     pub opened_ms: i64,
     /// When its task ended it; `None` while it runs, or when its process
     /// died with it.
@@ -331,7 +331,8 @@ pub fn deleted_results() -> Vec<DeletedResult> {
     })
 }
 
-/// Notes that worker session `session` of `pubkey` was authenticated.
+/// Notes that worker session `session` of `pubkey` was registered (once
+/// authenticated, before its welcome is sent).
 /// Free when unarmed.
 pub fn session_opened(pubkey: &str, session: u64, at_ms: i64) {
     ARMED.with(|a| {

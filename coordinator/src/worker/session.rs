@@ -36,6 +36,8 @@ type Refusal = (ErrorCode, String, Option<Uuid>);
 struct Peer {
     session: SessionId,
     pubkey: String,
+    /// Its span for the harness, from its registration; taken when it ends.
+    witnessed: Option<Witnessed>,
     /// `pubkey` parsed, once: every receipt is checked against it.
     key: protocol::signing::PublicKey,
     outbox: OutboxRx,
@@ -77,10 +79,10 @@ pub async fn run_admitted<C: FrameConnection>(
         return;
     };
     tracing::info!(session = peer.session, pubkey = %peer.pubkey, "worker connected");
-    let mut witnessed = Witnessed::open(&c, &peer);
     let end = serve(&c, &mut conn, &mut peer).await;
-    witnessed.end = Some(end);
-    drop(witnessed);
+    if let Some(witnessed) = peer.witnessed.take() {
+        witnessed.close(end);
+    }
     tracing::info!(
         session = peer.session,
         reason = end.as_str(),
@@ -91,30 +93,37 @@ pub async fn run_admitted<C: FrameConnection>(
     conn.close().await;
 }
 
-/// Notes a session's span for the harness ([`buggify::session_opened`]):
-/// its end when dropped, at the end of `serve` or when a crash drops the
-/// session's task.
-struct Witnessed<'a> {
-    c: &'a Coordinator,
+/// A session's span for the harness ([`buggify::session_opened`]): opened
+/// when the core registers the worker (from then on admission counts it,
+/// before its welcome is sent: a stalled send took 200 ms, and a commit in
+/// between was admitted on it; found by the swarm, seed 899), and closed
+/// when dropped: by [`Witnessed::close`] with why it ended, or with no
+/// reason when a crash drops the session's task.
+struct Witnessed {
+    c: Coordinator,
     pubkey: String,
     session: SessionId,
-    /// Why `serve` ended; `None` when a crash dropped the task.
     end: Option<SessionEnd>,
 }
 
-impl<'a> Witnessed<'a> {
-    fn open(c: &'a Coordinator, peer: &Peer) -> Self {
-        buggify::session_opened(&peer.pubkey, peer.session, c.now_ms());
+impl Witnessed {
+    fn open(c: &Coordinator, pubkey: &str, session: SessionId) -> Self {
+        buggify::session_opened(pubkey, session, c.now_ms());
         Self {
-            c,
-            pubkey: peer.pubkey.clone(),
-            session: peer.session,
+            c: c.clone(),
+            pubkey: pubkey.to_owned(),
+            session,
             end: None,
         }
     }
+
+    /// Closes the span, noting why the session ended.
+    fn close(mut self, end: SessionEnd) {
+        self.end = Some(end);
+    }
 }
 
-impl Drop for Witnessed<'_> {
+impl Drop for Witnessed {
     fn drop(&mut self) {
         buggify::session_closed(&self.pubkey, self.session, self.c.now_ms(), self.end);
     }
@@ -394,18 +403,21 @@ async fn welcome<C: FrameConnection>(c: &Coordinator, conn: &mut C, hello: Hello
             return None;
         }
     };
+    let witnessed = Witnessed::open(c, &hello.pubkey, session);
     let welcome = CoordinatorFrame::Welcome {
         session_id: session,
         heartbeat_interval_ms: timing.heartbeat_interval_ms,
         heartbeat_timeout_ms: timing.heartbeat_timeout_ms,
     };
     if send_frame(conn, &welcome).await.is_err() {
+        witnessed.close(SessionEnd::ConnectionClosed);
         c.unregister_worker(session);
         return None;
     }
     Some(Peer {
         session,
         pubkey: hello.pubkey,
+        witnessed: Some(witnessed),
         key: hello.key,
         outbox,
         deltas: hello.deltas,

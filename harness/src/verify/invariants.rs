@@ -148,7 +148,7 @@ fn check_safety(
             .and_then(|()| check_stalls(scenario, world, lines))
             .and_then(|()| check_private_admission(world, snapshots))
             .and_then(|()| check_connections(scenario, world, lines))
-            .and_then(|()| check_sybils(scenario, world))
+            .and_then(|()| check_sybils(scenario, world, lines))
             .and_then(|()| check_resources(world, lines))
             .and_then(|()| check_nodes(scenario, world, lines))
             .and_then(|()| check_pairing(scenario, world, snapshots, lines))
@@ -471,7 +471,11 @@ fn check_connections(
 /// `sessions_over_cap` (`crate::verify::sybils`), over the sessions the
 /// coordinator noted, for the workers that dial from a named client and
 /// share their key with no other worker.
-fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violation> {
+fn check_sybils(
+    scenario: &Scenario,
+    world: &World,
+    lines: &[String],
+) -> Result<(), safety::Violation> {
     let dialled: Vec<sybils::Dialled> = (world.workers.values())
         .filter(|w| {
             let shared = (world.workers.values())
@@ -503,7 +507,7 @@ fn check_sybils(scenario: &Scenario, world: &World) -> Result<(), safety::Violat
             (name.clone(), caps)
         })
         .collect();
-    sybils::check(&sessions, &dialled, &caps)
+    sybils::check(lines, &sessions, &dialled, &caps)
 }
 
 /// The held-poll bounds of a simulated instance of several nodes (each

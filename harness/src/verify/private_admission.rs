@@ -154,11 +154,9 @@ mod tests {
             judge(&jobs, &[span(500, None)], &[JobType::LlmInfer]),
             offline
         );
-        // Paired after the commit: not trusted at it.
-        assert_eq!(
-            judge(&[job(true, 50, None)], &[span(0, None)], &task),
-            offline
-        );
+        // Paired (again) after the commit: its time does not say when it
+        // was first trusted, so it counts.
+        assert_eq!(judge(&[job(true, 50, None)], &[span(0, None)], &task), None);
     }
 
     /// PUBLIC jobs and refusal records are not judged.

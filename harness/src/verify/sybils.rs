@@ -6,9 +6,16 @@
 //! harness dialled them from: workers that name a `client` share it.
 //!
 //! A worker runs one session at a time, so a session of a key ends at the
-//! latest when the next session of that key opens (a crash's span may be
-//! left open). Two spans overlap when one opened before the other closed;
-//! a close and an open in the same millisecond count as closed first.
+//! latest when the next session of that key opens, and at the latest at its
+//! instance's first crash or restart at or after its opening (the same
+//! millisecond counts: the crash's line follows the kill, and workers
+//! reconnect only after a backoff). A crashed process holds nothing, but
+//! its session tasks may run on until their connections fail, and a crash
+//! may leave a span open for good: seed 1855, where a Sybil registered
+//! just before a crash, whose welcome was stalled, closed its span 167 ms
+//! later while another Sybil held the new process's only place. Two spans
+//! overlap when one opened before the other closed; a close and an open in
+//! the same millisecond count as closed first.
 //!
 //! The same spans judge the address's worker slots (sabotage
 //! `worker-slot-cap-ignores-new-session`): the slots of its sessions open
@@ -41,8 +48,10 @@ pub struct Caps {
 }
 
 /// Checks the sessions of `workers` (keys unique among all workers) against
-/// each instance's cap (`caps`).
+/// each instance's cap (`caps`), times on the transcript's clock (`lines`
+/// give the crashes).
 pub fn check(
+    lines: &[String],
     sessions: &[SessionSpan],
     workers: &[Dialled<'_>],
     caps: &BTreeMap<String, Caps>,
@@ -56,10 +65,11 @@ pub fn check(
         let next_open = (sessions[i + 1..].iter())
             .find(|n| n.pubkey == s.pubkey)
             .map(|n| n.opened_ms);
-        let closed = match (s.closed_ms, next_open) {
-            (Some(c), Some(n)) => Some(c.min(n)),
-            (c, n) => c.or(n),
-        };
+        let crashed = crashes(lines, w.instance).find(|&c| c >= s.opened_ms);
+        let closed = [s.closed_ms, next_open, crashed]
+            .into_iter()
+            .flatten()
+            .min();
         let spans = groups.entry((w.client, w.instance)).or_default();
         spans.push(((s.opened_ms, closed), w.slots));
     }
@@ -98,6 +108,23 @@ pub fn check(
     Ok(())
 }
 
+/// When `instance` crashed or restarted: its `restart` and
+/// `graceful_restart` steps, an armed write's crash, and any `reboot`
+/// fault's crash (its line does not name the instance).
+fn crashes<'a>(lines: &'a [String], instance: &'a str) -> impl Iterator<Item = i64> + 'a {
+    let restart = format!("harness instance {instance} restart");
+    let graceful = format!("harness instance {instance} graceful_restart");
+    let crashed = format!("harness {instance} crashed");
+    lines.iter().filter_map(move |line| {
+        let rest = line.split_once("] ").map_or("", |(_, rest)| rest);
+        let hit = rest == restart
+            || rest == graceful
+            || rest.starts_with(&crashed)
+            || (rest.starts_with("harness fault ") && rest.ends_with(": crash"));
+        hit.then(|| super::safety::line_ms(line))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,7 +157,9 @@ mod tests {
             slots: slots_max,
         };
         let caps = BTreeMap::from([("chain_a".to_owned(), cap)]);
-        check(sessions, &workers, &caps)
+        let lines =
+            ["[+0.100s] harness chain_a crashed at its armed store write; restarting".to_owned()];
+        check(&lines, sessions, &workers, &caps)
             .err()
             .map(|v| v.invariant.as_str())
     }
@@ -162,10 +191,25 @@ mod tests {
         assert_eq!(judge(&other), None, "x dials from its own address");
     }
 
-    /// A span a crash left open ends when its key's next session opens.
+    /// A span a crash left open ends when its key's next session opens,
+    /// or at its instance's crash (at 100 ms here) if that comes first.
     #[test]
     fn a_keys_next_session_ends_its_last() {
         let again = [span("a", 0, None), span("b", 5, None), span("a", 9, None)];
         assert_eq!(judge(&again), None);
+        let refused = [span("a", 0, None), span("b", 1, None), span("c", 200, None)];
+        assert_eq!(judge(&refused), None, "a and b died at the crash");
+        let linger = [
+            span("a", 0, Some(150)),
+            span("b", 120, None),
+            span("c", 130, None),
+        ];
+        assert_eq!(judge(&linger), None, "a's task ran on past the crash");
+        let after = [
+            span("a", 150, None),
+            span("b", 160, None),
+            span("c", 170, None),
+        ];
+        assert_eq!(judge(&after), Some("sessions_over_cap"), "opened after it");
     }
 }
