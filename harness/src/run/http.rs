@@ -52,7 +52,7 @@ async fn run_http_once(
     };
     let (mut request, path, shown) = build_request(call, world, vars)?;
     let honest = match &call.user_proof {
-        Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+        Some(proof) => add_user_proof(world, &call.instance, proof, &mut request, &path)?,
         None => None,
     };
     let from = call.client.as_deref();
@@ -96,7 +96,7 @@ async fn run_http_once(
         request
             .headers
             .retain(|(k, _)| !k.eq_ignore_ascii_case(HEADER));
-        add_user_proof(world, proof, &mut request, &path)?;
+        add_user_proof(world, &call.instance, proof, &mut request, &path)?;
     }
     let answer = exchange(world, &call.instance, from, request.clone(), &path, &shown).await;
     record_paid_commit(world, &call.instance, &request, &path, &answer);
@@ -151,7 +151,7 @@ pub(super) async fn run_http_at_once(
         }
         let (mut request, path, shown) = build_request(call, world, vars)?;
         let honest = match &call.user_proof {
-            Some(proof) => add_user_proof(world, proof, &mut request, &path)?,
+            Some(proof) => add_user_proof(world, &call.instance, proof, &mut request, &path)?,
             None => None,
         };
         sent.push((call, request, path, shown, honest));
@@ -372,9 +372,11 @@ fn build_request(
 
 /// Adds the `X-User-Proof` header the step asks for; returns the proof
 /// when it is its user's own (signed by the key of the account it names),
-/// the one kind of proof that makes a pairing proven.
+/// the one kind of proof that makes a pairing proven. A PRIVATE commit
+/// with its user's own proof is noted (`private_commit_unproven`).
 fn add_user_proof(
     world: &mut World,
+    instance: &str,
     proof: &ProofSpec,
     request: &mut HttpRequest,
     path: &str,
@@ -406,6 +408,15 @@ fn add_user_proof(
             request
                 .headers
                 .push((HEADER.to_ascii_lowercase(), header.clone()));
+            if own && path.starts_with("/v1/jobs/commit") {
+                let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                if let ("PRIVATE", Some(named)) = (
+                    body["privacy_class"].as_str().unwrap_or(""),
+                    body["user_id"].as_str(),
+                ) {
+                    world.users.note_proven_commit(instance, named);
+                }
+            }
             return Ok(own.then(|| world.users.last_proof.clone()).flatten());
         }
     };

@@ -146,7 +146,7 @@ fn check_safety(
     let checked = world.transcript.with_lines(|lines| {
         safety::check(lines, &frames, &world.streams, &instances, &workers)
             .and_then(|()| check_stalls(scenario, world, lines))
-            .and_then(|()| check_private_admission(world, snapshots))
+            .and_then(|()| check_private_admission(scenario, world, snapshots))
             .and_then(|()| check_connections(scenario, world, lines))
             .and_then(|()| check_sybils(scenario, world, lines))
             .and_then(|()| check_resources(world, lines))
@@ -364,13 +364,30 @@ fn since_epoch(epoch_ms: i64, opened_ms: &mut i64, closed_ms: &mut Option<i64>) 
     *closed_ms = closed_ms.map(|c| c - epoch_ms);
 }
 
-/// `private_admitted_offline` (`crate::verify::private_admission`) on the
-/// one-node instances, over the sessions the coordinator noted in this
-/// thread's simulated world (on its own clock, as the stores are).
+/// `private_commit_unproven` (`crate::verify::private_admission`) on the
+/// instances with user auth on and no payments, and `private_admitted_offline`
+/// on the one-node instances, over the sessions the coordinator noted in
+/// this thread's simulated world (on its own clock, as the stores are).
 fn check_private_admission(
+    scenario: &Scenario,
     world: &World,
     snapshots: &BTreeMap<String, coordinator::store::Snapshot>,
 ) -> Result<(), safety::Violation> {
+    for (name, s) in snapshots {
+        let proofs_only = scenario
+            .instances
+            .get(name)
+            .is_some_and(|i| i.user_auth == crate::spec::UserAuthSpec::On && i.payment.is_none());
+        if proofs_only {
+            let admitted = super::private_admission::Admitted {
+                instance: name,
+                jobs: &s.jobs,
+                trust: &s.trust,
+            };
+            let proven = world.users.proven_commits(name);
+            super::private_admission::check_proven(&admitted, &proven)?;
+        }
+    }
     let sessions = coordinator::buggify::sessions();
     // Past the witness's bound later sessions are not noted.
     if sessions.len() >= coordinator::buggify::SESSIONS_MAX {

@@ -86,6 +86,44 @@ pub fn check(
     Ok(())
 }
 
+/// `private_commit_unproven`: on an instance with user auth on and no
+/// payments, a PRIVATE commit needs its user's proof (decision 0017: "On,
+/// ... PRIVATE commits need the proof; otherwise 401"), so no user has more
+/// PRIVATE jobs in the store at the end than the harness sent PRIVATE
+/// commits signed with that user's own key (`proven`, by user id in
+/// lowercase; any answer counts, a lost one too). Held-out set 7's
+/// `private-commit-unproven-when-payments-are-off` took a commit without a
+/// proof header for one proven by payment on an unpaid deployment: the
+/// swarm's impostors all sent a proof, and the plain-name PRIVATE commits
+/// of its workloads, answered 201, were judged by nothing.
+pub fn check_proven(
+    admitted: &Admitted<'_>,
+    proven: &BTreeMap<String, usize>,
+) -> Result<(), Violation> {
+    let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
+    let private =
+        (admitted.jobs.iter()).filter(|j| j.submission.privacy_class == PrivacyClass::Private);
+    for job in private {
+        *jobs
+            .entry(job.submission.user_id.to_ascii_lowercase())
+            .or_default() += 1;
+    }
+    for (user, n) in jobs {
+        let signed = proven.get(&user).copied().unwrap_or(0);
+        if n > signed {
+            return Err(Violation {
+                invariant: SafetyKey::PrivateCommitUnproven,
+                message: format!(
+                    "{}: {user} has {n} PRIVATE job(s), but only {signed} PRIVATE commit(s) carried the user's proof",
+                    admitted.instance
+                ),
+                line: None,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +195,28 @@ mod tests {
         // Paired (again) after the commit: its time does not say when it
         // was first trusted, so it counts.
         assert_eq!(judge(&[job(true, 50, None)], &[span(0, None)], &task), None);
+    }
+
+    /// A user holds no more PRIVATE jobs than commits it signed (any
+    /// answer); PUBLIC jobs need no proof.
+    #[test]
+    fn a_user_holds_no_more_private_jobs_than_commits_it_signed() {
+        let judge = |jobs: &[Job], signed: usize| {
+            let admitted = Admitted {
+                instance: "chain_a",
+                jobs,
+                trust: &[],
+            };
+            let proven = BTreeMap::from([("alice".to_owned(), signed)]);
+            check_proven(&admitted, &proven)
+                .err()
+                .map(|v| v.invariant.as_str())
+        };
+        let two = [job(true, 1, None), job(true, 2, None)];
+        assert_eq!(judge(&two, 2), None);
+        assert_eq!(judge(&two, 3), None, "a signed commit refused or lost");
+        assert_eq!(judge(&two, 1), Some("private_commit_unproven"));
+        assert_eq!(judge(&[job(false, 1, None)], 0), None);
     }
 
     /// PUBLIC jobs and refusal records are not judged.

@@ -49,6 +49,9 @@ pub enum SafetyKey {
     /// A PRIVATE job accepted while none of its user's trusted workers
     /// that serve its type was online.
     PrivateAdmittedOffline,
+    /// A user holds more PRIVATE jobs than commits it signed, on an
+    /// instance with user auth on and no payments.
+    PrivateCommitUnproven,
     PaymentBoughtTwoJobs,
     UnpaidJobDispatched,
     NodeFencedUnprovoked,
@@ -105,7 +108,7 @@ pub enum SafetyKey {
 
 impl SafetyKey {
     /// Every safety property, in documentation order.
-    pub const ALL: [SafetyKey; 46] = [
+    pub const ALL: [SafetyKey; 47] = [
         SafetyKey::AcknowledgedJobLost,
         SafetyKey::ResultAcceptedTwice,
         SafetyKey::CompletedJobChanged,
@@ -167,6 +170,7 @@ impl SafetyKey {
         SafetyKey::ReadingSessionClosed,
         // A PRIVATE job accepted only while a trusted worker could take it.
         SafetyKey::PrivateAdmittedOffline,
+        SafetyKey::PrivateCommitUnproven,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -217,6 +221,7 @@ impl SafetyKey {
             SafetyKey::InRangeRefused => "in_range_refused",
             SafetyKey::ReadingSessionClosed => "reading_session_closed",
             SafetyKey::PrivateAdmittedOffline => "private_admitted_offline",
+            SafetyKey::PrivateCommitUnproven => "private_commit_unproven",
         }
     }
 }

@@ -58,6 +58,9 @@ pub struct Users {
     /// Claims whose answer was lost (no HTTP answer: the process was
     /// killed mid-request): they may have paired, or not.
     unanswered_claims: BTreeSet<(String, String, String)>,
+    /// PRIVATE commits sent with their user's own proof, whatever their
+    /// answer, by (instance, user id in lowercase).
+    proven_commits: BTreeMap<(String, String), usize>,
 }
 
 /// 32 bytes of SHA-256 over a domain, the seed and a name: a ChaCha seed.
@@ -203,6 +206,22 @@ impl Users {
     /// that key's claim.
     pub fn proven(&self) -> BTreeMap<String, BTreeSet<(String, String)>> {
         self.pairings_of(&self.claims)
+    }
+
+    /// Notes a PRIVATE commit to `instance` sent with the own proof of
+    /// `user_id` (the id its body names).
+    pub fn note_proven_commit(&mut self, instance: &str, user_id: &str) {
+        let key = (instance.to_owned(), user_id.to_ascii_lowercase());
+        *self.proven_commits.entry(key).or_default() += 1;
+    }
+
+    /// The PRIVATE commits sent with their user's own proof to `instance`,
+    /// by user id in lowercase.
+    pub fn proven_commits(&self, instance: &str) -> BTreeMap<String, usize> {
+        (self.proven_commits.iter())
+            .filter(|((i, _), _)| i == instance)
+            .map(|((_, user), n)| (user.clone(), *n))
+            .collect()
     }
 
     /// The pairings whose claim's answer was lost, as [`Self::proven`]
