@@ -9,7 +9,7 @@
 # Each patch must apply alone to the clean tree (`git apply --check`). To
 # compile them, the patches are stacked into groups that apply together (each
 # patch in turn joins the current group if it applies on top of it: a few
-# groups, 3 for 76 patches), and each group gets one `cargo check` instead of one
+# groups, 3 for 77 patches), and each group gets one `cargo check` instead of one
 # per patch (CI: 267 s for 72 patches one by one). A group that compiles
 # vouches for each member: every patch is written alone against main and
 # breaks behaviour, not other patches, so none supplies an item another

@@ -50,7 +50,10 @@ pub(super) async fn run_attack(attack: &Attack, world: &mut World) -> Result<Ans
             let (request, path) = attack_request(attack, world, &base, &victim)?;
             let shown = String::from_utf8_lossy(&request.body).into_owned();
             let answer = send(world, attack, request, &path, &shown).await;
-            if attack.kind == AttackKind::CommitAsVictim {
+            if matches!(
+                attack.kind,
+                AttackKind::CommitAsVictim | AttackKind::CommitWithoutProof
+            ) {
                 return Ok(summary(answer, false));
             }
             let code = answer.body["pairing_code"].as_str().map(str::to_owned);
@@ -100,7 +103,7 @@ fn attack_request(
         return Ok((request, sent.path));
     }
     let (path, body) = match attack.kind {
-        AttackKind::CommitAsVictim => (
+        AttackKind::CommitAsVictim | AttackKind::CommitWithoutProof => (
             "/v1/jobs/commit/fast",
             json!({
                 "job_type": "TASK", "user_id": victim, "privacy_class": "PRIVATE",
@@ -111,7 +114,11 @@ fn attack_request(
     };
     let mut request = HttpRequest::post_json(format!("{base}{path}"), &body);
     request.body = protocol::canonical::to_vec(&body);
-    if attack.kind != AttackKind::CreateWithoutProof {
+    let unsigned = [
+        AttackKind::CreateWithoutProof,
+        AttackKind::CommitWithoutProof,
+    ];
+    if !unsigned.contains(&attack.kind) {
         let now_ms = world.transcript.elapsed_ms() + world.epoch_ms();
         let signed = ProofRequest {
             method: "POST",

@@ -295,6 +295,8 @@ choice!(
         ListWithoutProof => "list_without_proof",
         /// A PRIVATE commit in the victim's name, signed by the attacker.
         CommitAsVictim => "commit_as_victim",
+        /// A PRIVATE commit in the victim's name with no proof at all.
+        CommitWithoutProof => "commit_without_proof",
     }
 );
 

@@ -126,6 +126,63 @@ fn draw_attack(rng: &mut ChaCha20Rng, world: &WorldSpec, n: u32) -> Option<Attac
     })
 }
 
+/// The seed's ChaCha stream [`draw_unproven`] draws from.
+const UNPROVEN_STREAM: u64 = 48;
+
+/// In `user_attacks` worlds, on each instance without payments with
+/// probability 0.5, a PRIVATE commit in a victim's name with no proof at
+/// all (`commit_without_proof`), expected refused; `private_commit_unproven`
+/// judges the store too (held-out set 7: a proof skipped for commits
+/// without one, as if a payment proved them, on unpaid deployments). Drawn
+/// last from a stream of its own, so seeds keep their worlds.
+pub fn draw_unproven(world: &mut WorldSpec) {
+    if !world.kinds.has(super::spec::Kind::UserAttacks) {
+        return;
+    }
+    let mut rng = ChaCha20Rng::seed_from_u64(world.seed);
+    rng.set_stream(UNPROVEN_STREAM);
+    let unpaid: Vec<&'static str> = (world.instances.iter())
+        .filter(|i| i.payment.is_none())
+        .map(|i| i.name)
+        .collect();
+    for (n, instance) in unpaid.into_iter().enumerate() {
+        if !rng.gen_bool(0.5) {
+            continue;
+        }
+        let Some(victim) = USERS.choose(&mut rng) else {
+            continue;
+        };
+        let attack = AttackEvent {
+            instance,
+            kind: "commit_without_proof",
+            victim: victim.to_string(),
+            worker: None,
+            commits: 0,
+            index: 10_500 + n as u32,
+            replay_edge_ms: None,
+        };
+        // Right after one of the kind's own attacks: the kinds drawn after
+        // `user_attacks` placed their blocks around those (a timeline's
+        // end, a commit and its retry side by side, `proof_edges`' replays,
+        // which are attacks too), and this keeps them whole.
+        let attacks: Vec<usize> = (world.events.iter().enumerate())
+            .filter(|(_, t)| match &t.event {
+                Event::Attack(a) => {
+                    a.replay_edge_ms.is_none() && a.kind != super::paid_impostors::KIND
+                }
+                _ => false,
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let Some(&after) = attacks.choose(&mut rng) else {
+            return;
+        };
+        let after_ms = rng.gen_range(0..2_000);
+        let event = Event::Attack(attack);
+        world.events.insert(after + 1, Timed { after_ms, event });
+    }
+}
+
 /// An honest worker of `instance` that `victim` did not pair: the one the
 /// attacker would like trusted (and the one a late honest pairing pairs,
 /// `super::pairings`).

@@ -133,6 +133,8 @@ fn draw_own_streams(world: &mut WorldSpec) {
     super::range_edges::draw(world);
     // Receipts that name no payment: stream 46.
     super::other_payments::draw_unbound(world);
+    // PRIVATE commits with no proof at all: stream 48.
+    super::attacks::draw_unproven(world);
     // Last: it lives past the timeline the others drew.
     super::long_retention::draw(world);
 }
